@@ -1,0 +1,18 @@
+"""Navigation context: the user's tenants, role flags and pending-approval counts."""
+
+from __future__ import annotations
+
+
+def navigation(request):
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return {}
+    from quotas.models import Tenant, is_platform_admin
+
+    admin = is_platform_admin(user)
+    context = {"nav_tenants": list(Tenant.objects.visible_to(user)), "is_platform_admin": admin}
+    if admin:
+        from portal.inbox import pending_counts
+
+        context["nav_pending"] = pending_counts()
+    return context

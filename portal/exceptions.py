@@ -1,0 +1,56 @@
+"""Domain errors and how they surface: 400/409 in the API, a message in the UI."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler
+
+
+class DomainError(Exception):
+    """A business rule refused the operation. `field` names the input at fault, if any."""
+
+    status_code = status.HTTP_400_BAD_REQUEST
+    code = "invalid"
+
+    def __init__(self, message: str, *, field: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        if code:
+            self.code = code
+
+    def as_dict(self) -> dict:
+        if self.field:
+            return {self.field: [self.message], "code": self.code}
+        return {"detail": self.message, "code": self.code}
+
+
+class ConflictError(DomainError):
+    """The object changed under us (another admin decided first, a state moved on)."""
+
+    status_code = status.HTTP_409_CONFLICT
+    code = "conflict"
+
+
+class TransitionError(ConflictError):
+    """The requested lifecycle transition is not allowed from the current state."""
+
+    code = "invalid_transition"
+
+
+class QuotaExceeded(DomainError):
+    """Not enough GPUs left in the tenant's quota."""
+
+    code = "quota_exceeded"
+
+
+def api_exception_handler(exc, context):
+    """DRF handler that also understands DomainError and Django's ValidationError."""
+    if isinstance(exc, DomainError):
+        return Response(exc.as_dict(), status=exc.status_code)
+    if isinstance(exc, DjangoValidationError):
+        detail = exc.message_dict if hasattr(exc, "error_dict") else {"detail": exc.messages}
+        exc = exceptions.ValidationError(detail=detail)
+    return exception_handler(exc, context)

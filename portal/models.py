@@ -1,0 +1,54 @@
+"""Portal-wide models: named API tokens and the audit log."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from knox.models import AbstractAuthToken
+
+
+class ApiToken(AbstractAuthToken):
+    """A named API token. knox stores only its SHA-512 digest; the secret is shown once."""
+
+    name = models.CharField(max_length=100)
+    last_used = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+
+class AuditEvent(models.Model):
+    """Who did what, to which object, when and why. Written by services, never edited."""
+
+    created = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    action = models.CharField(max_length=64, db_index=True)  # e.g. "quota_change.approve"
+    tenant = models.ForeignKey(
+        "quotas.Tenant", null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_events"
+    )
+    object_type = models.CharField(max_length=64)
+    object_id = models.CharField(max_length=64)
+    reason = models.TextField(blank=True)
+    changes = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        indexes = [models.Index(fields=["object_type", "object_id"])]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.object_type}:{self.object_id}"
+
+
+def audit(*, actor, action: str, obj, tenant=None, reason: str = "", changes: dict | None = None):
+    """Record one audit event for `obj` (call inside the transaction that made the change)."""
+    return AuditEvent.objects.create(
+        actor=actor if getattr(actor, "pk", None) else None,
+        action=action,
+        tenant=tenant,
+        object_type=obj._meta.label_lower,
+        object_id=str(obj.pk),
+        reason=reason,
+        changes=changes or {},
+    )

@@ -1,0 +1,277 @@
+"""Settings for the LLM serving portal: one file, every knob from the environment.
+
+With nothing set this is the zero-setup demo (SQLite, a file-system Celery broker, DEBUG on).
+Production and the tests set DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL (Redis).
+Every helper in portal.env refuses a malformed value at start-up instead of guessing.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import plotly
+from django.core.exceptions import ImproperlyConfigured
+
+from portal.env import (
+    env_bool,
+    env_choice,
+    env_database,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+    env_url,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("PORTAL_VAR_DIR", str(BASE_DIR / "var")))
+
+DEBUG = env_bool("DEBUG", default=False) if env_str("DATABASE_URL") else env_bool("DEBUG", True)
+_DEV_KEY = "demo-only-" + "k" * 50
+SECRET_KEY = env_str("SECRET_KEY") or (_DEV_KEY if DEBUG else None)
+if not SECRET_KEY:
+    raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+if not DEBUG and SECRET_KEY == _DEV_KEY:
+    raise ImproperlyConfigured("SECRET_KEY must not be the demo key when DEBUG is off")
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "knox",
+    "drf_spectacular",
+    "django_filters",
+    "django_htmx",
+    "django_celery_beat",
+    "portal",
+    "quotas",
+    "deployments",
+    "runtime",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "portal.urls"
+WSGI_APPLICATION = "portal.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "portal.context_processors.navigation",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": env_database("DATABASE_URL", f"sqlite:///{VAR_DIR / 'demo.sqlite3'}")}
+DATABASES["default"]["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 0, minimum=0)
+DATABASES["default"]["ATOMIC_REQUESTS"] = False
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # The demo's web, worker and beat share one file; wait for each other's writes.
+    DATABASES["default"]["OPTIONS"] = {"timeout": 30}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = VAR_DIR / "staticfiles"
+# plotly.js comes from the pinned plotly package and htmx from django-htmx: no CDN, no vendoring.
+STATICFILES_DIRS = [
+    BASE_DIR / "static",
+    ("plotly", Path(plotly.__file__).parent / "package_data"),
+]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = DEBUG
+
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+_cache_url = env_url("CACHE_URL", None, schemes={"redis", "rediss", "locmem"})
+if _cache_url and _cache_url.startswith("redis"):
+    CACHES["default"] = {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                         "LOCATION": _cache_url}
+
+# --- security (production defaults; HTTPS=false only for plain-HTTP dev and tests) -------------
+HTTPS = env_bool("HTTPS", default=not DEBUG)
+SECURE_SSL_REDIRECT = HTTPS
+SESSION_COOKIE_SECURE = HTTPS
+CSRF_COOKIE_SECURE = HTTPS
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000 if HTTPS else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
+SECURE_HSTS_PRELOAD = HTTPS
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if HTTPS else None
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 12 * 3600, minimum=60)
+X_FRAME_OPTIONS = "DENY"
+
+# --- REST API ----------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "portal.auth.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 100,
+    "EXCEPTION_HANDLER": "portal.exceptions.api_exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": [
+        "rest_framework.throttling.UserRateThrottle",
+        "rest_framework.throttling.AnonRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "user": env_str("THROTTLE_USER", "6000/min"),
+        "anon": env_str("THROTTLE_ANON", "120/min"),
+        "login": env_str("THROTTLE_LOGIN", "20/min"),
+        "writes": env_str("THROTTLE_WRITES", "1200/min"),
+    },
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "LLM Serving Portal API",
+    "DESCRIPTION": "Tenants, GPU quotas, model deployments (KubeRay / KServe / local) and their metrics.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
+}
+KNOX_TOKEN_MODEL = "portal.ApiToken"
+REST_KNOX = {
+    "TOKEN_MODEL": "portal.ApiToken",
+    "TOKEN_TTL": timedelta(days=env_int("API_TOKEN_TTL_DAYS", 90, minimum=1, maximum=3650)),
+    "AUTO_REFRESH": False,
+    "AUTH_HEADER_PREFIX": "Token",
+    "TOKEN_PREFIX": "llmp_",
+}
+
+# --- OIDC (optional, purely by environment) ----------------------------------------------------
+OIDC_ENABLED = bool(env_str("OIDC_OP_DISCOVERY_ISSUER") or env_str("OIDC_RP_CLIENT_ID"))
+AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
+if OIDC_ENABLED:
+    INSTALLED_APPS.append("mozilla_django_oidc")
+    AUTHENTICATION_BACKENDS.insert(0, "mozilla_django_oidc.auth.OIDCAuthenticationBackend")
+    OIDC_RP_CLIENT_ID = env_str("OIDC_RP_CLIENT_ID", required=True)
+    OIDC_RP_CLIENT_SECRET = env_str("OIDC_RP_CLIENT_SECRET", required=True)
+    OIDC_RP_SIGN_ALGO = env_choice("OIDC_RP_SIGN_ALGO", "RS256", {"RS256", "HS256", "ES256"})
+    OIDC_OP_AUTHORIZATION_ENDPOINT = env_url("OIDC_OP_AUTHORIZATION_ENDPOINT", None, schemes={"https", "http"})
+    OIDC_OP_TOKEN_ENDPOINT = env_url("OIDC_OP_TOKEN_ENDPOINT", None, schemes={"https", "http"})
+    OIDC_OP_USER_ENDPOINT = env_url("OIDC_OP_USER_ENDPOINT", None, schemes={"https", "http"})
+    OIDC_OP_JWKS_ENDPOINT = env_url("OIDC_OP_JWKS_ENDPOINT", None, schemes={"https", "http"})
+    if not all([OIDC_OP_AUTHORIZATION_ENDPOINT, OIDC_OP_TOKEN_ENDPOINT, OIDC_OP_USER_ENDPOINT]):
+        raise ImproperlyConfigured("OIDC needs OIDC_OP_AUTHORIZATION/TOKEN/USER_ENDPOINT")
+
+# --- Celery ------------------------------------------------------------------------------------
+_broker_default = "filesystem://"
+CELERY_BROKER_URL = env_url(
+    "CELERY_BROKER_URL", _broker_default, schemes={"redis", "rediss", "amqp", "filesystem", "memory"}
+)
+if CELERY_BROKER_URL == "filesystem://":
+    # The demo's broker needs no server: messages are files that web, worker and beat share.
+    _queue_dir = VAR_DIR / "broker"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_queue_dir),
+        "data_folder_out": str(_queue_dir),
+        "processed_folder": str(VAR_DIR / "broker-processed"),
+        "store_processed": False,
+    }
+else:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        # acks_late tasks are redelivered after this long if a worker dies holding them.
+        "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 300, minimum=10),
+    }
+CELERY_BROKER_CONNECTION_TIMEOUT = 3
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+RECONCILE_SWEEP_SECONDS = env_int("RECONCILE_SWEEP_SECONDS", 30, minimum=1)
+METRICS_SCRAPE_SECONDS = env_int("METRICS_SCRAPE_SECONDS", 15, minimum=1)
+CELERY_BEAT_SCHEDULE = {
+    "reconcile-sweep": {
+        "task": "runtime.tasks.sweep_task",
+        "schedule": float(RECONCILE_SWEEP_SECONDS),
+    },
+    "kueue-sync": {
+        "task": "runtime.tasks.sync_kueue_task",
+        "schedule": float(env_int("KUEUE_SYNC_SECONDS", 300, minimum=5)),
+    },
+    "metrics-scrape": {
+        "task": "runtime.tasks.scrape_metrics_task",
+        "schedule": float(METRICS_SCRAPE_SECONDS),
+    },
+    "metrics-downsample": {
+        "task": "deployments.tasks.downsample_metrics_task",
+        "schedule": 600.0,
+    },
+}
+
+# --- runtime -----------------------------------------------------------------------------------
+RUNTIME_BACKENDS = env_list("RUNTIME_BACKENDS", ["kuberay", "kserve", "local"])
+RUNTIME_DEFAULT_BACKEND = env_choice("RUNTIME_DEFAULT_BACKEND", "kuberay", set(RUNTIME_BACKENDS))
+KUBERNETES_URL = env_url("KUBERNETES_URL", None, schemes={"http", "https"})
+KUBECONFIG = env_str("KUBECONFIG")
+KUBERNETES_TIMEOUT_SECONDS = env_float("KUBERNETES_TIMEOUT_SECONDS", 10.0, minimum=0.1)
+KUEUE_COHORT = env_str("KUEUE_COHORT", "llm-serving")
+RAY_VERSION = env_str("RAY_VERSION", "2.60.0")
+RAY_IMAGE = env_str("RAY_IMAGE", "rayproject/ray-llm:2.60.0-py311-cu128")
+VLLM_IMAGE = env_str("VLLM_IMAGE", "vllm/vllm-openai:v0.32.0")
+MODEL_CACHE_PVC = env_str("MODEL_CACHE_PVC", "model-cache")
+HF_CACHE_PATH = env_str("HF_CACHE_PATH", "/home/ray/.cache/huggingface")
+NCCL_DEBUG = env_choice("NCCL_DEBUG", "WARN", {"VERSION", "WARN", "INFO", "TRACE"})
+PROMETHEUS_URL = env_url("PROMETHEUS_URL", None, schemes={"http", "https"})
+METRICS_SCRAPE_TIMEOUT_SECONDS = env_float("METRICS_SCRAPE_TIMEOUT_SECONDS", 5.0, minimum=0.1)
+LOCAL_RUNTIME_DIR = Path(env_str("LOCAL_RUNTIME_DIR", str(VAR_DIR / "local-runtime")))
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_choice(
+        "LOG_LEVEL", "INFO", {"DEBUG", "INFO", "WARNING", "ERROR"})},
+}

@@ -1,0 +1,259 @@
+"""Tenants, memberships, GPU flavors, quotas, quota-change requests and reservations."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q, QuerySet
+
+from quotas.choices import ROLE_RANK, QuotaChangeStatus, Role
+from quotas.validators import validate_dns1123_label, validate_label_value
+
+PLATFORM_ADMIN_GROUP = "platform-admins"
+
+
+def is_platform_admin(user) -> bool:
+    """Platform admins are staff users or members of the `platform-admins` group."""
+    if not getattr(user, "is_authenticated", False) or not user.is_active:
+        return False
+    if user.is_staff or user.is_superuser:
+        return True
+    cached = getattr(user, "_is_platform_admin", None)
+    if cached is None:
+        cached = user.groups.filter(name=PLATFORM_ADMIN_GROUP).exists()
+        user._is_platform_admin = cached
+    return cached
+
+
+class TenantQuerySet(QuerySet):
+    def visible_to(self, user) -> TenantQuerySet:
+        """Tenants the user belongs to; every tenant for platform admins."""
+        if is_platform_admin(user):
+            return self.all()
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        return self.filter(memberships__user=user).distinct()
+
+
+class Tenant(models.Model):
+    """A team. Its slug is its Kubernetes namespace and its Kueue LocalQueue name."""
+
+    slug = models.CharField(
+        max_length=40, unique=True, validators=[validate_dns1123_label],
+        help_text="Kubernetes namespace and Kueue LocalQueue name (DNS-1123 label).",
+    )
+    display_name = models.CharField(max_length=100)
+    cohort = models.CharField(
+        max_length=63, blank=True, validators=[validate_dns1123_label],
+        help_text="Kueue cohort for this tenant's ClusterQueue (empty: the platform default).",
+    )
+    auto_approve_max_gpus = models.PositiveIntegerField(
+        default=0,
+        help_text="Deployments needing at most this many GPUs, within nominal quota, are "
+        "approved automatically (0 disables auto-approval).",
+    )
+    created = models.DateTimeField(auto_now_add=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.display_name
+
+    @property
+    def namespace(self) -> str:
+        return self.slug
+
+    @property
+    def local_queue(self) -> str:
+        return self.slug
+
+    @property
+    def cluster_queue(self) -> str:
+        return f"tenant-{self.slug}"
+
+    @property
+    def effective_cohort(self) -> str:
+        return self.cohort or settings.KUEUE_COHORT
+
+    def role_of(self, user) -> str | None:
+        """The user's role in this tenant (None when not a member)."""
+        if not getattr(user, "is_authenticated", False):
+            return None
+        cache = getattr(user, "_tenant_roles", None)
+        if cache is None:
+            cache = dict(Membership.objects.filter(user=user).values_list("tenant_id", "role"))
+            user._tenant_roles = cache
+        return cache.get(self.pk)
+
+    def has_role(self, user, role: str) -> bool:
+        """True when the user holds `role` or a higher one here, or is a platform admin."""
+        if is_platform_admin(user):
+            return True
+        held = self.role_of(user)
+        return held is not None and ROLE_RANK[held] >= ROLE_RANK[role]
+
+
+class Membership(models.Model):
+    """A user's role in a tenant."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="memberships")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=20, choices=Role.choices, default=Role.MEMBER)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "tenant"], name="one_role_per_tenant")]
+        ordering = ["tenant__slug", "user__username"]
+
+    def __str__(self) -> str:
+        return f"{self.user} · {self.tenant.slug} · {self.role}"
+
+
+class GpuFlavor(models.Model):
+    """A GPU node type, mirrored as a Kueue ResourceFlavor."""
+
+    name = models.CharField(max_length=63, unique=True, validators=[validate_dns1123_label])
+    gpu_model = models.CharField(max_length=60, help_text="e.g. H100 SXM5, A100 PCIe 80GB")
+    accelerator_type = models.CharField(
+        max_length=40, validators=[validate_label_value],
+        help_text="Ray Serve accelerator type, e.g. H100, A100, L4.",
+    )
+    gpu_memory_gib = models.PositiveIntegerField(validators=[MinValueValidator(1), MaxValueValidator(4096)])
+    gpus_per_node = models.PositiveIntegerField(
+        validators=[MinValueValidator(1), MaxValueValidator(64)],
+        help_text="GPUs in one node's NVLink domain; tensor parallelism must fit inside it.",
+    )
+    cpu_per_gpu = models.PositiveIntegerField(default=8, validators=[MinValueValidator(1), MaxValueValidator(256)])
+    memory_gib_per_gpu = models.PositiveIntegerField(default=64, validators=[MinValueValidator(1), MaxValueValidator(4096)])
+    node_labels = models.JSONField(default=dict, blank=True,
+                                   help_text='Node labels, e.g. {"karpenter.k8s.aws/instance-family": "p5"}')
+    tolerations = models.JSONField(default=list, blank=True,
+                                   help_text='e.g. [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]')
+    price_per_gpu_hour = models.DecimalField(max_digits=8, decimal_places=2, null=True, blank=True,
+                                             validators=[MinValueValidator(Decimal("0"))])
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_model} ({self.name})"
+
+    def clean(self) -> None:
+        from quotas.validators import validate_label_value as check
+
+        errors = {}
+        if not isinstance(self.node_labels, dict):
+            errors["node_labels"] = "Node labels must be an object of string keys and values."
+        else:
+            for key, value in self.node_labels.items():
+                try:
+                    check(str(value))
+                    if not isinstance(value, str) or not key or len(key) > 253 or "\n" in key:
+                        raise ValidationError("bad")
+                except ValidationError:
+                    errors["node_labels"] = f"Invalid node label {key!r}: {value!r}."
+        if not isinstance(self.tolerations, list) or not all(
+            isinstance(t, dict) and isinstance(t.get("key", ""), str) and
+            t.get("effect", "NoSchedule") in {"NoSchedule", "PreferNoSchedule", "NoExecute", ""} and
+            t.get("operator", "Equal") in {"Equal", "Exists"}
+            for t in (self.tolerations if isinstance(self.tolerations, list) else [])
+        ):
+            errors["tolerations"] = "Tolerations must be a list of {key, operator, value, effect}."
+        if errors:
+            raise ValidationError(errors)
+
+
+class TenantQuota(models.Model):
+    """A tenant's GPU quota for one flavor, with Kueue semantics.
+
+    `nominal_gpus` are guaranteed; up to `borrowing_limit_gpus` more may be borrowed from the
+    cohort while others leave capacity unused (borrowed capacity can be reclaimed by preemption);
+    `lending_limit_gpus` caps how much of this tenant's unused nominal quota others may borrow.
+    `reserved_gpus` is the sum of active reservations and is only changed under a row lock.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="quotas")
+    flavor = models.ForeignKey(GpuFlavor, on_delete=models.PROTECT, related_name="quotas")
+    nominal_gpus = models.PositiveIntegerField(default=0, validators=[MaxValueValidator(100_000)])
+    borrowing_limit_gpus = models.PositiveIntegerField(default=0, validators=[MaxValueValidator(100_000)])
+    lending_limit_gpus = models.PositiveIntegerField(null=True, blank=True,
+                                                     validators=[MaxValueValidator(100_000)])
+    reserved_gpus = models.PositiveIntegerField(default=0)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "flavor"], name="one_quota_per_tenant_flavor"),
+            # The invariant the whole accounting protects, enforced by the database as well.
+            models.CheckConstraint(
+                condition=Q(reserved_gpus__lte=models.F("nominal_gpus") + models.F("borrowing_limit_gpus")),
+                name="reserved_within_nominal_plus_borrowing",
+            ),
+        ]
+        ordering = ["tenant__slug", "flavor__name"]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}/{self.flavor.name}: {self.reserved_gpus}/{self.nominal_gpus}"
+
+    @property
+    def ceiling_gpus(self) -> int:
+        return self.nominal_gpus + self.borrowing_limit_gpus
+
+    def clean(self) -> None:
+        if self.lending_limit_gpus is not None and self.lending_limit_gpus > self.nominal_gpus:
+            raise ValidationError({"lending_limit_gpus": "Cannot lend more than the nominal quota."})
+
+
+class QuotaReservation(models.Model):
+    """GPUs held by one owner (a deployment) against a tenant quota; released exactly once."""
+
+    quota = models.ForeignKey(TenantQuota, on_delete=models.PROTECT, related_name="reservations")
+    owner_type = models.CharField(max_length=40)
+    owner_id = models.PositiveBigIntegerField()
+    gpus = models.PositiveIntegerField()
+    borrowed_gpus = models.PositiveIntegerField(default=0, help_text="GPUs beyond nominal at reserve time.")
+    created = models.DateTimeField(auto_now_add=True)
+    released = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # One active reservation per owner: a retried approval cannot reserve twice.
+            models.UniqueConstraint(fields=["owner_type", "owner_id"], condition=Q(released__isnull=True),
+                                    name="one_active_reservation_per_owner"),
+        ]
+        ordering = ["-created"]
+
+
+class QuotaChangeRequest(models.Model):
+    """A tenant admin's request for new quota values; a platform admin decides."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="quota_requests")
+    flavor = models.ForeignKey(GpuFlavor, on_delete=models.PROTECT, related_name="+")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    nominal_gpus = models.PositiveIntegerField(validators=[MaxValueValidator(100_000)])
+    borrowing_limit_gpus = models.PositiveIntegerField(default=0, validators=[MaxValueValidator(100_000)])
+    lending_limit_gpus = models.PositiveIntegerField(null=True, blank=True, validators=[MaxValueValidator(100_000)])
+    justification = models.TextField(max_length=2000)
+    status = models.CharField(max_length=20, choices=QuotaChangeStatus.choices,
+                              default=QuotaChangeStatus.PENDING, db_index=True)
+    previous = models.JSONField(default=dict, blank=True, help_text="Quota values when requested.")
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                   on_delete=models.PROTECT, related_name="+")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_comment = models.TextField(blank=True, max_length=2000)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}/{self.flavor.name} → {self.nominal_gpus} ({self.status})"

@@ -1,0 +1,130 @@
+"""Frozen specs: the boundary between the database and the runtime.
+
+The runtime never touches the ORM. Services turn rows into these immutable values
+(`deployments.queries.deployment_spec`, `quotas.queries.tenant_queue_spec`) and the pure
+renderers in `runtime.manifests` turn them into Kubernetes objects. Keeping them frozen
+means a manifest is a function of its spec and nothing else, which is what the golden
+files test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MANAGED_BY = "llm-portal"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_TENANT = "llm-portal.io/tenant"
+LABEL_DEPLOYMENT_ID = "llm-portal.io/deployment-id"
+LABEL_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
+ANNOTATION_ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"
+LABEL_JOB_UID = "kueue.x-k8s.io/job-uid"
+
+# KubeRay derives Service and pod names from the RayService name; it refuses longer names.
+RAYSERVICE_NAME_MAX = 47
+
+
+@dataclass(frozen=True)
+class Toleration:
+    """A Kubernetes toleration on a GPU flavor's nodes."""
+
+    key: str
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = "NoSchedule"  # NoSchedule | PreferNoSchedule | NoExecute
+
+
+@dataclass(frozen=True)
+class FlavorSpec:
+    """One GPU flavor: a Kueue ResourceFlavor plus the facts sizing needs."""
+
+    name: str  # DNS-1123; the ResourceFlavor name
+    gpu_model: str  # human name, e.g. "H100 SXM5"
+    accelerator_type: str  # Ray Serve accelerator type, e.g. "H100", "A100"
+    gpu_memory_gib: int
+    gpus_per_node: int  # the NVLink domain: tensor parallel must fit inside it
+    cpu_per_gpu: int = 8
+    memory_gib_per_gpu: int = 64
+    node_labels: tuple[tuple[str, str], ...] = ()  # sorted (key, value) pairs
+    tolerations: tuple[Toleration, ...] = ()
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """vLLM engine options the request exposes."""
+
+    max_model_len: int | None = None
+    gpu_memory_utilization: float = 0.9
+    enable_chunked_prefill: bool = True
+    max_num_batched_tokens: int | None = None
+    quantization: str | None = None  # None | "fp8" | "awq" | "gptq"
+    dtype: str = "auto"  # auto | bfloat16 | float16 | float32
+    trust_remote_code: bool = False
+
+
+@dataclass(frozen=True)
+class DeploymentSpec:
+    """Everything needed to render one model deployment, and nothing from the ORM."""
+
+    deployment_id: int
+    name: str  # resource name (DNS-1123, <= RAYSERVICE_NAME_MAX)
+    namespace: str  # the tenant namespace
+    tenant_slug: str
+    queue_name: str  # the tenant's Kueue LocalQueue
+    model_source: str  # "org/model" (Hugging Face), "s3://bucket/path" or "pvc://claim/path"
+    served_model_name: str
+    flavor: FlavorSpec
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    min_replicas: int = 1
+    max_replicas: int = 1
+    target_ongoing_requests: int = 16
+    engine: EngineOptions = field(default_factory=EngineOptions)
+    hf_token_secret: str | None = None  # Secret in the tenant namespace with key HF_TOKEN
+    generation: int = 1
+    backend: str = "kuberay"  # kuberay | kserve | local
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def autoscaling(self) -> bool:
+        return self.max_replicas > self.min_replicas
+
+
+@dataclass(frozen=True)
+class PlatformSpec:
+    """Platform-wide runtime settings (from Django settings; see portal/settings.py)."""
+
+    ray_version: str = "2.60.0"
+    ray_image: str = "rayproject/ray-llm:2.60.0-py311-cu128"
+    vllm_image: str = "vllm/vllm-openai:v0.32.0"
+    model_cache_pvc: str | None = "model-cache"
+    hf_cache_path: str = "/home/ray/.cache/huggingface"
+    nccl_debug: str = "WARN"
+    shm_size_gi: int = 16
+    head_cpu: str = "2"
+    head_memory: str = "8Gi"
+    field_manager: str = "llm-portal"
+
+
+@dataclass(frozen=True)
+class FlavorQuotaSpec:
+    """One flavor's quota inside a tenant's ClusterQueue (GPUs; CPU/memory follow per GPU)."""
+
+    flavor: FlavorSpec
+    nominal_gpus: int
+    borrowing_limit_gpus: int | None = None  # None = unlimited borrowing within the cohort
+    lending_limit_gpus: int | None = None  # None = may lend everything unused
+
+
+@dataclass(frozen=True)
+class TenantQueueSpec:
+    """A tenant's Kueue objects: namespace, ClusterQueue in a cohort, LocalQueue."""
+
+    tenant_slug: str
+    namespace: str
+    cluster_queue: str
+    local_queue: str
+    cohort: str
+    quotas: tuple[FlavorQuotaSpec, ...] = ()
