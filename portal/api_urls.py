@@ -1,6 +1,28 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
-router = DefaultRouter()
+from deployments.api.views import DeploymentViewSet
+from portal.api import AuditEventViewSet, TenantViewSet, TokenViewSet, me
+from quotas.api.views import (
+    ClusterUsageView,
+    GpuFlavorViewSet,
+    QuotaChangeRequestViewSet,
+    QuotaPreviewView,
+    TenantQuotaViewSet,
+)
 
-urlpatterns = [path("", include(router.urls))]
+router = DefaultRouter()
+router.register("tokens", TokenViewSet, basename="token")
+router.register("tenants", TenantViewSet, basename="tenant")
+router.register("audit", AuditEventViewSet, basename="audit")
+router.register("flavors", GpuFlavorViewSet, basename="flavor")
+router.register("quotas", TenantQuotaViewSet, basename="quota")
+router.register("quota-requests", QuotaChangeRequestViewSet, basename="quota-request")
+router.register("deployments", DeploymentViewSet, basename="deployment")
+
+urlpatterns = [
+    path("me/", me, name="api-me"),
+    path("quota-preview/", QuotaPreviewView.as_view(), name="quota-preview"),
+    path("cluster/usage/", ClusterUsageView.as_view(), name="cluster-usage"),
+    path("", include(router.urls)),
+]

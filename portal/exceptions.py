@@ -54,3 +54,10 @@ def api_exception_handler(exc, context):
         detail = exc.message_dict if hasattr(exc, "error_dict") else {"detail": exc.messages}
         exc = exceptions.ValidationError(detail=detail)
     return exception_handler(exc, context)
+
+
+class Forbidden(DomainError):
+    """The actor's role does not allow this."""
+
+    status_code = status.HTTP_403_FORBIDDEN
+    code = "permission_denied"

@@ -1,3 +1,2 @@
-from django.urls import path
 
 urlpatterns = []

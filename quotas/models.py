@@ -5,7 +5,6 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.conf import settings
-from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -40,6 +39,19 @@ class TenantQuerySet(QuerySet):
         return self.filter(memberships__user=user).distinct()
 
 
+class TenantOwnedQuerySet(QuerySet):
+    """The one place tenant isolation lives for tenant-owned rows (UI lists and API alike)."""
+
+    tenant_field = "tenant"
+
+    def visible_to(self, user):
+        if is_platform_admin(user):
+            return self.all()
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        return self.filter(**{f"{self.tenant_field}__memberships__user": user})
+
+
 class Tenant(models.Model):
     """A team. Its slug is its Kubernetes namespace and its Kueue LocalQueue name."""
 
@@ -57,6 +69,8 @@ class Tenant(models.Model):
         help_text="Deployments needing at most this many GPUs, within nominal quota, are "
         "approved automatically (0 disables auto-approval).",
     )
+    kueue_status = models.JSONField(default=dict, blank=True,
+                                    help_text="Last ClusterQueue status read back from Kueue.")
     created = models.DateTimeField(auto_now_add=True)
 
     objects = TenantQuerySet.as_manager()
@@ -190,6 +204,8 @@ class TenantQuota(models.Model):
     reserved_gpus = models.PositiveIntegerField(default=0)
     updated = models.DateTimeField(auto_now=True)
 
+    objects = TenantOwnedQuerySet.as_manager()
+
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["tenant", "flavor"], name="one_quota_per_tenant_flavor"),
@@ -251,6 +267,8 @@ class QuotaChangeRequest(models.Model):
     decided_at = models.DateTimeField(null=True, blank=True)
     decision_comment = models.TextField(blank=True, max_length=2000)
     created = models.DateTimeField(auto_now_add=True)
+
+    objects = TenantOwnedQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created", "-id"]

@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from deployments.choices import Backend, Dtype, Quantization
+from deployments.models import DeploymentEvent, ModelDeployment
+from deployments.queries import derived_badge
+from quotas.models import GpuFlavor, Tenant
+
+ASCII_TEXT = r"^[\x20-\x7e]*$"
+
+
+class DeploymentSpecSerializer(serializers.Serializer):
+    """The fields of a deployment request. Type coercion and ranges here; the rules that need
+    the flavor or the quota live in deployments.validation (shared with the browser form)."""
+
+    model_source = serializers.CharField(max_length=500)
+    served_model_name = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    hf_token_secret = serializers.CharField(max_length=253, required=False, allow_blank=True, default="")
+    flavor = serializers.SlugRelatedField(slug_field="name", queryset=GpuFlavor.objects.all())
+    backend = serializers.ChoiceField(choices=Backend.choices, required=False)
+    tensor_parallel_size = serializers.IntegerField(min_value=1, max_value=64, default=1)
+    pipeline_parallel_size = serializers.IntegerField(min_value=1, max_value=64, default=1)
+    min_replicas = serializers.IntegerField(min_value=0, max_value=100, default=1)
+    max_replicas = serializers.IntegerField(min_value=1, max_value=100, default=1)
+    target_ongoing_requests = serializers.IntegerField(min_value=1, max_value=10_000, default=16)
+    max_model_len = serializers.IntegerField(min_value=16, max_value=10_000_000, required=False, allow_null=True)
+    gpu_memory_utilization = serializers.FloatField(min_value=0.5, max_value=0.98, default=0.9)
+    enable_chunked_prefill = serializers.BooleanField(default=True)
+    max_num_batched_tokens = serializers.IntegerField(min_value=16, max_value=10_000_000, required=False, allow_null=True)
+    quantization = serializers.ChoiceField(choices=Quantization.choices, required=False, allow_blank=True, default="")
+    dtype = serializers.ChoiceField(choices=Dtype.choices, default=Dtype.AUTO)
+    parameter_count_b = serializers.FloatField(min_value=0.001, max_value=100_000, required=False, allow_null=True)
+
+
+class DeploymentCreateSerializer(DeploymentSpecSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="slug", queryset=Tenant.objects.none())
+    name = serializers.CharField(max_length=40)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        request = self.context.get("request")
+        if request is not None:
+            self.fields["tenant"].queryset = Tenant.objects.visible_to(request.user)
+
+
+class DeploymentUpdateSerializer(DeploymentSpecSerializer):
+    """Partial spec update: every field optional, no defaults filled in."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, partial=True, **kwargs)
+        for field in self.fields.values():
+            field.required = False
+            field.default = serializers.empty
+
+
+class DeploymentEventSerializer(serializers.ModelSerializer):
+    actor = serializers.CharField(source="actor.username", default=None, read_only=True)
+
+    class Meta:
+        model = DeploymentEvent
+        fields = ["id", "created", "type", "reason", "message", "from_state", "to_state", "actor"]
+
+
+class DeploymentSerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    flavor = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    created_by = serializers.CharField(source="created_by.username", default=None, read_only=True)
+    gpus_per_replica = serializers.IntegerField(read_only=True)
+    gpus_needed = serializers.IntegerField(read_only=True)
+    resource_name = serializers.CharField(read_only=True)
+    badge = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ModelDeployment
+        fields = ["id", "tenant", "name", "resource_name", "model_source", "served_model_name",
+                  "hf_token_secret", "flavor", "backend", "tensor_parallel_size",
+                  "pipeline_parallel_size", "min_replicas", "max_replicas", "target_ongoing_requests",
+                  "max_model_len", "gpu_memory_utilization", "enable_chunked_prefill",
+                  "max_num_batched_tokens", "quantization", "dtype", "parameter_count_b",
+                  "gpus_per_replica", "gpus_needed", "state", "badge", "generation",
+                  "observed_generation", "conditions", "status_message", "endpoint_url",
+                  "reserved_gpus", "created_by", "decision_reason", "created", "updated"]
+        read_only_fields = fields
+
+    def get_badge(self, obj) -> str:
+        return derived_badge(obj)
+
+
+class ReasonSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class ScaleSerializer(serializers.Serializer):
+    min_replicas = serializers.IntegerField(min_value=0, max_value=100)
+    max_replicas = serializers.IntegerField(min_value=1, max_value=100)
+
+    def validate(self, attrs):
+        if attrs["min_replicas"] > attrs["max_replicas"]:
+            raise serializers.ValidationError({"min_replicas": "Cannot exceed max_replicas."})
+        return attrs
+
+
+class PreviewSerializer(DeploymentSpecSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="slug", queryset=Tenant.objects.none())
+    name = serializers.CharField(max_length=200, required=False)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        request = self.context.get("request")
+        if request is not None:
+            self.fields["tenant"].queryset = Tenant.objects.visible_to(request.user)

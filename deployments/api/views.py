@@ -1,0 +1,126 @@
+"""Deployment API: CRUD plus approve / reject / cancel / stop / start / scale / preview / events."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from deployments import services
+from deployments.api.serializers import (
+    DeploymentCreateSerializer,
+    DeploymentEventSerializer,
+    DeploymentSerializer,
+    DeploymentUpdateSerializer,
+    PreviewSerializer,
+    ReasonSerializer,
+    ScaleSerializer,
+)
+from deployments.filtersets import DeploymentFilterSet
+from deployments.models import ModelDeployment
+from deployments.validation import check_draft
+from portal.throttles import WriteThrottle
+
+
+class DeploymentViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins.DestroyModelMixin,
+                        viewsets.ReadOnlyModelViewSet):
+    """Model deployments of the tenants you belong to. Other tenants' deployments are 404."""
+
+    serializer_class = DeploymentSerializer
+    filterset_class = DeploymentFilterSet
+    throttle_classes = [WriteThrottle]
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_queryset(self):
+        return (ModelDeployment.objects.visible_to(self.request.user).live()
+                .select_related("tenant", "flavor", "created_by"))
+
+    def _respond(self, dep, code=status.HTTP_200_OK):
+        dep.refresh_from_db()
+        return Response(DeploymentSerializer(dep, context=self.get_serializer_context()).data, status=code)
+
+    @extend_schema(request=DeploymentCreateSerializer, responses={201: DeploymentSerializer})
+    def create(self, request, *args, **kwargs):
+        body = DeploymentCreateSerializer(data=request.data, context=self.get_serializer_context())
+        body.is_valid(raise_exception=True)
+        data = dict(body.validated_data)
+        dep = services.deployment_create(tenant=data.pop("tenant"), user=request.user, data=data)
+        return self._respond(dep, status.HTTP_201_CREATED)
+
+    @extend_schema(request=DeploymentUpdateSerializer, responses=DeploymentSerializer)
+    def partial_update(self, request, *args, **kwargs):
+        dep = self.get_object()
+        body = DeploymentUpdateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return self._respond(services.deployment_update(deployment_id=dep.pk, user=request.user,
+                                                        data=body.validated_data))
+
+    def update(self, request, *args, **kwargs):
+        return self.partial_update(request, *args, **kwargs)
+
+    @extend_schema(responses={202: DeploymentSerializer})
+    def destroy(self, request, *args, **kwargs):
+        dep = self.get_object()
+        return self._respond(services.deployment_delete(deployment_id=dep.pk, user=request.user),
+                             status.HTTP_202_ACCEPTED)
+
+    def _act(self, service, **kwargs):
+        dep = self.get_object()
+        return self._respond(service(deployment_id=dep.pk, **kwargs))
+
+    @extend_schema(request=ReasonSerializer, responses=DeploymentSerializer)
+    @action(detail=True, methods=["post"])
+    def approve(self, request, pk=None):
+        body = ReasonSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return self._act(services.deployment_approve, approver=request.user, reason=body.validated_data["reason"])
+
+    @extend_schema(request=ReasonSerializer, responses=DeploymentSerializer)
+    @action(detail=True, methods=["post"])
+    def reject(self, request, pk=None):
+        body = ReasonSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return self._act(services.deployment_reject, approver=request.user, reason=body.validated_data["reason"])
+
+    @extend_schema(request=None, responses=DeploymentSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        return self._act(services.deployment_cancel, user=request.user)
+
+    @extend_schema(request=None, responses=DeploymentSerializer)
+    @action(detail=True, methods=["post"])
+    def stop(self, request, pk=None):
+        return self._act(services.deployment_stop, user=request.user)
+
+    @extend_schema(request=None, responses=DeploymentSerializer)
+    @action(detail=True, methods=["post"])
+    def start(self, request, pk=None):
+        return self._act(services.deployment_start, user=request.user)
+
+    @extend_schema(request=ScaleSerializer, responses=DeploymentSerializer)
+    @action(detail=True, methods=["post"])
+    def scale(self, request, pk=None):
+        body = ScaleSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return self._act(services.deployment_scale, user=request.user, **body.validated_data)
+
+    @extend_schema(responses=DeploymentEventSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def events(self, request, pk=None):
+        dep = self.get_object()
+        page = self.paginate_queryset(dep.events.select_related("actor"))
+        return self.get_paginated_response(DeploymentEventSerializer(page, many=True).data)
+
+    @extend_schema(request=PreviewSerializer, responses={200: dict})
+    @action(detail=False, methods=["post"])
+    def preview(self, request):
+        """Quota fit and memory fit for a draft, without creating anything."""
+        body = PreviewSerializer(data=request.data, context=self.get_serializer_context())
+        body.is_valid(raise_exception=True)
+        data = dict(body.validated_data)
+        tenant = data.pop("tenant")
+        check = check_draft(data, tenant=tenant)
+        result = check.as_dict()
+        result["gpus_per_replica"] = data.get("tensor_parallel_size", 1) * data.get("pipeline_parallel_size", 1)
+        return Response(result)

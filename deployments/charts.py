@@ -1,0 +1,276 @@
+"""Plotly figure builders for the deployment dashboards and quota pages. Pure: no ORM, no I/O.
+
+Every builder takes the x values (unix seconds or datetimes) and a mapping of series name →
+values (the :class:`runtime.metrics.MetricPoint` / ``MetricSample`` field names; None is a
+gap, drawn as a break in the line rather than a fake zero) and returns a
+``plotly.graph_objects.Figure``. Pages embed :func:`figure_json` and render it with the
+locally served plotly.js, so nothing here refers to a CDN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import plotly.graph_objects as go
+import plotly.io as pio
+
+__all__ = [
+    "CHARTS",
+    "QuotaRow",
+    "dashboard",
+    "e2e_chart",
+    "figure_json",
+    "itl_chart",
+    "kv_cache_chart",
+    "preemptions_chart",
+    "prefix_cache_chart",
+    "queue_chart",
+    "quota_bars",
+    "request_rate_chart",
+    "tokens_chart",
+    "ttft_chart",
+]
+
+Timestamps = Sequence[float | datetime]
+Series = Mapping[str, Sequence[float | None]]
+
+# One palette everywhere so "p95" or "waiting" is the same colour on every chart.
+COLOURS = {
+    "primary": "#1f77b4",
+    "secondary": "#ff7f0e",
+    "bad": "#d62728",
+    "good": "#2ca02c",
+    "muted": "#7f7f7f",
+}
+
+
+def _x(timestamps: Timestamps) -> list[datetime]:
+    """Datetimes in UTC: Plotly then draws a time axis and the browser shows real times."""
+    return [
+        t.astimezone(UTC) if isinstance(t, datetime) else datetime.fromtimestamp(t, UTC)
+        for t in timestamps
+    ]
+
+
+def _figure(title: str, y_title: str, *, percent: bool = False) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(
+        title={"text": title, "x": 0.01, "xanchor": "left"},
+        template="plotly_white",
+        height=280,
+        margin={"l": 60, "r": 20, "t": 50, "b": 40},
+        hovermode="x unified",
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
+        xaxis={"title": {"text": "Time (UTC)"}, "type": "date"},
+        yaxis={"title": {"text": y_title}, "rangemode": "tozero"},
+    )
+    if percent:
+        fig.update_yaxes(range=[0, 100])
+    return fig
+
+
+def _lines(
+    title: str,
+    y_title: str,
+    timestamps: Timestamps,
+    series: Series,
+    traces: Sequence[tuple[str, str, str]],
+    *,
+    percent: bool = False,
+    fill: bool = False,
+) -> go.Figure:
+    """A line chart of ``traces`` = (series key, legend name, colour key)."""
+    fig = _figure(title, y_title, percent=percent)
+    x = _x(timestamps)
+    for key, name, colour in traces:
+        y = list(series.get(key, [None] * len(x)))
+        if len(y) != len(x):
+            raise ValueError(f"series {key!r} has {len(y)} values for {len(x)} timestamps")
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=y,
+                name=name,
+                mode="lines",
+                line={"color": COLOURS[colour], "width": 2},
+                fill="tozeroy" if fill else None,
+                connectgaps=False,
+            )
+        )
+    return fig
+
+
+def tokens_chart(timestamps: Timestamps, series: Series) -> go.Figure:
+    """Throughput: prompt (prefill) and generated tokens per second."""
+    return _lines(
+        "Throughput",
+        "tokens/s",
+        timestamps,
+        series,
+        [
+            ("prompt_tokens_per_s", "prompt", "secondary"),
+            ("generation_tokens_per_s", "generation", "primary"),
+        ],
+    )
+
+
+def kv_cache_chart(timestamps: Timestamps, series: Series) -> go.Figure:
+    """KV-cache use, 0-100 % (mean over replicas)."""
+    return _lines(
+        "KV-cache use",
+        "%",
+        timestamps,
+        series,
+        [("kv_cache_pct", "KV cache", "primary")],
+        percent=True,
+        fill=True,
+    )
+
+
+def queue_chart(timestamps: Timestamps, series: Series) -> go.Figure:
+    """Requests running in the batch vs waiting in the queue."""
+    return _lines(
+        "Running vs waiting requests",
+        "requests",
+        timestamps,
+        series,
+        [("running", "running", "primary"), ("waiting", "waiting", "bad")],
+    )
+
+
+def _quantiles(title: str, prefix: str, timestamps: Timestamps, series: Series) -> go.Figure:
+    return _lines(
+        title,
+        "seconds",
+        timestamps,
+        series,
+        [(f"{prefix}_p50", "p50", "primary"), (f"{prefix}_p95", "p95", "secondary")],
+    )
+
+
+def ttft_chart(timestamps: Timestamps, series: Series) -> go.Figure:
+    """Time to first token, p50 and p95 per interval."""
+    return _quantiles("Time to first token", "ttft", timestamps, series)
+
+
+def itl_chart(timestamps: Timestamps, series: Series) -> go.Figure:
+    """Inter-token latency, p50 and p95 per interval."""
+    return _quantiles("Inter-token latency", "itl", timestamps, series)
+
+
+def e2e_chart(timestamps: Timestamps, series: Series) -> go.Figure:
+    """End-to-end request latency, p50 and p95 per interval."""
+    return _quantiles("End-to-end latency", "e2e", timestamps, series)
+
+
+def prefix_cache_chart(timestamps: Timestamps, series: Series) -> go.Figure:
+    """Prefix-cache hit rate over the interval's lookups, 0-100 %."""
+    return _lines(
+        "Prefix-cache hit rate",
+        "%",
+        timestamps,
+        series,
+        [("prefix_cache_hit_pct", "hits", "good")],
+        percent=True,
+    )
+
+
+def preemptions_chart(timestamps: Timestamps, series: Series) -> go.Figure:
+    """Preemptions per second (requests evicted from the KV cache and recomputed)."""
+    return _lines(
+        "Preemptions",
+        "preemptions/s",
+        timestamps,
+        series,
+        [("preemptions_per_s", "preemptions", "bad")],
+    )
+
+
+def request_rate_chart(timestamps: Timestamps, series: Series) -> go.Figure:
+    """Finished requests per second, and those that ended abnormally (abort/error)."""
+    return _lines(
+        "Requests",
+        "requests/s",
+        timestamps,
+        series,
+        [("requests_per_s", "finished", "primary"), ("errors_per_s", "errors", "bad")],
+    )
+
+
+# Dashboard order: what a user checks first comes first.
+CHARTS = {
+    "tokens": tokens_chart,
+    "requests": request_rate_chart,
+    "queue": queue_chart,
+    "kv_cache": kv_cache_chart,
+    "ttft": ttft_chart,
+    "itl": itl_chart,
+    "e2e": e2e_chart,
+    "prefix_cache": prefix_cache_chart,
+    "preemptions": preemptions_chart,
+}
+
+
+def dashboard(timestamps: Timestamps, series: Series) -> dict[str, go.Figure]:
+    """Every deployment chart, keyed as in :data:`CHARTS`."""
+    return {key: build(timestamps, series) for key, build in CHARTS.items()}
+
+
+@dataclass(frozen=True)
+class QuotaRow:
+    """One bar group: a flavor (or ``tenant / flavor`` on the admin page) and its GPUs."""
+
+    label: str
+    reserved: int  # held by approved deployments
+    nominal: int  # guaranteed
+    borrowable: int  # borrowing limit: extra from the cohort, reclaimable by preemption
+
+
+def quota_bars(rows: Sequence[QuotaRow | Mapping[str, Any]], title: str = "GPU quota") -> go.Figure:
+    """Grouped bars per flavor: reserved vs nominal vs borrowable GPUs."""
+    items = [r if isinstance(r, QuotaRow) else QuotaRow(**r) for r in rows]
+    labels = [r.label for r in items]
+    fig = go.Figure()
+    for attr, name, colour in (
+        ("reserved", "reserved", "primary"),
+        ("nominal", "nominal", "muted"),
+        ("borrowable", "borrowable", "secondary"),
+    ):
+        fig.add_trace(
+            go.Bar(
+                x=labels,
+                y=[getattr(r, attr) for r in items],
+                name=name,
+                marker_color=COLOURS[colour],
+                text=[getattr(r, attr) for r in items],
+                textposition="auto",
+            )
+        )
+    fig.update_layout(
+        title={"text": title, "x": 0.01, "xanchor": "left"},
+        template="plotly_white",
+        height=300,
+        margin={"l": 60, "r": 20, "t": 50, "b": 40},
+        barmode="group",
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
+        xaxis={"title": {"text": "GPU flavor"}},
+        yaxis={
+            "title": {"text": "GPUs"},
+            "rangemode": "tozero",
+            "dtick": 1 if _small(items) else None,
+        },
+    )
+    return fig
+
+
+def _small(items: Sequence[QuotaRow]) -> bool:
+    """Whole-GPU ticks while the numbers are small; Plotly picks ticks for large ones."""
+    return max((max(r.reserved, r.nominal, r.borrowable) for r in items), default=0) <= 16
+
+
+def figure_json(fig: go.Figure) -> str:
+    """The figure as JSON for ``Plotly.newPlot`` (no HTML, no CDN script tag)."""
+    return pio.to_json(fig, validate=False, pretty=False)

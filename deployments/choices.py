@@ -1,0 +1,41 @@
+from django.db import models
+
+
+class State(models.TextChoices):
+    PENDING_APPROVAL = "pending_approval", "Pending approval"
+    APPROVED = "approved", "Approved"
+    QUEUED = "queued", "Queued in Kueue"
+    PROVISIONING = "provisioning", "Provisioning"
+    READY = "ready", "Ready"
+    DEGRADED = "degraded", "Degraded"
+    FAILED = "failed", "Failed"
+    STOPPED = "stopped", "Stopped"
+    DELETING = "deleting", "Deleting"
+    DELETED = "deleted", "Deleted"
+    REJECTED = "rejected", "Rejected"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class Backend(models.TextChoices):
+    KUBERAY = "kuberay", "KubeRay RayService (Ray Serve LLM)"
+    KSERVE = "kserve", "KServe InferenceService"
+    LOCAL = "local", "Local (this machine, vLLM CPU)"
+
+
+class Quantization(models.TextChoices):
+    NONE = "", "None"
+    FP8 = "fp8", "FP8"
+    AWQ = "awq", "AWQ (4-bit)"
+    GPTQ = "gptq", "GPTQ (4-bit)"
+
+
+class Dtype(models.TextChoices):
+    AUTO = "auto", "auto (from the model)"
+    BFLOAT16 = "bfloat16", "bfloat16"
+    FLOAT16 = "float16", "float16"
+    FLOAT32 = "float32", "float32"
+
+
+class EventType(models.TextChoices):
+    NORMAL = "Normal", "Normal"
+    WARNING = "Warning", "Warning"

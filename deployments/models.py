@@ -1,0 +1,154 @@
+"""Model deployments, their lifecycle events and their metric samples."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+
+from deployments.choices import Backend, Dtype, EventType, Quantization, State
+from quotas.models import GpuFlavor, Tenant, TenantOwnedQuerySet
+from quotas.validators import validate_dns1123_label
+
+
+class DeploymentQuerySet(TenantOwnedQuerySet):
+    def live(self):
+        return self.exclude(state=State.DELETED)
+
+
+class ModelDeployment(models.Model):
+    """One LLM endpoint a tenant asked for: the spec, the lifecycle state and what was observed.
+
+    `generation` counts spec changes; `observed_generation` is the generation the runtime last
+    converged. The badge shown in the UI is derived from `state` and `conditions`.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="deployments")
+    name = models.CharField(max_length=40, validators=[validate_dns1123_label])
+    # --- spec -----------------------------------------------------------------------------------
+    model_source = models.CharField(max_length=500)
+    served_model_name = models.CharField(max_length=200)
+    hf_token_secret = models.CharField(max_length=253, blank=True)
+    flavor = models.ForeignKey(GpuFlavor, on_delete=models.PROTECT, related_name="deployments")
+    backend = models.CharField(max_length=20, choices=Backend.choices, default=Backend.KUBERAY)
+    tensor_parallel_size = models.PositiveSmallIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(64)])
+    pipeline_parallel_size = models.PositiveSmallIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(64)])
+    min_replicas = models.PositiveSmallIntegerField(default=1, validators=[MaxValueValidator(100)])
+    max_replicas = models.PositiveSmallIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(100)])
+    target_ongoing_requests = models.PositiveIntegerField(default=16, validators=[MinValueValidator(1), MaxValueValidator(10_000)])
+    max_model_len = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(16), MaxValueValidator(10_000_000)])
+    gpu_memory_utilization = models.FloatField(default=0.9, validators=[MinValueValidator(0.5), MaxValueValidator(0.98)])
+    enable_chunked_prefill = models.BooleanField(default=True)
+    max_num_batched_tokens = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(16), MaxValueValidator(10_000_000)])
+    quantization = models.CharField(max_length=10, choices=Quantization.choices, blank=True, default="")
+    dtype = models.CharField(max_length=10, choices=Dtype.choices, default=Dtype.AUTO)
+    parameter_count_b = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0.001), MaxValueValidator(100_000)],
+                                          help_text="Billions of parameters, for models not in the catalog.")
+    # --- lifecycle ------------------------------------------------------------------------------
+    state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING_APPROVAL, db_index=True)
+    generation = models.PositiveIntegerField(default=1)
+    observed_generation = models.PositiveIntegerField(default=0)
+    conditions = models.JSONField(default=list, blank=True)
+    status_message = models.TextField(blank=True)
+    endpoint_url = models.CharField(max_length=500, blank=True)
+    metrics_url = models.CharField(max_length=500, blank=True)
+    cluster_uid = models.CharField(max_length=64, blank=True)
+    reserved_gpus = models.PositiveIntegerField(default=0)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    approved_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    decision_reason = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    objects = DeploymentQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], condition=~Q(state="deleted"),
+                                    name="unique_live_name_per_tenant"),
+            models.CheckConstraint(condition=Q(min_replicas__lte=models.F("max_replicas")),
+                                   name="min_replicas_lte_max"),
+        ]
+        indexes = [models.Index(fields=["tenant", "state"])]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}/{self.name}"
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def gpus_needed(self) -> int:
+        """GPUs reserved for this deployment: the most it may scale to."""
+        return self.max_replicas * self.gpus_per_replica
+
+    @property
+    def resource_name(self) -> str:
+        """Name of the cluster object (RayService / InferenceService): `<name>-<id>`."""
+        return f"{self.name}-{self.pk}"
+
+    def condition(self, type_: str) -> dict | None:
+        return next((c for c in self.conditions if c.get("type") == type_), None)
+
+
+class DeploymentEvent(models.Model):
+    """One entry in a deployment's timeline: a transition or something the cluster reported."""
+
+    deployment = models.ForeignKey(ModelDeployment, on_delete=models.CASCADE, related_name="events")
+    created = models.DateTimeField(auto_now_add=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    type = models.CharField(max_length=10, choices=EventType.choices, default=EventType.NORMAL)
+    from_state = models.CharField(max_length=20, choices=State.choices, blank=True)
+    to_state = models.CharField(max_length=20, choices=State.choices, blank=True)
+    reason = models.CharField(max_length=64)  # CamelCase, like Kubernetes event reasons
+    message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        indexes = [models.Index(fields=["deployment", "-created"])]
+
+
+class Resolution(models.IntegerChoices):
+    RAW = 15, "15 s"
+    MINUTE = 60, "1 min"
+    TEN_MINUTES = 600, "10 min"
+
+
+class MetricSample(models.Model):
+    """Derived metrics for one deployment over one interval; downsampled as it ages."""
+
+    deployment = models.ForeignKey(ModelDeployment, on_delete=models.CASCADE, related_name="samples")
+    ts = models.DateTimeField()
+    resolution = models.PositiveSmallIntegerField(choices=Resolution.choices, default=Resolution.RAW)
+    prompt_tokens_per_s = models.FloatField(null=True)
+    generation_tokens_per_s = models.FloatField(null=True)
+    requests_per_s = models.FloatField(null=True)
+    errors_per_s = models.FloatField(null=True)
+    kv_cache_pct = models.FloatField(null=True)
+    running = models.FloatField(null=True)
+    waiting = models.FloatField(null=True)
+    ttft_p50 = models.FloatField(null=True)
+    ttft_p95 = models.FloatField(null=True)
+    itl_p50 = models.FloatField(null=True)
+    itl_p95 = models.FloatField(null=True)
+    e2e_p50 = models.FloatField(null=True)
+    e2e_p95 = models.FloatField(null=True)
+    prefix_cache_hit_pct = models.FloatField(null=True)
+    preemptions_per_s = models.FloatField(null=True)
+
+    class Meta:
+        ordering = ["ts"]
+        indexes = [models.Index(fields=["deployment", "resolution", "ts"])]
+
+
+class ScrapeState(models.Model):
+    """The last raw snapshot of a deployment's counters, so the next scrape can compute rates."""
+
+    deployment = models.OneToOneField(ModelDeployment, on_delete=models.CASCADE, related_name="scrape_state")
+    snapshot = models.JSONField(default=dict)
+    last_success = models.DateTimeField(null=True)
+    last_error = models.TextField(blank=True)
+    last_attempt = models.DateTimeField(null=True)

@@ -1,0 +1,136 @@
+"""Validation of a deployment draft, shared by the API serializer and the browser form.
+
+Everything here ends up in Kubernetes labels, YAML or engine flags, so strings are held to
+strict patterns (no whitespace, newlines or non-ASCII) and numbers to explicit ranges.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from deployments import sizing
+from quotas.choices import Fit
+from quotas.models import GpuFlavor, Tenant
+from quotas.services import QuotaPreview, quota_preview
+from quotas.validators import DNS1123_LABEL
+from runtime.spec import RAYSERVICE_NAME_MAX
+
+NAME_MAX = 40  # "<name>-<id>" must stay within RAYSERVICE_NAME_MAX for ids below 10^6
+HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._/=-]*)?$")
+PVC_URI = re.compile(r"^pvc://([a-z0-9]([-a-z0-9]*[a-z0-9])?)(/[A-Za-z0-9._/-]*)?$")
+LOCAL_PATH = re.compile(r"^/[A-Za-z0-9._/-]+$")
+SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
+SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+@dataclass
+class DraftCheck:
+    """The outcome of checking a draft: field errors plus the quota and memory previews."""
+
+    errors: dict[str, str]
+    quota: QuotaPreview | None = None
+    memory: sizing.MemoryFit | None = None
+    warnings: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict:
+        return {
+            "valid": not self.errors,
+            "errors": self.errors,
+            "gpus_per_replica": None,
+            "quota": self.quota.as_dict() if self.quota else None,
+            "memory": self.memory.as_dict() if self.memory else None,
+            "warnings": list(self.warnings),
+        }
+
+
+def _name_errors(name: str) -> str | None:
+    if not name:
+        return "Enter a name."
+    if len(name) > NAME_MAX:
+        return f"At most {NAME_MAX} characters (the RayService name must stay ≤ {RAYSERVICE_NAME_MAX})."
+    if not DNS1123_LABEL.fullmatch(name):
+        return "Use lowercase letters, digits and '-', starting and ending with a letter or digit."
+    return None
+
+
+def _source_error(source: str, backend: str) -> str | None:
+    if not source:
+        return "Enter a model source."
+    if HF_ID.fullmatch(source) or S3_URI.fullmatch(source) or PVC_URI.fullmatch(source):
+        return None
+    if backend == "local" and LOCAL_PATH.fullmatch(source) and ".." not in source:
+        return None
+    return ("Use a Hugging Face id (org/model), an s3://bucket/path URI or pvc://claim/path"
+            + (" or an absolute local path." if backend == "local" else "."))
+
+
+def check_draft(data: dict, *, tenant: Tenant | None, credit_gpus: int = 0,
+                with_quota: bool = True) -> DraftCheck:
+    """Check a cleaned draft (types already coerced). `credit_gpus`: GPUs the deployment
+    already holds (an update or scale), so they are not counted twice."""
+    errors: dict[str, str] = {}
+    warnings: list[str] = []
+    backend = data.get("backend") or settings.RUNTIME_DEFAULT_BACKEND
+    if backend not in settings.RUNTIME_BACKENDS:
+        errors["backend"] = f"Backend {backend!r} is not offered here ({', '.join(settings.RUNTIME_BACKENDS)})."
+    if "name" in data and (msg := _name_errors(data.get("name") or "")):
+        errors["name"] = msg
+    if msg := _source_error(data.get("model_source") or "", backend):
+        errors["model_source"] = msg
+    served = data.get("served_model_name") or ""
+    if served and not SERVED_NAME.fullmatch(served):
+        errors["served_model_name"] = "Letters, digits, '.', '_', '-', '/' only (at most 200)."
+    secret = data.get("hf_token_secret") or ""
+    if secret and (len(secret) > 253 or not SECRET_NAME.fullmatch(secret)):
+        errors["hf_token_secret"] = "Not a valid Kubernetes Secret name."
+    flavor: GpuFlavor | None = data.get("flavor")
+    if flavor is None:
+        errors["flavor"] = "Choose a GPU flavor."
+    elif not flavor.active:
+        errors["flavor"] = "This GPU flavor is not offered any more."
+    tp, pp = data.get("tensor_parallel_size") or 1, data.get("pipeline_parallel_size") or 1
+    lo, hi = data.get("min_replicas"), data.get("max_replicas") or 1
+    if lo is None:
+        lo = 1
+    if lo > hi:
+        errors["min_replicas"] = "Minimum replicas cannot exceed maximum replicas."
+    util = data.get("gpu_memory_utilization", 0.9)
+    if util is None or not math.isfinite(util) or not 0.5 <= util <= 0.98:
+        errors["gpu_memory_utilization"] = "Between 0.5 and 0.98."
+    mml, mbt = data.get("max_model_len"), data.get("max_num_batched_tokens")
+    if mml and mbt and not data.get("enable_chunked_prefill", True) and mbt < mml:
+        errors["max_num_batched_tokens"] = (
+            "Without chunked prefill, max batched tokens must be at least max model length "
+            "(a whole prompt is scheduled in one step).")
+    if flavor is not None and "flavor" not in errors:
+        if tp > flavor.gpus_per_node:
+            errors["tensor_parallel_size"] = (
+                f"Tensor parallelism must fit in one node's NVLink domain: {flavor.gpu_model} "
+                f"nodes have {flavor.gpus_per_node} GPUs. Use pipeline parallelism to span nodes.")
+        elif flavor.gpus_per_node % tp:
+            errors["tensor_parallel_size"] = (
+                f"Tensor parallel size must divide the {flavor.gpus_per_node} GPUs per node.")
+    check = DraftCheck(errors=errors)
+    if flavor is not None and "tensor_parallel_size" not in errors and util and "gpu_memory_utilization" not in errors:
+        check.memory = sizing.estimate(
+            model_source=data.get("model_source") or "", parameter_count_b=data.get("parameter_count_b"),
+            dtype=data.get("dtype") or "auto", quantization=data.get("quantization") or "",
+            tensor_parallel_size=tp, pipeline_parallel_size=pp, max_model_len=mml,
+            gpu_memory_gib=flavor.gpu_memory_gib, gpu_memory_utilization=util)
+        if check.memory.verdict == "does_not_fit" and backend != "local":
+            errors["tensor_parallel_size"] = check.memory.message
+        elif check.memory.verdict == "thin":
+            warnings.append(check.memory.message)
+    if with_quota and tenant is not None and flavor is not None and not errors:
+        check.quota = quota_preview(tenant=tenant, flavor=flavor, gpus=hi * tp * pp, credit_gpus=credit_gpus)
+        if check.quota.fit == Fit.NO_FIT:
+            errors["max_replicas"] = check.quota.message
+        elif check.quota.fit == Fit.BORROWING:
+            warnings.append(check.quota.message)
+    check.warnings = tuple(warnings)
+    return check

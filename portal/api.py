@@ -1,0 +1,161 @@
+"""API for the signed-in user: who am I, my API tokens, tenants, the audit log."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from knox.models import get_token_model
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action, api_view, permission_classes
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.response import Response
+
+from portal.models import AuditEvent, audit
+from portal.throttles import WriteThrottle
+from quotas.choices import Role
+from quotas.models import Membership, Tenant, is_platform_admin
+
+ApiToken = get_token_model()
+
+
+class TokenSerializer(serializers.ModelSerializer):
+    name = serializers.RegexField(r"^[\w .:@-]{1,100}$", max_length=100,
+                                  error_messages={"invalid": "Letters, digits, spaces and . : @ - _ only."})
+    expires_in_days = serializers.IntegerField(min_value=1, max_value=3650, write_only=True, required=False)
+    id = serializers.CharField(source="token_key", read_only=True)
+
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "created", "expiry", "last_used", "expires_in_days"]
+        read_only_fields = ["created", "expiry", "last_used"]
+
+
+class TokenCreatedSerializer(TokenSerializer):
+    token = serializers.CharField(read_only=True, help_text="Shown once; only its digest is stored.")
+
+    class Meta(TokenSerializer.Meta):
+        fields = TokenSerializer.Meta.fields + ["token"]
+
+
+def token_create(*, user, name: str, expires_in_days: int | None = None):
+    """Create a named token; returns (instance, secret). The secret is never stored or logged."""
+    ttl = timedelta(days=expires_in_days) if expires_in_days else settings.REST_KNOX["TOKEN_TTL"]
+    instance, secret = ApiToken.objects.create(user=user, expiry=ttl, name=name)
+    audit(actor=user, action="token.create", obj=instance, changes={"name": name, "prefix": instance.token_key})
+    return instance, secret
+
+
+def token_revoke(*, user, token) -> None:
+    audit(actor=user, action="token.revoke", obj=token, changes={"name": token.name, "prefix": token.token_key})
+    token.delete()
+
+
+class TokenViewSet(mixins.ListModelMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin,
+                   viewsets.GenericViewSet):
+    """Your API tokens: create (the secret is shown once), list, revoke."""
+
+    serializer_class = TokenSerializer
+    lookup_field = "token_key"
+    throttle_classes = [WriteThrottle]
+
+    def get_queryset(self):
+        return ApiToken.objects.filter(user=self.request.user, expiry__gt=timezone.now()) | \
+            ApiToken.objects.filter(user=self.request.user, expiry__isnull=True)
+
+    @extend_schema(responses={201: TokenCreatedSerializer})
+    def create(self, request, *args, **kwargs):
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        instance, secret = token_create(user=request.user, **serializer.validated_data)
+        instance.token = secret
+        return Response(TokenCreatedSerializer(instance).data, status=status.HTTP_201_CREATED)
+
+    def perform_destroy(self, instance):
+        token_revoke(user=self.request.user, token=instance)
+
+
+class MembershipSerializer(serializers.ModelSerializer):
+    username = serializers.CharField(source="user.username", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["username", "role"]
+
+
+class TenantSerializer(serializers.ModelSerializer):
+    namespace = serializers.CharField(read_only=True)
+    local_queue = serializers.CharField(read_only=True)
+    cluster_queue = serializers.CharField(read_only=True)
+    cohort = serializers.CharField(source="effective_cohort", read_only=True)
+    my_role = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Tenant
+        fields = ["slug", "display_name", "namespace", "local_queue", "cluster_queue", "cohort",
+                  "auto_approve_max_gpus", "my_role"]
+
+    def get_my_role(self, obj) -> str | None:
+        user = self.context["request"].user
+        return "platform_admin" if is_platform_admin(user) else obj.role_of(user)
+
+
+class TenantViewSet(viewsets.ReadOnlyModelViewSet):
+    """Tenants you belong to (all of them for platform admins)."""
+
+    serializer_class = TenantSerializer
+    lookup_field = "slug"
+
+    def get_queryset(self):
+        return Tenant.objects.visible_to(self.request.user)
+
+    @extend_schema(responses=MembershipSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def members(self, request, slug=None):
+        tenant = self.get_object()
+        if not tenant.has_role(request.user, Role.TENANT_ADMIN):
+            return Response({"detail": "Only tenant admins see the member list."}, status=403)
+        return Response(MembershipSerializer(tenant.memberships.select_related("user"), many=True).data)
+
+
+class AuditEventSerializer(serializers.ModelSerializer):
+    actor = serializers.CharField(source="actor.username", default=None, read_only=True)
+    tenant = serializers.CharField(source="tenant.slug", default=None, read_only=True)
+
+    class Meta:
+        model = AuditEvent
+        fields = ["id", "created", "actor", "action", "tenant", "object_type", "object_id", "reason", "changes"]
+
+
+class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
+    """The audit log: platform admins see everything, tenant admins their tenant's entries."""
+
+    serializer_class = AuditEventSerializer
+    filterset_fields = ["action", "object_type", "object_id"]
+
+    def get_queryset(self):
+        user = self.request.user
+        qs = AuditEvent.objects.select_related("actor", "tenant")
+        if is_platform_admin(user):
+            return qs
+        admin_of = Membership.objects.filter(user=user, role=Role.TENANT_ADMIN).values("tenant")
+        return qs.filter(tenant__in=admin_of)
+
+
+class MeSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    platform_admin = serializers.BooleanField()
+    tenants = serializers.DictField(child=serializers.CharField())
+
+
+@extend_schema(responses=MeSerializer)
+@api_view(["GET"])
+@permission_classes([IsAuthenticated])
+def me(request):
+    """Who the credentials belong to, and their role per tenant."""
+    roles = dict(Membership.objects.filter(user=request.user).values_list("tenant__slug", "role"))
+    return Response({"username": request.user.username,
+                     "platform_admin": is_platform_admin(request.user), "tenants": roles})
+

@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from quotas.models import GpuFlavor, QuotaChangeRequest, Tenant, TenantQuota
+
+
+class GpuFlavorSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GpuFlavor
+        fields = ["name", "gpu_model", "accelerator_type", "gpu_memory_gib", "gpus_per_node",
+                  "cpu_per_gpu", "memory_gib_per_gpu", "node_labels", "tolerations",
+                  "price_per_gpu_hour", "active"]
+
+    def validate(self, attrs):
+        instance = GpuFlavor(**{**({f: getattr(self.instance, f) for f in self.Meta.fields}
+                                   if self.instance else {}), **attrs})
+        instance.clean()  # node labels and tolerations end up in Kueue objects
+        return attrs
+
+
+class TenantQuotaSerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    flavor = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    free_nominal_gpus = serializers.SerializerMethodField()
+
+    class Meta:
+        model = TenantQuota
+        fields = ["id", "tenant", "flavor", "nominal_gpus", "borrowing_limit_gpus",
+                  "lending_limit_gpus", "reserved_gpus", "free_nominal_gpus", "updated"]
+        read_only_fields = ["reserved_gpus", "updated"]
+
+    def get_free_nominal_gpus(self, obj) -> int:
+        return max(0, obj.nominal_gpus - obj.reserved_gpus)
+
+
+class QuotaSetSerializer(serializers.Serializer):
+    nominal_gpus = serializers.IntegerField(min_value=0, max_value=100_000)
+    borrowing_limit_gpus = serializers.IntegerField(min_value=0, max_value=100_000, default=0)
+    lending_limit_gpus = serializers.IntegerField(min_value=0, max_value=100_000, allow_null=True, default=None)
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class QuotaChangeRequestSerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="slug", queryset=Tenant.objects.all())
+    flavor = serializers.SlugRelatedField(slug_field="name", queryset=GpuFlavor.objects.filter(active=True))
+    requested_by = serializers.CharField(source="requested_by.username", read_only=True)
+    decided_by = serializers.CharField(source="decided_by.username", default=None, read_only=True)
+    justification = serializers.CharField(max_length=2000)
+
+    class Meta:
+        model = QuotaChangeRequest
+        fields = ["id", "tenant", "flavor", "nominal_gpus", "borrowing_limit_gpus", "lending_limit_gpus",
+                  "justification", "status", "previous", "requested_by", "decided_by", "decided_at",
+                  "decision_comment", "created"]
+        read_only_fields = ["status", "previous", "decided_at", "decision_comment", "created"]
+        extra_kwargs = {"nominal_gpus": {"min_value": 0, "max_value": 100_000},
+                        "borrowing_limit_gpus": {"min_value": 0, "max_value": 100_000},
+                        "lending_limit_gpus": {"min_value": 0, "max_value": 100_000}}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        request = self.context.get("request")
+        if request is not None:
+            # Unknown and foreign tenants look the same: "does not exist".
+            self.fields["tenant"].queryset = Tenant.objects.visible_to(request.user)
+
+
+class DecisionSerializer(serializers.Serializer):
+    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class PreviewQuerySerializer(serializers.Serializer):
+    tenant = serializers.SlugField()
+    flavor = serializers.SlugField()
+    gpus = serializers.IntegerField(min_value=1, max_value=100_000)
+
+
+class QuotaPreviewSerializer(serializers.Serializer):
+    fit = serializers.ChoiceField(choices=["nominal", "borrowing", "no_fit"])
+    gpus = serializers.IntegerField()
+    nominal = serializers.IntegerField()
+    borrowing_limit = serializers.IntegerField()
+    reserved = serializers.IntegerField()
+    free_nominal = serializers.IntegerField()
+    borrowable = serializers.IntegerField()
+    message = serializers.CharField()

@@ -1,0 +1,50 @@
+"""Celery tasks: thin, idempotent, take ids, reload rows, return early when the work is gone."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+
+from runtime.k8s import TransientClusterError
+
+log = logging.getLogger(__name__)
+
+RETRY = dict(acks_late=True, autoretry_for=(TransientClusterError,), retry_backoff=2,
+             retry_backoff_max=120, retry_jitter=True, max_retries=8)
+
+
+@shared_task(**RETRY)
+def reconcile_deployment_task(deployment_id: int) -> str | None:
+    """Converge one deployment with its backend. Safe to run any number of times."""
+    from deployments.models import ModelDeployment
+    from runtime.reconcile import reconcile
+
+    dep = ModelDeployment.objects.filter(pk=deployment_id).select_related("tenant", "flavor").first()
+    if dep is None:
+        return None
+    return reconcile(dep)
+
+
+@shared_task(**RETRY)
+def sync_kueue_task(tenant_id: int | None = None) -> int:
+    """Apply the Namespace, ResourceFlavors, ClusterQueue and LocalQueue of one or all tenants."""
+    from runtime.kueue import sync_kueue
+
+    return sync_kueue(tenant_id=tenant_id)
+
+
+@shared_task(acks_late=True)
+def sweep_task() -> dict:
+    """List cluster objects once per namespace and re-enqueue deployments that drifted."""
+    from runtime.reconcile import sweep
+
+    return sweep()
+
+
+@shared_task(acks_late=True)
+def scrape_metrics_task() -> int:
+    """Scrape every serving deployment's metrics concurrently and store derived samples."""
+    from runtime.collect import collect_all
+
+    return collect_all()

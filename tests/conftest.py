@@ -1,0 +1,1 @@
+pytest_plugins = ["tests.world", "tests.k8sapi"]

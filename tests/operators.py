@@ -1,0 +1,322 @@
+"""Simulated KubeRay and Kueue controllers for tests: they write `status` as the real ones do.
+
+The shapes follow the CRDs in ../shared/schemas/crds (KubeRay v1.7 `ray.io_rayservices.yaml`,
+Kueue `kueue.x-k8s.io_workloads.yaml`). Writes go straight into the test server's store
+(`K8sApiServer.patch_object`), not through the fault proxy: another controller's write is not
+a request the portal makes, and it must not be counted in `Cluster.calls` or sabotaged.
+
+Conditions are upserted by `type` and the whole list is written back, because the emulator
+merges dicts but replaces lists — the same reason a real controller sends the full list.
+`lastTransitionTime` only moves when `status` flips, as in `meta.SetStatusCondition`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from runtime import k8s
+from runtime.spec import LABEL_JOB_UID, LABEL_QUEUE_NAME
+from tests.k8sapi import K8sApiServer
+
+AppStatus = Literal["DEPLOY_FAILED", "UNHEALTHY", "RUNNING", "DEPLOYING", "NOT_STARTED"]
+NotReadyReason = Literal["InitializingTimeout", "ValidationFailed", "RayServiceInitializing"]
+
+# The reasons Kueue writes for each condition when it is True / False.
+_WORKLOAD_REASONS: dict[str, tuple[str, str]] = {
+    "QuotaReserved": ("QuotaReserved", "Pending"),
+    "Admitted": ("Admitted", "NoReservation"),
+    "Evicted": ("Preempted", "NotEvicted"),
+    "Preempted": ("InClusterQueue", "NotPreempted"),
+    "Requeued": ("Requeued", "NotRequeued"),
+    "PodsReady": ("PodsReady", "PodsNotReady"),
+    "Finished": ("Succeeded", "NotFinished"),
+}
+
+
+def now() -> str:
+    """RFC 3339 UTC to the second, as Kubernetes writes `metav1.Time`."""
+    return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def condition(
+    type_: str,
+    status: bool,
+    reason: str,
+    message: str = "",
+    *,
+    observed_generation: int | None = None,
+) -> dict[str, Any]:
+    """A `metav1.Condition` dict."""
+    cond: dict[str, Any] = {
+        "type": type_,
+        "status": "True" if status else "False",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now(),
+    }
+    if observed_generation is not None:
+        cond["observedGeneration"] = observed_generation
+    return cond
+
+
+def upsert_conditions(
+    existing: list[dict[str, Any]] | None, *new: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Replace conditions by type, keeping `lastTransitionTime` when the status did not flip."""
+    result = [dict(c) for c in existing or []]
+    for cond in new:
+        for index, old in enumerate(result):
+            if old.get("type") == cond["type"]:
+                if old.get("status") == cond["status"] and old.get("lastTransitionTime"):
+                    cond = {**cond, "lastTransitionTime": old["lastTransitionTime"]}
+                result[index] = cond
+                break
+        else:
+            result.append(cond)
+    return result
+
+
+def _require(server: K8sApiServer, kind: k8s.Kind, ns: str | None, name: str) -> dict[str, Any]:
+    obj = server.get_object(kind, name, ns)
+    if obj is None:
+        raise LookupError(f"{kind.kind} {ns}/{name} does not exist in the test server")
+    return obj
+
+
+# --- API server side ---------------------------------------------------------------------------
+
+
+def assign_uid(
+    server: K8sApiServer, kind: k8s.Kind, ns: str | None, name: str, *, uid: str | None = None
+) -> str:
+    """Make sure the object has uid and generation; return the uid.
+
+    The test server already stamps both on every create; this is for objects seeded with
+    `emulator.objects[...]` directly, or to force a known uid. It also records the current
+    generation as `status.observedGeneration`, i.e. "the controller has seen this spec".
+    """
+    obj = _require(server, kind, ns, name)
+    meta = obj["metadata"]
+    new_uid = uid or meta.get("uid") or hashlib.sha1(f"{ns}/{name}".encode()).hexdigest()
+    generation = int(meta.get("generation") or 1)
+    server.patch_object(
+        kind,
+        name,
+        ns,
+        {
+            "metadata": {"uid": new_uid, "generation": generation},
+            "status": {"observedGeneration": generation},
+        },
+        status_only=True,
+    )
+    return new_uid
+
+
+# --- KubeRay -----------------------------------------------------------------------------------
+
+
+def _rayservice_status(
+    server: K8sApiServer, ns: str, name: str, changes: Mapping[str, Any], *conds: dict[str, Any]
+) -> dict[str, Any]:
+    obj = _require(server, k8s.RAYSERVICE, ns, name)
+    generation = int(obj["metadata"].get("generation") or 1)
+    status = obj.get("status") or {}
+    patch: dict[str, Any] = {
+        **changes,
+        # KubeRay reconciled this generation, whatever the outcome.
+        "observedGeneration": generation,
+        "lastUpdateTime": now(),
+    }
+    if conds:
+        patch["conditions"] = upsert_conditions(status.get("conditions"), *conds)
+    return server.patch_object(k8s.RAYSERVICE, name, ns, {"status": patch}, status_only=True)
+
+
+def _app_names(obj: Mapping[str, Any]) -> list[str]:
+    """Serve application names from spec.serveConfigV2 (a YAML string), if any."""
+    import yaml
+
+    text = (obj.get("spec") or {}).get("serveConfigV2")
+    if not text:
+        return []
+    config = yaml.safe_load(text) or {}
+    return [app.get("name", "default") for app in config.get("applications") or []]
+
+
+def rayservice_ready(
+    server: K8sApiServer, ns: str, name: str, *, endpoints: int = 1
+) -> dict[str, Any]:
+    """The RayService serves traffic: Ready=True and every Serve app RUNNING."""
+    obj = _require(server, k8s.RAYSERVICE, ns, name)
+    apps = {app: {"status": "RUNNING", "message": ""} for app in _app_names(obj) or ["llm"]}
+    cluster_name = f"{name}-raycluster-abcde"
+    return _rayservice_status(
+        server,
+        ns,
+        name,
+        {
+            "activeServiceStatus": {
+                "applicationStatuses": apps,
+                "rayClusterName": cluster_name,
+                "rayClusterStatus": {"state": "ready"},
+            },
+            "pendingServiceStatus": {},
+            "numServeEndpoints": endpoints,
+            "serviceStatus": "Running",
+        },
+        condition("Ready", True, "NonZeroServeEndpoints", "Number of serve endpoints is > 0"),
+        condition(
+            "UpgradeInProgress",
+            False,
+            "NoPendingCluster",
+            "Active Ray cluster exists and no pending Ray cluster",
+        ),
+    )
+
+
+def rayservice_app_status(
+    server: K8sApiServer, ns: str, name: str, app: str, status: AppStatus, message: str = ""
+) -> dict[str, Any]:
+    """Set one Serve application's status. KubeRay does not turn DEPLOY_FAILED into a condition."""
+    obj = _require(server, k8s.RAYSERVICE, ns, name)
+    active = dict((obj.get("status") or {}).get("activeServiceStatus") or {})
+    apps = dict(active.get("applicationStatuses") or {})
+    apps[app] = {**apps.get(app, {}), "status": status, "message": message}
+    active["applicationStatuses"] = apps
+    return _rayservice_status(server, ns, name, {"activeServiceStatus": active})
+
+
+def rayservice_not_ready(
+    server: K8sApiServer,
+    ns: str,
+    name: str,
+    reason: NotReadyReason = "InitializingTimeout",
+    message: str = "",
+) -> dict[str, Any]:
+    """Ready=False with KubeRay's reason (e.g. after `ray.io/initializing-timeout` expired)."""
+    return _rayservice_status(
+        server,
+        ns,
+        name,
+        {"numServeEndpoints": 0},
+        condition("Ready", False, reason, message or reason),
+    )
+
+
+# --- Kueue -------------------------------------------------------------------------------------
+
+
+def workload_name(rayservice: Mapping[str, Any]) -> str:
+    """Kueue's naming: `rayservice-<name>-<5 hex of the uid>`."""
+    meta = rayservice["metadata"]
+    digest = hashlib.sha256(str(meta["uid"]).encode()).hexdigest()[:5]
+    return f"rayservice-{meta['name']}-{digest}"
+
+
+def workload_for(
+    server: K8sApiServer,
+    rayservice: Mapping[str, Any],
+    conditions: Mapping[str, bool] | None = None,
+    *,
+    messages: Mapping[str, str] | None = None,
+    cluster_queue: str = "cq",
+    flavor: str = "default-flavor",
+    gpus: int = 1,
+) -> dict[str, Any]:
+    """Create (or replace) the Workload Kueue keeps for `rayservice`, with these conditions.
+
+    `rayservice` is the object as read back from the server (it needs `metadata.uid`).
+    `conditions` maps type → status, e.g. {"QuotaReserved": True, "Admitted": True};
+    default is a pending workload ({"QuotaReserved": False}). When Admitted or QuotaReserved
+    is True the workload also gets `status.admission` naming `cluster_queue` and `flavor`.
+    """
+    meta = rayservice["metadata"]
+    if not meta.get("uid"):
+        raise ValueError("the RayService has no uid: read it back from the server first")
+    conditions = dict(conditions if conditions is not None else {"QuotaReserved": False})
+    messages = messages or {}
+    ns, name = meta["namespace"], meta["name"]
+    queue = (meta.get("labels") or {}).get(LABEL_QUEUE_NAME, "")
+    conds = []
+    for type_, value in conditions.items():
+        true_reason, false_reason = _WORKLOAD_REASONS.get(type_, (type_, f"Not{type_}"))
+        default_message = (
+            f"Quota reserved in ClusterQueue {cluster_queue}"
+            if type_ == "QuotaReserved" and value
+            else "couldn't assign flavors to pod set head: insufficient quota"
+            if type_ == "QuotaReserved"
+            else ""
+        )
+        conds.append(
+            condition(
+                type_,
+                value,
+                true_reason if value else false_reason,
+                messages.get(type_, default_message),
+            )
+        )
+    status: dict[str, Any] = {"conditions": conds}
+    if conditions.get("Admitted") or conditions.get("QuotaReserved"):
+        status["admission"] = {
+            "clusterQueue": cluster_queue,
+            "podSetAssignments": [
+                {"name": "head", "count": 1, "flavors": {"cpu": flavor, "memory": flavor}},
+                {
+                    "name": "gpu-workers",
+                    "count": gpus,
+                    "flavors": {"nvidia.com/gpu": flavor},
+                    "resourceUsage": {"nvidia.com/gpu": str(gpus)},
+                },
+            ],
+        }
+    workload = {
+        "metadata": {
+            "name": workload_name(rayservice),
+            "namespace": ns,
+            "labels": {LABEL_JOB_UID: meta["uid"]},
+            "ownerReferences": [
+                {
+                    "apiVersion": k8s.RAYSERVICE.api_version,
+                    "kind": k8s.RAYSERVICE.kind,
+                    "name": name,
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "queueName": queue,
+            "podSets": [
+                {"name": "head", "count": 1, "template": {"spec": {"containers": []}}},
+                {"name": "gpu-workers", "count": gpus, "template": {"spec": {"containers": []}}},
+            ],
+        },
+        "status": status,
+    }
+    return server.put(k8s.WORKLOAD, workload)
+
+
+def workload_set_conditions(
+    server: K8sApiServer,
+    ns: str,
+    name: str,
+    conditions: Mapping[str, bool],
+    messages: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Move an existing Workload's conditions (e.g. admit it, or evict it after preemption)."""
+    obj = _require(server, k8s.WORKLOAD, ns, name)
+    messages = messages or {}
+    new = []
+    for type_, value in conditions.items():
+        true_reason, false_reason = _WORKLOAD_REASONS.get(type_, (type_, f"Not{type_}"))
+        new.append(
+            condition(type_, value, true_reason if value else false_reason, messages.get(type_, ""))
+        )
+    merged = upsert_conditions((obj.get("status") or {}).get("conditions"), *new)
+    return server.patch_object(
+        k8s.WORKLOAD, name, ns, {"status": {"conditions": merged}}, status_only=True
+    )
