@@ -593,21 +593,24 @@ def scrape_many(
 ) -> dict[K, Snapshot | ScrapeError]:
     """Scrape every target concurrently; each key gets a Snapshot or the ScrapeError.
 
-    The whole call returns within about ``timeout``: a target still running then is
-    reported as timed out and its thread is left to finish on its own (it stops at its
-    socket timeout), so one stuck endpoint never holds up the sweep.
+    With no more targets than workers the call returns within about ``timeout``; beyond
+    that, each further wave of ``max_workers`` targets may add one ``timeout``. A target
+    still running at the end is reported as timed out and its thread left to finish on its
+    own (it stops at its own deadline), so one stuck endpoint never holds up the sweep.
     """
     if not targets:
         return {}
     results: dict[K, Snapshot | ScrapeError] = {}
-    pool = ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(targets))))
+    workers = max(1, min(max_workers, len(targets)))
+    waves = math.ceil(len(targets) / workers)
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="scrape")
     try:
         futures = {
             pool.submit(scrape, url, timeout, match_labels=match_labels): key
             for key, url in targets.items()
         }
-        # A small grace beyond the per-request deadline for thread start and parsing.
-        done, _ = wait(futures, timeout=timeout + 1.0)
+        # A small grace beyond the per-request deadlines for thread start and parsing.
+        done, _ = wait(futures, timeout=waves * timeout + 1.0)
         for future, key in futures.items():
             if future in done:
                 exc = future.exception()

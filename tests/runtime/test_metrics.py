@@ -549,6 +549,11 @@ class TestScrape:
         assert isinstance(results[4], ScrapeError)
         assert scrape_many({}, timeout=1) == {}
 
+    def test_targets_beyond_the_workers_get_their_own_time(self, server: str) -> None:
+        targets = {i: server + "/metrics" for i in range(6)}
+        results = scrape_many(targets, timeout=2, max_workers=2)
+        assert all(r.gauge_sum("num_requests_running") == 4.0 for r in results.values())
+
 
 class TestQueryPrometheus:
     def test_builds_the_same_snapshot_as_the_exposition(self, server: str) -> None:

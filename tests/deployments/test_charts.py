@@ -1,0 +1,139 @@
+"""deployments.charts: figures checked on their data, built from the real 15-scrape series."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from datetime import UTC, datetime
+
+import plotly.graph_objects as go
+import pytest
+
+from deployments import charts
+from runtime.metrics import SERIES_FIELDS, MetricPoint, derive, parse_exposition
+from tests.shared import shared_path
+
+
+@pytest.fixture
+def data() -> tuple[list[float], dict[str, list[float | None]]]:
+    folder = shared_path("fixtures", "metrics", "series-vllm-0.32-cpu")
+    prev, points = None, []
+    for path in sorted(folder.glob("*.prom")):
+        cur = parse_exposition(path.read_text(), timestamp=float(path.stem.split("_", 1)[1]))
+        points.append(derive(prev, cur))
+        prev = cur
+    timestamps = [p.timestamp for p in points]
+    series = {name: [getattr(p, name) for p in points] for name in SERIES_FIELDS}
+    return timestamps, series
+
+
+TRACES = {
+    "tokens": [("prompt", "prompt_tokens_per_s"), ("generation", "generation_tokens_per_s")],
+    "requests": [("finished", "requests_per_s"), ("errors", "errors_per_s")],
+    "queue": [("running", "running"), ("waiting", "waiting")],
+    "kv_cache": [("KV cache", "kv_cache_pct")],
+    "ttft": [("p50", "ttft_p50"), ("p95", "ttft_p95")],
+    "itl": [("p50", "itl_p50"), ("p95", "itl_p95")],
+    "e2e": [("p50", "e2e_p50"), ("p95", "e2e_p95")],
+    "prefix_cache": [("hits", "prefix_cache_hit_pct")],
+    "preemptions": [("preemptions", "preemptions_per_s")],
+}
+Y_UNITS = {
+    "tokens": "tokens/s",
+    "requests": "requests/s",
+    "queue": "requests",
+    "kv_cache": "%",
+    "ttft": "seconds",
+    "itl": "seconds",
+    "e2e": "seconds",
+    "prefix_cache": "%",
+    "preemptions": "preemptions/s",
+}
+
+
+class TestDashboard:
+    def test_every_chart_plots_its_series(self, data) -> None:
+        timestamps, series = data
+        figures = charts.dashboard(timestamps, series)
+        assert list(figures) == list(TRACES)
+        x = [datetime.fromtimestamp(t, UTC) for t in timestamps]
+        for key, fig in figures.items():
+            assert isinstance(fig, go.Figure)
+            assert [(t.name, list(t.y)) for t in fig.data] == [
+                (name, series[field]) for name, field in TRACES[key]
+            ], key
+            assert all(list(t.x) == x for t in fig.data)
+            assert fig.layout.yaxis.title.text == Y_UNITS[key]
+            assert fig.layout.xaxis.title.text == "Time (UTC)"
+            assert fig.layout.title.text
+
+    def test_every_metric_point_field_is_on_some_chart(self) -> None:
+        plotted = {field for traces in TRACES.values() for _, field in traces}
+        numeric = {f.name for f in fields(MetricPoint)} - {"timestamp", "interval_s"}
+        assert plotted == numeric == set(SERIES_FIELDS)
+
+    def test_values_from_the_burst(self, data) -> None:
+        timestamps, series = data
+        tokens = charts.tokens_chart(timestamps, series)
+        generation = tokens.data[1].y
+        assert generation[0] is None  # first scrape: no rate yet, drawn as a gap
+        assert generation[2] == pytest.approx(1937.5)  # (15419 - 11544) / 2.000
+        ttft = charts.ttft_chart(timestamps, series)
+        assert ttft.data[1].y[2] == pytest.approx(2.425)
+        kv = charts.kv_cache_chart(timestamps, series)
+        assert list(kv.layout.yaxis.range) == [0, 100]
+        assert kv.data[0].y[1] == 100.0
+
+    def test_gaps_survive_the_json(self, data) -> None:
+        timestamps, series = data
+        payload = json.loads(charts.figure_json(charts.ttft_chart(timestamps, series)))
+        assert payload["data"][0]["y"][0] is None
+        assert payload["data"][0]["y"][1] == pytest.approx(0.375)
+        assert payload["layout"]["yaxis"]["title"]["text"] == "seconds"
+
+    def test_datetimes_are_accepted_as_x(self) -> None:
+        when = [datetime(2026, 11, 30, 1, 0, tzinfo=UTC), datetime(2026, 11, 30, 1, 1, tzinfo=UTC)]
+        fig = charts.queue_chart(when, {"running": [1.0, 2.0], "waiting": [0.0, 5.0]})
+        assert list(fig.data[0].x) == when and list(fig.data[1].y) == [0.0, 5.0]
+
+    def test_a_missing_series_is_all_gaps(self) -> None:
+        fig = charts.preemptions_chart([1.0, 2.0], {})
+        assert list(fig.data[0].y) == [None, None]
+
+    def test_mismatched_lengths_are_refused(self) -> None:
+        with pytest.raises(ValueError, match="running"):
+            charts.queue_chart([1.0, 2.0], {"running": [1.0], "waiting": [0.0, 1.0]})
+
+
+class TestQuotaBars:
+    def test_bars_per_flavor(self) -> None:
+        fig = charts.quota_bars(
+            [
+                charts.QuotaRow(label="h100-80gb", reserved=6, nominal=8, borrowable=4),
+                {"label": "a100-40gb", "reserved": 0, "nominal": 2, "borrowable": 0},
+            ],
+            title="team-a GPU quota",
+        )
+        assert [(t.name, list(t.x), list(t.y)) for t in fig.data] == [
+            ("reserved", ["h100-80gb", "a100-40gb"], [6, 0]),
+            ("nominal", ["h100-80gb", "a100-40gb"], [8, 2]),
+            ("borrowable", ["h100-80gb", "a100-40gb"], [4, 0]),
+        ]
+        assert fig.layout.barmode == "group"
+        assert fig.layout.title.text == "team-a GPU quota"
+        assert fig.layout.yaxis.title.text == "GPUs"
+        assert fig.layout.yaxis.dtick == 1  # whole GPUs while the numbers are small
+
+    def test_large_quotas_let_plotly_choose_ticks(self) -> None:
+        fig = charts.quota_bars(
+            [{"label": "h100", "reserved": 64, "nominal": 512, "borrowable": 0}]
+        )
+        assert fig.layout.yaxis.dtick is None
+
+    def test_no_quota_rows_gives_empty_bars(self) -> None:
+        payload = json.loads(charts.figure_json(charts.quota_bars([])))
+        assert [(t["name"], t["x"], t["y"]) for t in payload["data"]] == [
+            ("reserved", [], []),
+            ("nominal", [], []),
+            ("borrowable", [], []),
+        ]
