@@ -291,14 +291,15 @@ def deployment_observe(*, deployment_id: int, generation: int, state: str | None
     if dep.generation != generation:
         return False  # stale observation: a newer reconcile is already enqueued
     changed = False
-    if state and state != dep.state:
-        if dep.state not in HOLDS_QUOTA or dep.state == State.DELETING:
-            return False  # people moved it (stopped, deleting…): the cluster does not decide
+    moves = bool(state) and state != dep.state
+    if moves and (dep.state not in HOLDS_QUOTA or dep.state == State.DELETING):
+        return False  # people moved it (stopped, deleting…): the cluster does not decide
+    for type_, ev_reason, ev_message in events:  # what the runtime did comes before what it saw
+        _event(dep, reason=ev_reason, message=ev_message, type_=type_)
+    if moves:
         type_ = EventType.WARNING if state in (State.FAILED, State.DEGRADED) else EventType.NORMAL
         transition(dep, state, reason=reason or "Observed", message=message, type_=type_)
         changed = True
-    for type_, ev_reason, ev_message in events:
-        _event(dep, reason=ev_reason, message=ev_message, type_=type_)
     updates = {"conditions": conditions, "status_message": message,
                "observed_generation": observed_generation if observed_generation is not None else dep.observed_generation}
     for key, value in (("endpoint_url", endpoint_url), ("metrics_url", metrics_url),

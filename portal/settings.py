@@ -272,6 +272,8 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # The API test server's access log drowns test output; it is not the portal's log.
+    "loggers": {"aiohttp.access": {"level": "WARNING"}},
     "root": {"handlers": ["console"], "level": env_choice(
         "LOG_LEVEL", "INFO", {"DEBUG", "INFO", "WARNING", "ERROR"})},
 }
@@ -279,3 +281,6 @@ LOGGING = {
 # knox's own migration creates its default token table even though ApiToken replaces it; that
 # orphan table references auth_user and breaks TRUNCATE in tests. Our model is the only one.
 MIGRATION_MODULES = {"knox": None}
+
+# While a deployment is queued/provisioning the reconciler checks back this often (besides the sweep).
+RECONCILE_REQUEUE_SECONDS = env_float("RECONCILE_REQUEUE_SECONDS", 10.0, minimum=0.1)

@@ -101,3 +101,11 @@ def check_matrix(world: World, call, expected: dict[str, int | tuple[int, ...]])
         if response.status_code not in allowed:
             failures.append(f"{role}: got {response.status_code}, expected {allowed}")
     assert not failures, "\n".join(failures)
+
+
+@pytest.fixture
+def cluster_api(k8s_api, settings):
+    """The Kubernetes API test server, with the portal's settings pointed at it."""
+    settings.KUBERNETES_URL = k8s_api.url
+    settings.KUBERNETES_TIMEOUT_SECONDS = 2.0
+    return k8s_api

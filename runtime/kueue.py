@@ -1,0 +1,74 @@
+"""Kueue sync: mirror tenants' quotas as Namespace, ResourceFlavor, Cohort, ClusterQueue and
+LocalQueue objects, and read ClusterQueue status back for the admin view. Idempotent."""
+
+from __future__ import annotations
+
+import logging
+
+from django.utils import timezone
+
+from deployments.queries import flavor_spec, platform_spec, tenant_queue_spec
+from quotas.models import GpuFlavor, Tenant
+from runtime import k8s
+from runtime.backends import digest, get_cluster
+from runtime.manifests import (
+    render_cluster_queue,
+    render_cohort,
+    render_local_queue,
+    render_namespace,
+    render_resource_flavor,
+)
+
+log = logging.getLogger(__name__)
+ANNOTATION_HASH = "llm-portal.io/spec-hash"
+
+
+def _apply_if_changed(cluster: k8s.Cluster, obj: dict) -> bool:
+    """Apply only when our rendering changed since the last apply (no write when in sync)."""
+    obj = {**obj, "metadata": {**obj["metadata"]}}
+    wanted = digest({k: v for k, v in obj.items() if k != "status"})
+    obj["metadata"]["annotations"] = {**(obj["metadata"].get("annotations") or {}), ANNOTATION_HASH: wanted}
+    kind = k8s.kind_of(obj)
+    current = cluster.get(kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
+    if current and ((current.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_HASH) == wanted:
+        return False
+    cluster.apply(obj)
+    return True
+
+
+def sync_kueue(*, tenant_id: int | None = None) -> int:
+    """Apply the Kueue objects of one tenant (or all); returns how many objects were written."""
+    cluster = get_cluster()
+    platform = platform_spec()
+    tenants = Tenant.objects.all() if tenant_id is None else Tenant.objects.filter(pk=tenant_id)
+    written = 0
+    for flavor in GpuFlavor.objects.filter(active=True):
+        written += _apply_if_changed(cluster, render_resource_flavor(flavor_spec(flavor)))
+    cohorts = set()
+    for tenant in tenants:
+        spec = tenant_queue_spec(tenant)
+        if spec.cohort not in cohorts:
+            cohorts.add(spec.cohort)
+            written += _apply_if_changed(cluster, render_cohort(spec.cohort))
+        for obj in (render_namespace(spec), render_cluster_queue(spec, platform), render_local_queue(spec)):
+            written += _apply_if_changed(cluster, obj)
+        read_cluster_queue_status(cluster, tenant)
+    return written
+
+
+def read_cluster_queue_status(cluster: k8s.Cluster, tenant: Tenant) -> dict:
+    """Store the ClusterQueue's flavorsUsage / pendingWorkloads / admittedWorkloads on the tenant."""
+    obj = cluster.get(k8s.CLUSTERQUEUE, tenant.cluster_queue)
+    status = (obj or {}).get("status") or {}
+    usage = {}
+    for flavor in status.get("flavorsUsage") or []:
+        for resource in flavor.get("resources") or []:
+            if resource.get("name") == "nvidia.com/gpu":
+                usage[flavor.get("name")] = {"total": str(resource.get("total", "0")),
+                                             "borrowed": str(resource.get("borrowed", "0"))}
+    summary = {"found": obj is not None, "pending_workloads": status.get("pendingWorkloads", 0),
+               "admitted_workloads": status.get("admittedWorkloads", 0),
+               "reserving_workloads": status.get("reservingWorkloads", 0),
+               "gpu_usage": usage, "read_at": timezone.now().isoformat()}
+    Tenant.objects.filter(pk=tenant.pk).update(kueue_status=summary)
+    return summary

@@ -1,0 +1,154 @@
+"""What the cluster says, turned into the portal's conditions and lifecycle state. Pure.
+
+Conditions follow the Kubernetes convention (type, status "True"/"False"/"Unknown", CamelCase
+reason, message, lastTransitionTime). The lifecycle state is derived from them:
+
+- Ready=True (and the Serve app RUNNING)             → ready
+- a Serve app UNHEALTHY                               → degraded
+- Serve app DEPLOY_FAILED, Ready=False with
+  ValidationFailed / InitializingTimeout              → failed
+- Kueue Workload not admitted (or evicted/preempted)  → queued
+- admitted but not ready yet                          → provisioning
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+FAILED_READY_REASONS = {"ValidationFailed", "InitializingTimeout"}
+PERMANENT_APP_STATUSES = {"DEPLOY_FAILED"}
+DEGRADED_APP_STATUSES = {"UNHEALTHY"}
+
+
+@dataclass
+class Observation:
+    """One reading of a deployment's workload: derived state, conditions and where it serves."""
+
+    exists: bool
+    state: str | None = None  # queued | provisioning | ready | degraded | failed
+    reason: str = ""
+    message: str = ""
+    conditions: list[dict[str, Any]] = field(default_factory=list)
+    converged: bool = False  # the object runs the latest spec (generation observed)
+    endpoint_url: str | None = None
+    metrics_url: str | None = None
+    uid: str | None = None
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def cond(type_: str, status: bool | None, reason: str, message: str = "") -> dict[str, Any]:
+    value = "Unknown" if status is None else ("True" if status else "False")
+    return {"type": type_, "status": value, "reason": reason, "message": message[:1000]}
+
+
+def merge_conditions(previous: list[dict], current: list[dict]) -> list[dict]:
+    """Keep lastTransitionTime when a condition's status did not change."""
+    before = {c.get("type"): c for c in previous or []}
+    merged = []
+    for c in current:
+        old = before.get(c["type"])
+        if old and old.get("status") == c["status"] and old.get("lastTransitionTime"):
+            stamp = old["lastTransitionTime"]
+        else:
+            stamp = now_iso()
+        merged.append({**c, "lastTransitionTime": stamp})
+    return merged
+
+
+def conditions_changed(previous: list[dict], current: list[dict]) -> bool:
+    strip = lambda cs: sorted((c["type"], c["status"], c["reason"], c["message"]) for c in cs or [])  # noqa: E731
+    return strip(previous) != strip(current)
+
+
+def _find(conditions: list[dict] | None, type_: str) -> dict | None:
+    return next((c for c in conditions or [] if c.get("type") == type_), None)
+
+
+def _true(condition: dict | None) -> bool:
+    return bool(condition) and condition.get("status") == "True"
+
+
+def kueue_story(workload: dict | None) -> tuple[bool | None, str, str, list[tuple[str, str, str]]]:
+    """(admitted, reason, message, notable events) from a Kueue Workload.
+
+    None means Kueue has not created a Workload (yet, or Kueue does not manage this object).
+    """
+    if workload is None:
+        return None, "NoWorkload", "Kueue has not created a Workload for this object yet.", []
+    conds = (workload.get("status") or {}).get("conditions") or []
+    events = []
+    for type_ in ("Evicted", "Preempted", "Requeued"):
+        c = _find(conds, type_)
+        if _true(c) and type_ != "Requeued":
+            events.append(("Warning", type_, c.get("message") or c.get("reason", "")))
+    evicted = _find(conds, "Evicted")
+    if _true(evicted):
+        return False, evicted.get("reason") or "Evicted", evicted.get("message", "Evicted by Kueue."), events
+    admitted = _find(conds, "Admitted")
+    if _true(admitted):
+        return True, "Admitted", admitted.get("message") or "Admitted by Kueue.", events
+    reserved = _find(conds, "QuotaReserved")
+    if reserved is not None and reserved.get("status") == "False":
+        return False, reserved.get("reason") or "Pending", reserved.get("message") or "Waiting for quota.", events
+    return False, "Pending", "Waiting for Kueue to admit the workload.", events
+
+
+def rayservice_observation(obj: dict, workload: dict | None, *, app_name: str,
+                           expected_generation: int | None) -> Observation:
+    """Derive state and conditions from a RayService (+ its Kueue Workload)."""
+    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+    conds = status.get("conditions") or []
+    ready = _find(conds, "Ready")
+    apps = ((status.get("activeServiceStatus") or {}).get("applicationStatuses") or {})
+    app = apps.get(app_name) or {}
+    app_status, app_message = app.get("status", ""), app.get("message", "")
+    generation = meta.get("generation")
+    observed = status.get("observedGeneration")
+    ours = (meta.get("annotations") or {}).get("llm-portal.io/generation")
+    converged = (observed is not None and generation is not None and observed >= generation
+                 and (expected_generation is None or ours == str(expected_generation)))
+    admitted, q_reason, q_message, events = kueue_story(workload)
+    result = Observation(exists=True, uid=meta.get("uid"), converged=converged, events=events)
+    if app_status in PERMANENT_APP_STATUSES:
+        result.state, result.reason = "failed", "DeployFailed"
+        result.message = app_message or "Ray Serve could not deploy the application."
+    elif ready is not None and ready.get("status") == "False" and ready.get("reason") in FAILED_READY_REASONS:
+        result.state, result.reason = "failed", ready["reason"]
+        result.message = ready.get("message") or ready["reason"]
+    elif app_status in DEGRADED_APP_STATUSES:
+        result.state, result.reason = "degraded", "ApplicationUnhealthy"
+        result.message = app_message or "The Serve application is unhealthy."
+    elif _true(ready):
+        result.state, result.reason = "ready", "Ready"
+        result.message = ready.get("message") or "Serving."
+    elif admitted is False or (admitted is None and not status):
+        # No status yet: KubeRay and Kueue have not acted; it waits in the queue.
+        result.state, result.reason, result.message = "queued", q_reason, q_message
+    else:
+        result.state, result.reason = "provisioning", "Provisioning"
+        result.message = (ready or {}).get("message") or "Ray cluster and Serve application starting."
+    result.conditions = [
+        cond("Ready", result.state == "ready" or (result.state == "degraded" and _true(ready)),
+             result.reason if result.state != "ready" else "Ready", result.message),
+        cond("Admitted", admitted, q_reason, q_message),
+        cond("Progressing", result.state in ("queued", "provisioning") or not converged,
+             "Updating" if not converged else ("Starting" if result.state in ("queued", "provisioning") else "Stable"),
+             "Rolling out the latest spec." if not converged else ""),
+        cond("Degraded", result.state in ("degraded", "failed"),
+             result.reason if result.state in ("degraded", "failed") else "Healthy",
+             result.message if result.state in ("degraded", "failed") else ""),
+    ]
+    return result
+
+
+def absent_observation(*, reason: str, message: str) -> Observation:
+    """The workload does not exist (stopped, deleted, not created yet)."""
+    return Observation(exists=False, reason=reason, message=message, conditions=[
+        cond("Ready", False, reason, message), cond("Admitted", None, "NoWorkload", ""),
+        cond("Progressing", False, reason, ""), cond("Degraded", False, "Healthy", "")])

@@ -1,0 +1,224 @@
+"""The reconciler against the Kubernetes API test server, through the real `kubernetes` client.
+
+The simulated operators in tests/operators.py play KubeRay and Kueue by writing `status`.
+"""
+
+import pytest
+
+from deployments import services
+from deployments.choices import State
+from deployments.models import DeploymentEvent
+from quotas.models import TenantQuota
+from runtime import k8s
+from runtime.reconcile import reconcile, sweep
+from tests import operators
+from tests.deployments.factories import draft
+
+
+def approved(world, **kw):
+    dep = services.deployment_create(tenant=world.alpha, user=world.users["member"], data=draft(world, **kw))
+    services.deployment_approve(deployment_id=dep.pk, approver=world.users["platform_admin"])
+    dep.refresh_from_db()
+    return dep
+
+
+def run(dep):
+    dep.refresh_from_db()
+    result = reconcile(dep)
+    dep.refresh_from_db()
+    return result
+
+
+def rayservice(api, dep):
+    return api.get_object(k8s.RAYSERVICE, dep.resource_name, "alpha")
+
+
+def reserved(world):
+    return TenantQuota.objects.get(tenant=world.alpha, flavor=world.h100).reserved_gpus
+
+
+class TestLifecycle:
+    def test_approved_deployment_follows_kueue_and_kuberay_to_ready(self, world, cluster_api):
+        dep = approved(world)
+        run(dep)
+        obj = rayservice(cluster_api, dep)
+        assert obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "alpha"
+        assert dep.state == State.QUEUED
+        operators.workload_for(cluster_api, obj, {"QuotaReserved": False},
+                               messages={"QuotaReserved": "insufficient unused quota for nvidia.com/gpu"})
+        run(dep)
+        assert dep.state == State.QUEUED
+        assert "insufficient" in dep.condition("Admitted")["message"]
+        wl = operators.workload_name(obj)
+        operators.workload_set_conditions(cluster_api, "alpha", wl, {"QuotaReserved": True, "Admitted": True})
+        run(dep)
+        assert dep.state == State.PROVISIONING
+        assert dep.condition("Admitted")["status"] == "True"
+        operators.rayservice_ready(cluster_api, "alpha", dep.resource_name)
+        run(dep)
+        assert dep.state == State.READY
+        assert dep.observed_generation == dep.generation
+        assert dep.endpoint_url == f"http://{dep.resource_name}-serve-svc.alpha.svc:8000/v1"
+        reasons = list(dep.events.order_by("created", "id").values_list("reason", flat=True))
+        assert reasons[:3] == ["Requested", "Approved", "Created"]
+        assert reasons[-1] == "Ready"
+
+    def test_reconciling_twice_changes_nothing_and_writes_no_event(self, world, cluster_api):
+        dep = approved(world)
+        run(dep)
+        operators.workload_for(cluster_api, rayservice(cluster_api, dep), {"QuotaReserved": True, "Admitted": True})
+        operators.rayservice_ready(cluster_api, "alpha", dep.resource_name)
+        run(dep)
+        before_events = DeploymentEvent.objects.filter(deployment=dep).count()
+        before_obj = rayservice(cluster_api, dep)
+        cluster = k8s.Cluster.for_url(cluster_api.url)
+        from runtime import backends
+
+        backends._clusters.clear()
+        run(dep)
+        run(dep)
+        assert DeploymentEvent.objects.filter(deployment=dep).count() == before_events
+        after = rayservice(cluster_api, dep)
+        assert after["metadata"]["resourceVersion"] == before_obj["metadata"]["resourceVersion"]
+        assert len(cluster_api.list_objects(k8s.RAYSERVICE, "alpha")) == 1
+        cluster.close()
+
+    def test_a_deleted_rayservice_is_recreated(self, world, cluster_api):
+        dep = approved(world)
+        run(dep)
+        cluster_api.delete_object(k8s.RAYSERVICE, dep.resource_name, "alpha")
+        run(dep)
+        assert rayservice(cluster_api, dep) is not None
+
+    @pytest.mark.parametrize("fail", ["deploy_failed", "validation"])
+    def test_failures_are_read_then_torn_down_and_quota_released(self, world, cluster_api, fail):
+        dep = approved(world)
+        run(dep)
+        if fail == "deploy_failed":
+            operators.rayservice_app_status(cluster_api, "alpha", dep.resource_name, "llm", "DEPLOY_FAILED",
+                                            "ValueError: model not found")
+        else:
+            operators.rayservice_not_ready(cluster_api, "alpha", dep.resource_name, "ValidationFailed",
+                                           "spec.rayClusterConfig invalid")
+        run(dep)
+        assert dep.state == State.FAILED
+        assert dep.condition("Degraded")["status"] == "True"
+        assert reserved(world) == 2
+        run(dep)  # the follow-up reconcile tears down
+        assert rayservice(cluster_api, dep) is None
+        assert reserved(world) == 0
+        run(dep)
+        assert dep.events.filter(reason="QuotaReleased").count() == 1
+
+    def test_unhealthy_app_is_degraded_and_recovers(self, world, cluster_api):
+        dep = approved(world)
+        run(dep)
+        operators.rayservice_ready(cluster_api, "alpha", dep.resource_name)
+        run(dep)
+        operators.rayservice_app_status(cluster_api, "alpha", dep.resource_name, "llm", "UNHEALTHY", "replica died")
+        run(dep)
+        assert dep.state == State.DEGRADED
+        operators.rayservice_app_status(cluster_api, "alpha", dep.resource_name, "llm", "RUNNING")
+        run(dep)
+        assert dep.state == State.READY
+
+    def test_eviction_sends_it_back_to_the_queue_with_an_event(self, world, cluster_api):
+        dep = approved(world)
+        run(dep)
+        obj = rayservice(cluster_api, dep)
+        operators.workload_for(cluster_api, obj, {"QuotaReserved": True, "Admitted": True})
+        operators.rayservice_ready(cluster_api, "alpha", dep.resource_name)
+        run(dep)
+        operators.rayservice_not_ready(cluster_api, "alpha", dep.resource_name, "Initializing", "restarting")
+        operators.workload_set_conditions(cluster_api, "alpha", operators.workload_name(obj),
+                                          {"Admitted": False, "Evicted": True},
+                                          {"Evicted": "Preempted to reclaim quota in the cohort"})
+        run(dep)
+        assert dep.state == State.QUEUED
+        assert dep.events.filter(reason="Evicted").exists()
+
+    def test_delete_removes_the_object_then_releases_quota_once(self, world, cluster_api):
+        dep = approved(world)
+        run(dep)
+        services.deployment_delete(deployment_id=dep.pk, user=world.users["member"])
+        run(dep)
+        assert dep.state == State.DELETED
+        assert rayservice(cluster_api, dep) is None
+        assert reserved(world) == 0
+
+    def test_stop_removes_the_object_and_releases(self, world, cluster_api):
+        dep = approved(world)
+        run(dep)
+        services.deployment_stop(deployment_id=dep.pk, user=world.users["member"])
+        run(dep)
+        assert rayservice(cluster_api, dep) is None and reserved(world) == 0
+        assert dep.condition("Ready")["status"] == "False"
+
+    def test_scale_updates_in_place_and_a_tp_change_recreates(self, world, cluster_api):
+        dep = approved(world)
+        run(dep)
+        uid = rayservice(cluster_api, dep)["metadata"]["uid"]
+        services.deployment_scale(deployment_id=dep.pk, user=world.users["member"], min_replicas=1, max_replicas=3)
+        run(dep)
+        obj = rayservice(cluster_api, dep)
+        assert obj["metadata"]["uid"] == uid
+        assert obj["metadata"]["annotations"]["llm-portal.io/generation"] == "2"
+        services.deployment_update(deployment_id=dep.pk, user=world.users["member"], data={"max_model_len": 4096})
+        run(dep)
+        assert rayservice(cluster_api, dep)["metadata"]["uid"] == uid  # serve config: in place
+
+
+class TestFaultsAndErrors:
+    def test_transient_errors_propagate_for_retry_and_converge(self, world, cluster_api):
+        dep = approved(world)
+        cluster_api.inject_faults(0.5, faults=(500, 429), seed=3)
+        attempts = 0
+        for attempts in range(1, 40):
+            try:
+                run(dep)
+                if rayservice(cluster_api, dep) is not None and dep.state == State.QUEUED:
+                    break
+            except k8s.TransientClusterError:
+                continue
+        cluster_api.clear_faults()
+        assert rayservice(cluster_api, dep) is not None
+        assert sum(cluster_api.injected.values()) > 0
+
+    def test_permanent_errors_become_a_readable_condition(self, world, cluster_api):
+        dep = approved(world)
+        cluster_api.fail_always(403)
+        assert run(dep) == "error"
+        assert dep.condition("Ready")["reason"] == "ClusterError"
+        assert dep.state == State.APPROVED
+
+    def test_without_a_cluster_the_condition_says_what_to_configure(self, world, settings):
+        settings.KUBERNETES_URL = None
+        settings.KUBECONFIG = None
+        dep = approved(world)
+        run(dep)
+        assert "KUBERNETES_URL" in dep.condition("Ready")["message"]
+
+
+class TestSweep:
+    def test_sweep_lists_once_per_namespace_and_enqueues_only_drift(self, world, cluster_api):
+        deps = [approved(world, name=f"m{i}", max_replicas=1) for i in range(3)]
+        for dep in deps:
+            run(dep)
+            operators.workload_for(cluster_api, rayservice(cluster_api, dep), {"QuotaReserved": True, "Admitted": True})
+            operators.rayservice_ready(cluster_api, "alpha", dep.resource_name)
+            run(dep)
+        from runtime.backends import get_cluster
+
+        cluster = get_cluster()
+        cluster.calls.clear()
+        report = sweep()
+        assert report == {"checked": 3, "enqueued": 0, "orphans": []}
+        assert cluster.calls == {"list": 2}
+        cluster_api.delete_object(k8s.RAYSERVICE, deps[0].resource_name, "alpha")
+        stray = dict(rayservice(cluster_api, deps[1]))
+        stray["metadata"] = {**stray["metadata"], "name": "stray-999", "labels": {
+            **stray["metadata"]["labels"], "llm-portal.io/deployment-id": "999999"}}
+        stray["metadata"].pop("uid", None)
+        cluster_api.put(k8s.RAYSERVICE, stray)
+        report = sweep()
+        assert report["enqueued"] == 1 and report["orphans"] == ["alpha/stray-999"]
