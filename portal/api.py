@@ -44,12 +44,15 @@ def token_create(*, user, name: str, expires_in_days: int | None = None):
     """Create a named token; returns (instance, secret). The secret is never stored or logged."""
     ttl = timedelta(days=expires_in_days) if expires_in_days else settings.REST_KNOX["TOKEN_TTL"]
     instance, secret = ApiToken.objects.create(user=user, expiry=ttl, name=name)
-    audit(actor=user, action="token.create", obj=instance, changes={"name": name, "prefix": instance.token_key})
+    # The token's primary key is its digest: audit by the public prefix instead.
+    audit(actor=user, action="token.create", obj=instance, object_id=instance.token_key,
+          changes={"name": name, "prefix": instance.token_key})
     return instance, secret
 
 
 def token_revoke(*, user, token) -> None:
-    audit(actor=user, action="token.revoke", obj=token, changes={"name": token.name, "prefix": token.token_key})
+    audit(actor=user, action="token.revoke", obj=token, object_id=token.token_key,
+          changes={"name": token.name, "prefix": token.token_key})
     token.delete()
 
 

@@ -41,14 +41,15 @@ class AuditEvent(models.Model):
         return f"{self.action} {self.object_type}:{self.object_id}"
 
 
-def audit(*, actor, action: str, obj, tenant=None, reason: str = "", changes: dict | None = None):
+def audit(*, actor, action: str, obj, tenant=None, reason: str = "", changes: dict | None = None,
+          object_id: str | None = None):
     """Record one audit event for `obj` (call inside the transaction that made the change)."""
     return AuditEvent.objects.create(
         actor=actor if getattr(actor, "pk", None) else None,
         action=action,
         tenant=tenant,
         object_type=obj._meta.label_lower,
-        object_id=str(obj.pk),
+        object_id=object_id or str(obj.pk),
         reason=reason,
         changes=changes or {},
     )

@@ -1,2 +1,25 @@
+from django.urls import path
 
-urlpatterns = []
+from deployments import views as deployment_views
+from portal import views
+from quotas import views as quota_views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("approvals/", views.approvals, name="approvals"),
+    path("cluster/", views.cluster, name="cluster"),
+    path("tokens/", views.tokens, name="tokens"),
+    path("tokens/<str:key>/revoke/", views.token_revoke_view, name="token-revoke"),
+    path("deployments/", deployment_views.deployment_list, name="deployment-list"),
+    path("deployments/new/", deployment_views.deployment_new, name="deployment-new"),
+    path("deployments/preview/", deployment_views.deployment_preview, name="deployment-preview"),
+    path("deployments/<int:pk>/", deployment_views.deployment_detail, name="deployment-detail"),
+    path("deployments/<int:pk>/status/", deployment_views.deployment_status, name="deployment-status"),
+    path("deployments/<int:pk>/badge/", deployment_views.deployment_badge, name="deployment-badge"),
+    path("deployments/<int:pk>/charts/", deployment_views.deployment_charts, name="deployment-charts"),
+    path("deployments/<int:pk>/manifest/", deployment_views.deployment_manifest, name="deployment-manifest"),
+    path("deployments/<int:pk>/<str:action>/", deployment_views.deployment_action, name="deployment-action"),
+    path("quotas/", quota_views.quota_overview, name="quota-overview"),
+    path("quotas/<slug:slug>/", quota_views.tenant_quota, name="tenant-quota"),
+    path("quota-requests/<int:pk>/<str:decision>/", quota_views.quota_request_decide, name="quota-decide"),
+]

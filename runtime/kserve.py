@@ -139,11 +139,7 @@ def vllm_args(spec: DeploymentSpec) -> list[str]:
         args.append(f"--max-model-len={engine.max_model_len}")
     args.append(f"--gpu-memory-utilization={engine.gpu_memory_utilization}")
     # Explicit either way: vLLM's default differs between versions and engines.
-    args.append(
-        "--enable-chunked-prefill"
-        if engine.enable_chunked_prefill
-        else "--no-enable-chunked-prefill"
-    )
+    args.append("--enable-chunked-prefill" if engine.enable_chunked_prefill else "--no-enable-chunked-prefill")
     if engine.max_num_batched_tokens is not None:
         args.append(f"--max-num-batched-tokens={engine.max_num_batched_tokens}")
     if engine.quantization:
@@ -172,9 +168,7 @@ def _env(spec: DeploymentSpec, platform: PlatformSpec) -> list[dict[str, Any]]:
     return env
 
 
-def _volumes(
-    spec: DeploymentSpec, platform: PlatformSpec
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _volumes(spec: DeploymentSpec, platform: PlatformSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(volumes, volumeMounts): /dev/shm always, the HF cache for Hugging Face ids.
 
     Weights from STORAGE_URI are mounted by KServe's webhook, not here. The cache is a PVC
@@ -184,9 +178,7 @@ def _volumes(
     # NCCL and vLLM's worker processes exchange tensors through /dev/shm; the container
     # default of 64Mi makes tensor-parallel start-up crash.
     shm_gi = max(platform.shm_size_gi, SHM_MIN_GI)
-    volumes: list[dict[str, Any]] = [
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gi}Gi"}}
-    ]
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gi}Gi"}}]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     if platform.model_cache_pvc and _storage_uri(spec) is None:
         volumes.append(
@@ -238,8 +230,7 @@ def render_inferenceservice(spec: DeploymentSpec, platform: PlatformSpec) -> dic
     name = inferenceservice_name(spec.name)
     if spec.max_replicas < max(spec.min_replicas, 1):
         raise ValueError(
-            f"max_replicas {spec.max_replicas} must be at least 1 and at least "
-            f"min_replicas {spec.min_replicas}"
+            f"max_replicas {spec.max_replicas} must be at least 1 and at least min_replicas {spec.min_replicas}"
         )
     volumes, _ = _volumes(spec, platform)
     predictor: dict[str, Any] = {
@@ -333,9 +324,7 @@ def _first_condition(
     conditions: dict[str, dict[str, Any]], test: Callable[[dict[str, Any]], bool]
 ) -> dict[str, Any] | None:
     """The most specific condition (in _CONDITION_ORDER) for which `test` holds."""
-    return next(
-        (conditions[t] for t in _CONDITION_ORDER if t in conditions and test(conditions[t])), None
-    )
+    return next((conditions[t] for t in _CONDITION_ORDER if t in conditions and test(conditions[t])), None)
 
 
 def _explain(
@@ -346,9 +335,7 @@ def _explain(
     model_failure = _model_failure(model_status)
     if model_failure is not None:
         return True, *model_failure
-    failed = _first_condition(
-        conditions, lambda c: c.get("status") == "False" and c.get("reason") in FAILURE_REASONS
-    )
+    failed = _first_condition(conditions, lambda c: c.get("status") == "False" and c.get("reason") in FAILURE_REASONS)
     if failed is not None:
         return True, failed["reason"], failed.get("message", "")
     waiting = _first_condition(conditions, lambda c: c.get("status") != "True")

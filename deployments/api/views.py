@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, status, viewsets
+from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from deployments import series as series_mod
 from deployments import services
 from deployments.api.serializers import (
     DeploymentCreateSerializer,
@@ -21,6 +22,15 @@ from deployments.filtersets import DeploymentFilterSet
 from deployments.models import ModelDeployment
 from deployments.validation import check_draft
 from portal.throttles import WriteThrottle
+
+
+class MetricsQuerySerializer(serializers.Serializer):
+    window = serializers.ChoiceField(choices=list(series_mod.WINDOWS), default="1h")
+
+
+def _advice_dict(advice) -> dict:
+    return {"code": advice.code, "severity": advice.severity, "title": advice.title,
+            "message": advice.message, "evidence": advice.evidence}
 
 
 class DeploymentViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins.DestroyModelMixin,
@@ -124,3 +134,33 @@ class DeploymentViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins
         result = check.as_dict()
         result["gpus_per_replica"] = data.get("tensor_parallel_size", 1) * data.get("pipeline_parallel_size", 1)
         return Response(result)
+
+    @extend_schema(parameters=[MetricsQuerySerializer], responses={200: dict})
+    @action(detail=True, methods=["get"])
+    def metrics(self, request, pk=None):
+        """Series for the dashboard: timestamps plus one list per metric, at a window's resolution."""
+        dep = self.get_object()
+        query = MetricsQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        return Response(series_mod.series(dep, query.validated_data["window"]))
+
+
+    @extend_schema(responses={200: dict})
+    @action(detail=True, methods=["get"])
+    def summary(self, request, pk=None):
+        """Latest values, the last scrape's outcome and the advice."""
+        dep = self.get_object()
+        scrape = getattr(dep, "scrape_state", None) if hasattr(dep, "scrape_state") else None
+        return Response({
+            "latest": series_mod.summary(dep),
+            "scrape": None if scrape is None else {
+                "last_success": scrape.last_success, "last_error": scrape.last_error, "last_attempt": scrape.last_attempt},
+            "advice": [_advice_dict(a) for a in series_mod.advice_for(dep)],
+        })
+
+
+    @extend_schema(responses={200: dict})
+    @action(detail=True, methods=["get"])
+    def advice(self, request, pk=None):
+        """The advisor's recommendations with their evidence (series, window, value, threshold)."""
+        return Response([_advice_dict(a) for a in series_mod.advice_for(self.get_object())])

@@ -40,9 +40,7 @@ H100 = FlavorSpec(
     node_labels=(("nvidia.com/gpu.product", "H100-SXM5"),),
     tolerations=(Toleration(key="nvidia.com/gpu", operator="Exists"),),
 )
-L4 = FlavorSpec(
-    name="l4", gpu_model="L4", accelerator_type="L4", gpu_memory_gib=24, gpus_per_node=4
-)
+L4 = FlavorSpec(name="l4", gpu_model="L4", accelerator_type="L4", gpu_memory_gib=24, gpus_per_node=4)
 PLATFORM = PlatformSpec()
 
 
@@ -171,9 +169,7 @@ SCHEMA_CASES = {
 
 class TestCrdSchema:
     @pytest.mark.parametrize("case", sorted(SCHEMA_CASES))
-    def test_rendered_inferenceservice_is_valid_and_nothing_would_be_pruned(
-        self, case: str
-    ) -> None:
+    def test_rendered_inferenceservice_is_valid_and_nothing_would_be_pruned(self, case: str) -> None:
         assert_valid(SCHEMA_CASES[case]())
 
     def test_validator_catches_a_misspelt_predictor_field(self) -> None:
@@ -232,13 +228,9 @@ class TestVllmArgs:
         assert env(isvc)["HF_HOME"]["value"] == PLATFORM.hf_cache_path
         cache = {"name": "model-cache", "persistentVolumeClaim": {"claimName": "model-cache"}}
         assert cache in predictor(isvc)["volumes"]
-        assert {"name": "model-cache", "mountPath": PLATFORM.hf_cache_path} in container(isvc)[
-            "volumeMounts"
-        ]
+        assert {"name": "model-cache", "mountPath": PLATFORM.hf_cache_path} in container(isvc)["volumeMounts"]
 
-    @pytest.mark.parametrize(
-        "source", ["s3://models/mistral-7b-instruct", "pvc://weights/meta/llama"]
-    )
+    @pytest.mark.parametrize("source", ["s3://models/mistral-7b-instruct", "pvc://weights/meta/llama"])
     def test_s3_and_pvc_sources_go_to_kserve_storage_at_mnt_models(self, source: str) -> None:
         isvc = render(small_spec(model_source=source))
         assert env(isvc)["STORAGE_URI"] == {"name": "STORAGE_URI", "value": source}
@@ -301,9 +293,7 @@ class TestResources:
 
     def test_shared_memory_is_a_memory_backed_dev_shm(self) -> None:
         isvc = render(small_spec(), replace(PLATFORM, shm_size_gi=64))
-        assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}} in (
-            predictor(isvc)["volumes"]
-        )
+        assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}} in (predictor(isvc)["volumes"])
         assert {"name": "dshm", "mountPath": "/dev/shm"} in container(isvc)["volumeMounts"]
 
     def test_shared_memory_never_drops_below_the_minimum(self) -> None:
@@ -343,9 +333,7 @@ class TestScalingAndMetrics:
         assert annotations["prometheus.io/scrape"] == "true"
         assert annotations["prometheus.io/path"] == "/metrics"
         port = int(annotations["prometheus.io/port"])
-        assert container(isvc)["ports"] == [
-            {"name": "http1", "containerPort": port, "protocol": "TCP"}
-        ]
+        assert container(isvc)["ports"] == [{"name": "http1", "containerPort": port, "protocol": "TCP"}]
         assert f"--port={port}" in container(isvc)["args"]
 
     def test_readiness_waits_for_the_engine_health_endpoint(self) -> None:
@@ -567,9 +555,7 @@ class TestKserveStatus:
     def test_url_falls_back_to_the_cluster_local_address(self) -> None:
         status = copy.deepcopy(SERVING)
         del status["url"]
-        assert kserve.kserve_status(with_status(status))["url"] == (
-            "http://qwen-small.tenant-acme.svc.cluster.local"
-        )
+        assert kserve.kserve_status(with_status(status))["url"] == ("http://qwen-small.tenant-acme.svc.cluster.local")
 
     def test_status_fixtures_are_checked_against_the_schema(self) -> None:
         # Guards the fixtures above: a status KServe could not write is refused.

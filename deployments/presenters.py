@@ -1,0 +1,98 @@
+"""What the deployment pages show, assembled from rows and pure renderers (no I/O)."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from django.utils import timezone
+
+from deployments.charts import CHARTS
+from deployments.choices import State
+from deployments.models import MetricSample, ModelDeployment, Resolution
+from deployments.queries import deployment_spec, derived_badge, platform_spec
+
+CONDITION_WORDS = {
+    "Ready": ("Serving requests", "Not serving yet"),
+    "Admitted": ("Kueue admitted the workload (GPUs assigned)", "Waiting in the Kueue queue"),
+    "Progressing": ("Rolling out", "Stable"),
+    "Degraded": ("Something is wrong", "Healthy"),
+}
+
+
+def plain_conditions(dep: ModelDeployment) -> list[dict]:
+    rows = []
+    for c in dep.conditions or []:
+        yes, no = CONDITION_WORDS.get(c.get("type"), ("Yes", "No"))
+        status = c.get("status")
+        words = yes if status == "True" else no if status == "False" else "Unknown"
+        rows.append({**c, "words": words})
+    return rows
+
+
+def kueue_story(dep: ModelDeployment) -> str:
+    admitted = dep.condition("Admitted")
+    if dep.backend == "local":
+        return "Runs on this machine; Kueue is not involved."
+    if admitted is None:
+        return "Not submitted to the cluster yet." if dep.state in (State.PENDING_APPROVAL, State.APPROVED) else ""
+    if admitted.get("status") == "True":
+        return f"Admitted by Kueue through LocalQueue {dep.tenant.local_queue} → ClusterQueue " \
+               f"{dep.tenant.cluster_queue} (cohort {dep.tenant.effective_cohort})."
+    return f"Waiting in LocalQueue {dep.tenant.local_queue}: {admitted.get('message') or admitted.get('reason')}"
+
+
+def rendered_manifest(dep: ModelDeployment) -> dict | str:
+    """The object the runtime applies for this deployment, rendered from its current spec."""
+    try:
+        spec = deployment_spec(dep)
+        if dep.backend == "kserve":
+            from runtime.kserve import render_inferenceservice
+
+            return render_inferenceservice(spec, platform_spec())
+        if dep.backend == "local":
+            from runtime.manifests import serve_config_v2
+
+            return serve_config_v2(spec)
+        from runtime.manifests import render_rayservice
+
+        return render_rayservice(spec, platform_spec())
+    except ValueError as error:
+        return f"# cannot render: {error}"
+
+
+def snippets(dep: ModelDeployment) -> dict[str, str]:
+    base = dep.endpoint_url or "http://<endpoint>/v1"
+    model = dep.served_model_name or dep.name
+    curl = (f"curl {base}/chat/completions \\\n  -H 'Content-Type: application/json' \\\n"
+            f"  -d '{json.dumps({'model': model, 'messages': [{'role': 'user', 'content': 'Hello!'}]})}'")
+    python = ("from openai import OpenAI\n\n"
+              f"client = OpenAI(base_url=\"{base}\", api_key=\"unused\")\n"
+              f"reply = client.chat.completions.create(model=\"{model}\",\n"
+              "    messages=[{\"role\": \"user\", \"content\": \"Hello!\"}])\n"
+              "print(reply.choices[0].message.content)")
+    return {"curl": curl, "python": python}
+
+
+def latest_samples(deployments) -> dict[int, MetricSample]:
+    """The newest raw sample per deployment from the last 5 minutes (one query)."""
+    ids = [d.pk for d in deployments]
+    since = timezone.now() - timedelta(minutes=5)
+    latest: dict[int, MetricSample] = {}
+    for sample in MetricSample.objects.filter(deployment_id__in=ids, resolution=Resolution.RAW,
+                                              ts__gte=since).order_by("ts"):
+        latest[sample.deployment_id] = sample
+    return latest
+
+
+def detail_context(request, dep: ModelDeployment) -> dict:
+    from deployments.series import advice_for
+    from deployments.views import allowed_actions
+
+    return {
+        "dep": dep, "badge": derived_badge(dep), "conditions": plain_conditions(dep),
+        "kueue": kueue_story(dep), "events": dep.events.select_related("actor")[:50],
+        "actions": allowed_actions(request.user, dep), "snippets": snippets(dep),
+        "advice": advice_for(dep), "ranges": ["1h", "6h", "24h", "7d"],
+        "chart_names": list(CHARTS),
+    }

@@ -1,0 +1,178 @@
+"""Browser views for deployments. Each is a thin caller of the same services as the API."""
+
+from __future__ import annotations
+
+import yaml
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponseNotAllowed
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from deployments import services
+from deployments.choices import Backend, State
+from deployments.filtersets import DeploymentFilterSet
+from deployments.forms import DeploymentForm, ReasonForm, ScaleForm
+from deployments.models import ModelDeployment
+from deployments.presenters import detail_context, latest_samples
+from portal.exceptions import DomainError
+from quotas.choices import Role
+from quotas.models import is_platform_admin
+
+
+def _visible(request, pk: int) -> ModelDeployment:
+    return get_object_or_404(ModelDeployment.objects.visible_to(request.user).live()
+                             .select_related("tenant", "flavor", "created_by"), pk=pk)
+
+
+@login_required
+def deployment_list(request):
+    """All deployments you can see, filtered by the same FilterSet as the API."""
+    qs = ModelDeployment.objects.visible_to(request.user).live().select_related("tenant", "flavor")
+    filterset = DeploymentFilterSet(request.GET, queryset=qs)
+    deployments = list(filterset.qs[:200])
+    context = {"filter": filterset, "deployments": deployments, "latest": latest_samples(deployments)}
+    template = "deployments/_deployment_rows.html" if request.htmx else "deployments/deployment_list.html"
+    return render(request, template, context)
+
+
+@login_required
+def deployment_new(request):
+    """Request a deployment: hardware tiles, engine options, live quota and memory fit."""
+    form = DeploymentForm(request.POST or None, user=request.user,
+                          initial={"tenant": request.GET.get("tenant")})
+    if request.method == "POST" and form.is_valid():
+        data = {k: v for k, v in form.cleaned_data.items() if k != "tenant"}
+        data["quantization"] = data.get("quantization") or ""
+        try:
+            dep = services.deployment_create(tenant=form.cleaned_data["tenant"], user=request.user, data=data)
+        except services.DraftInvalid as error:
+            for field, message in error.errors.items():
+                form.add_error(field if field in form.fields else None, message)
+        except DomainError as error:
+            form.add_error(error.field if error.field in form.fields else None, error.message)
+        else:
+            messages.success(request, f"Requested {dep.name}: "
+                             + ("approved automatically by your tenant's policy." if dep.state == State.APPROVED
+                                else "waiting for a platform admin's approval."))
+            return redirect("deployment-detail", pk=dep.pk)
+    return render(request, "deployments/deployment_form.html", {"form": form, "backends": Backend})
+
+
+@login_required
+def deployment_preview(request):
+    """htmx: quota fit and memory fit for the form as typed so far (creates nothing)."""
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    form = DeploymentForm(request.POST, user=request.user)
+    form.is_valid()
+    return render(request, "deployments/_preview.html", {"form": form, "check": form.check})
+
+
+@login_required
+def deployment_detail(request, pk: int):
+    dep = _visible(request, pk)
+    return render(request, "deployments/deployment_detail.html", detail_context(request, dep))
+
+
+@login_required
+def deployment_status(request, pk: int):
+    """htmx partial polled by the detail page: badge, conditions, Kueue story, events."""
+    dep = _visible(request, pk)
+    return render(request, "deployments/_status.html", detail_context(request, dep))
+
+
+@login_required
+def deployment_badge(request, pk: int):
+    dep = _visible(request, pk)
+    return render(request, "deployments/_badge.html", {"dep": dep})
+
+
+@login_required
+def deployment_manifest(request, pk: int):
+    dep = _visible(request, pk)
+    from deployments.presenters import rendered_manifest
+
+    manifest = rendered_manifest(dep)
+    text = yaml.safe_dump(manifest, sort_keys=False) if isinstance(manifest, dict) else str(manifest)
+    return render(request, "deployments/_manifest.html", {"manifest": text})
+
+
+@login_required
+def deployment_charts(request, pk: int):
+    """The dashboard's figures for a window, built by the pure builders in deployments.charts."""
+    from django.http import HttpResponse
+
+    from deployments.charts import dashboard, figure_json
+    from deployments.series import WINDOWS, series
+
+    dep = _visible(request, pk)
+    window = request.GET.get("window", "1h")
+    if window not in WINDOWS:
+        raise Http404("unknown window")
+    data = series(dep, window)
+    figures = dashboard(data["timestamps"], data["series"])
+    body = "{" + ",".join(f'"{name}":{figure_json(fig)}' for name, fig in figures.items())
+    body += f',"_meta":{{"points":{len(data["timestamps"])},"resolution_s":{data["resolution_s"]}}}}}'
+    return HttpResponse(body, content_type="application/json")
+
+
+ACTIONS = {
+    "approve": (lambda dep, user, form: services.deployment_approve(
+        deployment_id=dep.pk, approver=user, reason=form.get("reason", "")), "Approved."),
+    "reject": (lambda dep, user, form: services.deployment_reject(
+        deployment_id=dep.pk, approver=user, reason=form.get("reason", "")), "Rejected."),
+    "cancel": (lambda dep, user, form: services.deployment_cancel(deployment_id=dep.pk, user=user), "Cancelled."),
+    "stop": (lambda dep, user, form: services.deployment_stop(deployment_id=dep.pk, user=user), "Stopping."),
+    "start": (lambda dep, user, form: services.deployment_start(deployment_id=dep.pk, user=user), "Starting."),
+    "delete": (lambda dep, user, form: services.deployment_delete(deployment_id=dep.pk, user=user), "Deleting."),
+}
+
+
+@login_required
+@require_POST
+def deployment_action(request, pk: int, action: str):
+    """One POST endpoint per lifecycle action; errors come back as a message on the page."""
+    dep = _visible(request, pk)
+    if action == "scale":
+        form = ScaleForm(request.POST)
+        if not form.is_valid():
+            messages.error(request, "Scale: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+            return redirect("deployment-detail", pk=pk)
+        call, done = (lambda d, u, f: services.deployment_scale(deployment_id=d.pk, user=u, **form.cleaned_data),
+                      "Scaled.")
+    elif action in ACTIONS:
+        call, done = ACTIONS[action]
+    else:
+        raise Http404("unknown action")
+    reason = ReasonForm(request.POST)
+    reason.is_valid()
+    try:
+        call(dep, request.user, reason.cleaned_data)
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, done)
+    target = request.POST.get("next")
+    return redirect(target if target in ("approvals",) else "deployment-detail", **({} if target else {"pk": pk}))
+
+
+def allowed_actions(user, dep: ModelDeployment) -> list[str]:
+    """Which action buttons this user sees for this deployment."""
+    from deployments.states import RUNNING, can_transition
+
+    acts = []
+    admin = is_platform_admin(user)
+    member = dep.tenant.has_role(user, Role.MEMBER)
+    if admin and dep.state == State.PENDING_APPROVAL:
+        acts += ["approve", "reject"]
+    if member:
+        if dep.state == State.PENDING_APPROVAL:
+            acts.append("cancel")
+        if dep.state in RUNNING or dep.state == State.FAILED:
+            acts.append("stop")
+        if dep.state in (State.STOPPED, State.FAILED) and can_transition(dep.state, State.APPROVED):
+            acts.append("start")
+        if dep.state not in (State.DELETING, State.DELETED):
+            acts.append("delete")
+    return acts

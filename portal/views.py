@@ -1,0 +1,117 @@
+"""Browser views that are not about one app: overview, approvals inbox, cluster, API tokens."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from deployments.choices import State
+from deployments.models import MetricSample, ModelDeployment, Resolution
+from deployments.presenters import latest_samples
+from portal.api import ApiToken, token_create, token_revoke
+from quotas.choices import QuotaChangeStatus
+from quotas.models import QuotaChangeRequest, Tenant, TenantQuota, is_platform_admin
+from quotas.presenters import quota_rows
+
+
+def gpu_hours_this_month(tenant: Tenant) -> dict:
+    """GPU-hours reserved this month (from quota reservations), and cost where flavors are priced.
+
+    Reserved hours are what the tenant holds, used or not: that is what showback charges.
+    """
+    from django.db.models import Q
+
+    from quotas.models import QuotaReservation
+
+    now = timezone.now()
+    start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    hours = cost = 0.0
+    rows = (QuotaReservation.objects.filter(quota__tenant=tenant)
+            .filter(Q(released__isnull=True) | Q(released__gte=start)).select_related("quota__flavor"))
+    for r in rows:
+        held = (min(r.released or now, now) - max(r.created, start)).total_seconds() / 3600
+        gpu_h = max(0.0, held) * r.gpus
+        hours += gpu_h
+        if r.quota.flavor.price_per_gpu_hour:
+            cost += gpu_h * float(r.quota.flavor.price_per_gpu_hour)
+    return {"hours": round(hours, 1), "cost": round(cost, 2)}
+
+
+@login_required
+def home(request):
+    """Overview: per tenant, quota bars and deployments with live badges and tokens/s."""
+    tenants = list(Tenant.objects.visible_to(request.user))
+    blocks = []
+    for tenant in tenants:
+        deps = list(tenant.deployments.live().select_related("flavor")[:50])
+        blocks.append({"tenant": tenant, "quotas": quota_rows(tenant), "deployments": deps,
+                       "latest": latest_samples(deps), "usage": gpu_hours_this_month(tenant)})
+    return render(request, "portal/home.html", {"blocks": blocks})
+
+
+@login_required
+def approvals(request):
+    """Platform admins: deployments and quota changes waiting for a decision."""
+    if not is_platform_admin(request.user):
+        raise PermissionDenied
+    pending = (ModelDeployment.objects.filter(state=State.PENDING_APPROVAL)
+               .select_related("tenant", "flavor", "created_by").order_by("created"))
+    quota_requests = (QuotaChangeRequest.objects.filter(status=QuotaChangeStatus.PENDING)
+                      .select_related("tenant", "flavor", "requested_by").order_by("created"))
+    from quotas.services import quota_preview
+
+    rows = [{"dep": d, "fit": quota_preview(tenant=d.tenant, flavor=d.flavor, gpus=d.gpus_needed,
+                                            credit_gpus=d.reserved_gpus)} for d in pending]
+    return render(request, "portal/approvals.html", {"pending": rows, "quota_requests": quota_requests})
+
+
+@login_required
+def cluster(request):
+    """Platform admins: quota and usage by cohort, tenant and flavor; busiest deployments."""
+    if not is_platform_admin(request.user):
+        raise PermissionDenied
+    from django.core.cache import cache
+
+    quotas = TenantQuota.objects.select_related("tenant", "flavor").order_by("tenant__slug", "flavor__name")
+    since = timezone.now() - timedelta(minutes=5)
+    busiest = (MetricSample.objects.filter(resolution=Resolution.RAW, ts__gte=since,
+                                           generation_tokens_per_s__isnull=False)
+               .select_related("deployment__tenant").order_by("-generation_tokens_per_s")[:10])
+    return render(request, "portal/cluster.html", {
+        "quotas": quotas, "tenants": Tenant.objects.all(), "busiest": busiest,
+        "orphans": cache.get("runtime:orphans") or []})
+
+
+@login_required
+def tokens(request):
+    """API tokens: create (shown once), list, revoke."""
+    created = None
+    if request.method == "POST":
+        name = (request.POST.get("name") or "").strip()
+        days = request.POST.get("expires_in_days") or "90"
+        from portal.api import TokenSerializer
+
+        form = TokenSerializer(data={"name": name, "expires_in_days": days})
+        if form.is_valid():
+            _, created = token_create(user=request.user, **form.validated_data)
+            messages.success(request, "Token created. Copy it now: it is not shown again.")
+        else:
+            for field, errors in form.errors.items():
+                messages.error(request, f"{field}: {' '.join(errors)}")
+    items = ApiToken.objects.filter(user=request.user).order_by("-created")
+    return render(request, "portal/tokens.html", {"tokens": items, "created": created, "now": timezone.now()})
+
+
+@login_required
+@require_POST
+def token_revoke_view(request, key: str):
+    token = get_object_or_404(ApiToken, user=request.user, token_key=key)
+    token_revoke(user=request.user, token=token)
+    messages.success(request, f"Token {token.name} revoked.")
+    return redirect("tokens")

@@ -1,0 +1,18 @@
+"""Quota bars for pages: reserved / nominal / borrowable per flavor."""
+
+from __future__ import annotations
+
+from quotas.models import Tenant
+
+
+def quota_rows(tenant: Tenant) -> list[dict]:
+    rows = []
+    for q in tenant.quotas.select_related("flavor").order_by("flavor__name"):
+        ceiling = max(1, q.nominal_gpus + q.borrowing_limit_gpus)
+        within = min(q.reserved_gpus, q.nominal_gpus)
+        borrowed = max(0, q.reserved_gpus - q.nominal_gpus)
+        rows.append({"quota": q, "flavor": q.flavor, "reserved": q.reserved_gpus, "nominal": q.nominal_gpus,
+                     "borrowing": q.borrowing_limit_gpus, "used_pct": round(100 * within / ceiling, 1),
+                     "borrow_pct": round(100 * borrowed / ceiling, 1),
+                     "nominal_pct": round(100 * q.nominal_gpus / ceiling, 1)})
+    return rows

@@ -1,0 +1,140 @@
+"""Every browser page × every role: who gets a page, who is sent to sign in, who gets 403/404."""
+
+import pytest
+
+from deployments import services
+from tests.deployments.factories import draft
+from tests.world import ROLES
+
+
+@pytest.fixture
+def dep(world):
+    return services.deployment_create(tenant=world.alpha, user=world.users["member"], data=draft(world))
+
+
+def status_of(world, role, url, method="get", data=None):
+    client = world.browser(role)
+    response = getattr(client, method)(url, data or {})
+    return response.status_code
+
+
+LOGIN = 302  # anonymous users are sent to the sign-in page
+
+
+def pages(dep):
+    return {
+        "/": {"anonymous": LOGIN, **{r: 200 for r in ROLES if r != "anonymous"}},
+        "/deployments/": {"anonymous": LOGIN, **{r: 200 for r in ROLES if r != "anonymous"}},
+        "/deployments/new/": {"anonymous": LOGIN, **{r: 200 for r in ROLES if r != "anonymous"}},
+        f"/deployments/{dep.pk}/": {"anonymous": LOGIN, "viewer": 200, "member": 200, "tenant_admin": 200,
+                                    "platform_admin": 200, "other_member": 404},
+        f"/deployments/{dep.pk}/status/": {"anonymous": LOGIN, "viewer": 200, "member": 200,
+                                           "tenant_admin": 200, "platform_admin": 200, "other_member": 404},
+        f"/deployments/{dep.pk}/charts/?window=1h": {"anonymous": LOGIN, "viewer": 200, "member": 200,
+                                                     "tenant_admin": 200, "platform_admin": 200,
+                                                     "other_member": 404},
+        f"/deployments/{dep.pk}/manifest/": {"anonymous": LOGIN, "viewer": 200, "member": 200,
+                                             "tenant_admin": 200, "platform_admin": 200, "other_member": 404},
+        "/quotas/alpha/": {"anonymous": LOGIN, "viewer": 200, "member": 200, "tenant_admin": 200,
+                           "platform_admin": 200, "other_member": 404},
+        "/approvals/": {"anonymous": LOGIN, "viewer": 403, "member": 403, "tenant_admin": 403,
+                        "platform_admin": 200, "other_member": 403},
+        "/cluster/": {"anonymous": LOGIN, "viewer": 403, "member": 403, "tenant_admin": 403,
+                      "platform_admin": 200, "other_member": 403},
+        "/tokens/": {"anonymous": LOGIN, **{r: 200 for r in ROLES if r != "anonymous"}},
+    }
+
+
+class TestPagePermissions:
+    def test_every_page_for_every_role(self, world, dep):
+        failures = []
+        for url, expected in pages(dep).items():
+            for role in ROLES:
+                got = status_of(world, role, url)
+                if got != expected[role]:
+                    failures.append(f"{url} as {role}: {got} != {expected[role]}")
+        assert not failures, "\n".join(failures)
+
+    def test_actions_for_other_tenants_are_404_and_viewers_cannot_stop(self, world, dep):
+        assert status_of(world, "other_member", f"/deployments/{dep.pk}/cancel/", "post") == 404
+        client = world.browser("viewer")
+        response = client.post(f"/deployments/{dep.pk}/cancel/", follow=True)
+        assert "does not allow" in response.content.decode()
+        dep.refresh_from_db()
+        assert dep.state == "pending_approval"
+
+
+class TestDeploymentForm:
+    def form_data(self, world, **overrides):
+        data = draft(world, **overrides)
+        data = {k: ("" if v is None else v) for k, v in data.items()}
+        data["flavor"] = world.h100.pk
+        data["tenant"] = world.alpha.pk
+        data["enable_chunked_prefill"] = "on"
+        return data
+
+    def test_bad_input_shows_field_errors_keeps_input_and_creates_nothing(self, world):
+        client = world.browser("member")
+        response = client.post("/deployments/new/", self.form_data(world, name="Bad Name!", tensor_parallel_size=16))
+        body = response.content.decode()
+        assert response.status_code == 200
+        assert 'value="Bad Name!"' in body
+        assert "DNS" in body or "lowercase" in body
+        assert "NVLink" in body
+        from deployments.models import ModelDeployment
+
+        assert not ModelDeployment.objects.exists()
+
+    def test_a_valid_request_redirects_to_the_detail_page(self, world):
+        client = world.browser("member")
+        response = client.post("/deployments/new/", self.form_data(world))
+        assert response.status_code == 302
+        detail = client.get(response["Location"])
+        assert "Pending approval" in detail.content.decode()
+
+    def test_live_preview_reports_quota_and_memory_fit(self, world):
+        client = world.browser("member")
+        body = client.post("/deployments/preview/", self.form_data(world, max_replicas=12)).content.decode()
+        assert 'data-fit="borrowing"' in body
+        assert 'data-memory="fits"' in body
+        body = client.post("/deployments/preview/", self.form_data(world, max_replicas=13)).content.decode()
+        assert 'data-fit="no_fit"' not in body or "Does not fit" in body
+        assert "Does not fit" in body
+
+
+class TestApprovalsAndQuotaFlows:
+    def test_admin_approves_from_the_inbox(self, world, dep):
+        client = world.browser("platform_admin")
+        assert dep.name in client.get("/approvals/").content.decode()
+        client.post(f"/deployments/{dep.pk}/approve/", {"next": "approvals"})
+        dep.refresh_from_db()
+        assert dep.state == "approved"
+
+    def test_quota_request_then_reject_with_reason_is_visible_to_the_tenant_admin(self, world):
+        admin_client = world.browser("tenant_admin")
+        response = admin_client.post("/quotas/alpha/", {"flavor": world.h100.pk, "nominal_gpus": 32,
+                                                        "borrowing_limit_gpus": 0, "justification": "Launch"})
+        assert response.status_code == 302
+        from quotas.models import QuotaChangeRequest
+
+        qcr = QuotaChangeRequest.objects.get()
+        world.browser("platform_admin").post(f"/quota-requests/{qcr.pk}/reject/", {"comment": "Too many H100s"})
+        body = admin_client.get("/quotas/alpha/").content.decode()
+        assert "Too many H100s" in body and "Rejected" in body
+
+    def test_members_see_no_quota_request_form(self, world):
+        body = world.browser("member").get("/quotas/alpha/").content.decode()
+        assert "Tenant admins can request" in body
+
+
+class TestTokensPage:
+    def test_create_shows_once_then_revoke(self, world):
+        client = world.browser("member")
+        body = client.post("/tokens/", {"name": "ci", "expires_in_days": 7}).content.decode()
+        assert 'id="new-token"' in body and "llmp_" in body
+        assert 'id="new-token"' not in client.get("/tokens/").content.decode()
+        from portal.models import ApiToken
+
+        token = ApiToken.objects.get()
+        client.post(f"/tokens/{token.token_key}/revoke/")
+        assert not ApiToken.objects.exists()
