@@ -222,3 +222,22 @@ class TestSweep:
         cluster_api.put(k8s.RAYSERVICE, stray)
         report = sweep()
         assert report["enqueued"] == 1 and report["orphans"] == ["alpha/stray-999"]
+
+
+class TestKServeBackend:
+    def test_kserve_deployment_goes_ready_from_inferenceservice_conditions(self, world, cluster_api):
+        dep = approved(world, backend="kserve", name="kserve-chat")
+        run(dep)
+        obj = cluster_api.get_object(k8s.INFERENCESERVICE, dep.resource_name, "alpha")
+        assert obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "alpha"
+        assert dep.state in (State.QUEUED, State.PROVISIONING)
+        cluster_api.patch_object(k8s.INFERENCESERVICE, dep.resource_name, "alpha", {"status": {
+            "url": f"http://{dep.resource_name}.alpha.example.com",
+            "conditions": [{"type": "Ready", "status": "True"}, {"type": "PredictorReady", "status": "True"}],
+            "modelStatus": {"copies": {"totalCopies": 1}}}}, status_only=True)
+        run(dep)
+        assert dep.state == State.READY
+        assert dep.endpoint_url == f"http://{dep.resource_name}.alpha.example.com/v1"
+        services.deployment_delete(deployment_id=dep.pk, user=world.users["member"])
+        run(dep)
+        assert dep.state == State.DELETED and reserved(world) == 0
