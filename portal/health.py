@@ -27,7 +27,7 @@ def _check_broker() -> str | None:
     from portal.celery import app
 
     try:
-        with app.connection_for_write() as conn:
+        with app.connection_for_write(url=settings.CELERY_BROKER_URL) as conn:
             # ensure_connection with max_retries=0 fails fast when the broker is down.
             conn.ensure_connection(max_retries=0, timeout=settings.CELERY_BROKER_CONNECTION_TIMEOUT)
         return None

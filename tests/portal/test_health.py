@@ -6,3 +6,20 @@ def test_healthz_answers_ok(client):
     response = client.get("/healthz")
     assert response.status_code == 200
     assert response.json() == {"status": "ok"}
+
+
+@pytest.mark.django_db
+def test_readyz_reports_database_and_broker(client):
+    response = client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json()["checks"] == {"database": "ok", "broker": "ok"}
+
+
+@pytest.mark.django_db
+def test_readyz_is_503_when_the_broker_is_down(client, settings):
+    # A closed port on loopback: the broker is "down" as far as the portal can tell.
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["checks"]["database"] == "ok" and body["checks"]["broker"] != "ok"

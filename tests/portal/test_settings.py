@@ -1,0 +1,73 @@
+"""Settings refuse bad values loudly (each case starts a fresh interpreter with that env)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from portal import env
+from tests.shared import PROJECT_ROOT
+
+GOOD = {"DATABASE_URL": "postgres://u@db:5432/portal", "SECRET_KEY": "s" * 60,
+        "CELERY_BROKER_URL": "redis://redis:6379/0", "ALLOWED_HOSTS": "portal.example.com"}
+
+
+def load_settings(**overrides) -> subprocess.CompletedProcess:
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in GOOD and k not in ("DEBUG", "HTTPS", "KUBERNETES_URL")}
+    environment.update({**GOOD, **overrides})
+    environment = {k: v for k, v in environment.items() if v is not None}
+    return subprocess.run([sys.executable, "-c", "import django; from django.conf import settings; "
+                           "settings.INSTALLED_APPS; print('DEBUG', settings.DEBUG)"],
+                          cwd=PROJECT_ROOT, env={**environment, "DJANGO_SETTINGS_MODULE": "portal.settings"},
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("DEBUG", "yes please", "DEBUG='yes please' is not a boolean"),
+    ("DATABASE_URL", "mysql://x@y/z", "DATABASE_URL="),
+    ("CELERY_BROKER_URL", "kafka://x", "CELERY_BROKER_URL="),
+    ("SECRET_KEY", None, "SECRET_KEY must be set"),
+    ("ALLOWED_HOSTS", "a,,b", "ALLOWED_HOSTS='a,,b' has an empty item"),
+    ("API_TOKEN_TTL_DAYS", "ninety", "API_TOKEN_TTL_DAYS='ninety' is not an integer"),
+    ("METRICS_SCRAPE_SECONDS", "0", "below the minimum"),
+    ("KUBERNETES_URL", "ftp://cluster", "KUBERNETES_URL="),
+    ("NCCL_DEBUG", "LOUD", "NCCL_DEBUG='LOUD' must be one of"),
+])
+def test_bad_values_stop_startup_naming_the_variable(name, value, message):
+    result = load_settings(**{name: value})
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_production_like_env_loads_with_debug_off():
+    result = load_settings()
+    assert result.returncode == 0, result.stderr
+    assert "DEBUG False" in result.stdout
+
+
+def test_with_nothing_set_the_demo_runs_on_sqlite_with_a_serverless_broker(tmp_path):
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "SECRET_KEY", "DEBUG", "HTTPS")}
+    result = subprocess.run(
+        [sys.executable, "-c", "from django.conf import settings; print(settings.DATABASES['default']['ENGINE'],"
+         " settings.CELERY_BROKER_URL, settings.DEBUG)"],
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60,
+        env={**environment, "DJANGO_SETTINGS_MODULE": "portal.settings", "PORTAL_VAR_DIR": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["django.db.backends.sqlite3", "filesystem://", "True"]
+
+
+class TestHelpers:
+    def test_env_bool_accepts_only_clear_words(self, monkeypatch):
+        monkeypatch.setenv("X_FLAG", "On")
+        assert env.env_bool("X_FLAG", False) is True
+        monkeypatch.setenv("X_FLAG", "2")
+        with pytest.raises(Exception, match="not a boolean"):
+            env.env_bool("X_FLAG", False)
+
+    def test_env_float_refuses_nan(self, monkeypatch):
+        monkeypatch.setenv("X_NUM", "nan")
+        with pytest.raises(Exception, match="finite"):
+            env.env_float("X_NUM", 1.0)

@@ -1,0 +1,289 @@
+"""Shared helpers for the reliability tests: env knobs, token-authenticated HTTP clients for a
+live server, invariant checks that read committed rows, and real subprocesses (a private
+redis-server, the web server, a Celery worker, beat) sharing the test database.
+
+Knobs (environment; defaults keep the default suite fast, RELIABILITY.md lists bigger runs):
+REL_LOAD_REQUESTS, REL_LOAD_CLIENTS, REL_RACE_ROUNDS, REL_FAULT_DEPLOYMENTS, REL_FAULT_SHARE,
+REL_SCHEMA_EXAMPLES, REL_REDIS_PORT.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import requests
+from django.db import connection
+from django.db.models import Sum
+
+from tests.shared import PROJECT_ROOT
+
+
+def knob(name: str, default: int | float) -> int | float:
+    """An integer/float knob from the environment (bigger local runs), else `default`."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    return type(default)(raw)
+
+
+# --- HTTP clients with real API tokens ---------------------------------------------------------
+
+
+class Api:
+    """A `requests` client for one user, authenticated with a real API token.
+
+    One `requests.Session` per thread (a Session is not thread-safe), all sending the same token.
+    """
+
+    def __init__(self, base_url: str, user) -> None:
+        from portal.api import token_create
+
+        self.base_url = base_url.rstrip("/")
+        self.user = user
+        _, self.secret = token_create(user=user, name=f"reliability-{user.username}")
+        self._local = threading.local()
+
+    @property
+    def session(self) -> requests.Session:
+        if not hasattr(self._local, "session"):
+            session = requests.Session()
+            session.headers["Authorization"] = f"Token {self.secret}"
+            self._local.session = session
+        return self._local.session
+
+    def request(self, method: str, path: str, json=None, timeout: float = 60) -> requests.Response:
+        return self.session.request(method, self.base_url + path, json=json, timeout=timeout)
+
+    def get(self, path: str, **kw) -> requests.Response:
+        return self.request("GET", path, **kw)
+
+    def post(self, path: str, json=None, **kw) -> requests.Response:
+        return self.request("POST", path, json=json if json is not None else {}, **kw)
+
+
+def draft(name: str, *, tenant: str = "alpha", flavor: str = "h100-sxm5", max_replicas: int = 1,
+          **overrides) -> dict:
+    """A valid API draft that needs `max_replicas` GPUs (TP=PP=1)."""
+    data = {"tenant": tenant, "name": name, "model_source": "meta-llama/Meta-Llama-3-8B-Instruct",
+            "flavor": flavor, "min_replicas": 1, "max_replicas": max_replicas, "max_model_len": 8192,
+            "dtype": "bfloat16", "backend": "kuberay"}
+    data.update(overrides)
+    return data
+
+
+# --- invariants (read committed rows) ----------------------------------------------------------
+
+
+def quota_violations() -> list[str]:
+    """Every broken quota invariant, as readable lines (empty when all hold).
+
+    One SQL statement, so PostgreSQL reads quota rows and reservations from one snapshot; two
+    queries could see a reservation committed between them and report a false violation."""
+    from django.db.models import OuterRef, Subquery
+    from django.db.models.functions import Coalesce
+
+    from quotas.models import QuotaReservation, TenantQuota
+
+    active = (QuotaReservation.objects.filter(quota=OuterRef("pk"), released__isnull=True)
+              .values("quota").annotate(total=Sum("gpus")).values("total"))
+    problems = []
+    rows = (TenantQuota.objects.annotate(active=Coalesce(Subquery(active), 0))
+            .values_list("tenant__slug", "flavor__name", "reserved_gpus", "active", "nominal_gpus",
+                         "borrowing_limit_gpus"))
+    for tenant, flavor, reserved, held, nominal, borrowing in rows:
+        label = f"{tenant}/{flavor}"
+        if reserved != held:
+            problems.append(f"{label}: reserved_gpus={reserved} but active reservations sum to {held}")
+        if reserved > nominal + borrowing:
+            problems.append(f"{label}: reserved {reserved} > nominal {nominal} + borrowing {borrowing}")
+    return problems
+
+
+def deployment_pair_violations() -> list[str]:
+    """Half-written deployments: a row without its Requested event, or the reverse."""
+    from deployments.models import DeploymentEvent, ModelDeployment
+    from deployments.services import OWNER
+    from portal.models import AuditEvent
+    from quotas.models import QuotaReservation
+
+    problems = []
+    deps = set(ModelDeployment.objects.values_list("pk", flat=True))
+    requested = set(DeploymentEvent.objects.filter(reason="Requested").values_list("deployment_id", flat=True))
+    problems += [f"deployment {pk} has no Requested event" for pk in deps - requested]
+    audited = {int(pk) for pk in AuditEvent.objects.filter(action="deployment.request")
+               .values_list("object_id", flat=True)}
+    problems += [f"audit entry for missing deployment {pk}" for pk in audited - deps]
+    problems += [f"deployment {pk} has no request audit entry" for pk in deps - audited]
+    held = set(QuotaReservation.objects.filter(owner_type=OWNER, released__isnull=True)
+               .values_list("owner_id", flat=True))
+    problems += [f"reservation for missing deployment {pk}" for pk in held - deps]
+    return problems
+
+
+class InvariantWatcher:
+    """Samples the quota invariant on its own database connection while a race runs."""
+
+    def __init__(self, interval: float = 0.02) -> None:
+        self.interval = interval
+        self.samples = 0
+        self.violations: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.violations += quota_violations()
+                self.samples += 1
+                time.sleep(self.interval)
+        finally:
+            connection.close()
+
+    def __enter__(self) -> InvariantWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def status_histogram(responses) -> Counter:
+    return Counter(r.status_code if hasattr(r, "status_code") else type(r).__name__ for r in responses)
+
+
+# --- subprocesses ------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(predicate, *, timeout: float, interval: float = 0.25, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class RedisServer:
+    """A private redis-server (never the machine's 6379): no persistence, so a restart loses
+    every queued message — the worst case for "no approved request is lost"."""
+
+    def __init__(self, port: int, workdir: Path) -> None:
+        self.port, self.workdir = port, workdir
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.skip("redis-server is not installed")
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.workdir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        wait_for(self.ping, timeout=10, what=f"redis-server on {self.port}")
+
+    def ping(self) -> bool:
+        import redis
+
+        try:
+            return bool(redis.Redis(port=self.port, socket_connect_timeout=0.5).ping())
+        except redis.exceptions.ConnectionError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+        self.proc = None
+
+
+@pytest.fixture
+def private_redis(tmp_path):
+    port = int(knob("REL_REDIS_PORT", 6390))
+    if port == 6379:
+        raise RuntimeError("never restart the machine's Redis: pick another REL_REDIS_PORT")
+    server = RedisServer(port, tmp_path)
+    if server.ping():
+        pytest.skip(f"something already listens on {port}; set REL_REDIS_PORT")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _test_db_env() -> dict[str, str]:
+    db = connection.settings_dict
+    return {"DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+            "PYTHONUNBUFFERED": "1"}
+
+
+@contextmanager
+def portal_process(args: list[str], log: Path, *, env: dict[str, str], ready: str | None,
+                   timeout: float = 60):
+    """Run `python -m <args>` in the project against the test database; stop it afterwards."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", *args], cwd=PROJECT_ROOT,
+                                env={**os.environ, **_test_db_env(), **env},
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        if ready is not None:
+            def started():
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{args[0]} exited early:\n{log.read_text()[-3000:]}")
+                return ready in log.read_text()
+            wait_for(started, timeout=timeout, interval=0.2, what=f"{args[0]} to start")
+        yield proc
+    finally:
+        kill_group(proc, 15)
+
+
+def kill_group(proc: subprocess.Popen, sig: int) -> None:
+    """Signal the process group this test started (never anything else), then reap it."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait(10)
+
+
+def worker(log: Path, *, env: dict[str, str], concurrency: int = 2):
+    """A real `celery worker` (prefork) on the broker in env/settings."""
+    return portal_process(
+        ["celery", "-A", "portal", "worker", "--loglevel=INFO", f"--concurrency={concurrency}",
+         "--without-gossip", "--without-mingle", "--without-heartbeat"],
+        log, env={"RECONCILE_REQUEUE_SECONDS": "0.5", **env}, ready="ready.")
+
+
+def web_server(log: Path, port: int, *, env: dict[str, str]):
+    """The portal under gunicorn (threads), as in production."""
+    return portal_process(
+        ["gunicorn", "portal.wsgi", "-b", f"127.0.0.1:{port}", "--workers", "1", "--threads", "4",
+         "--timeout", "60"],
+        log, env=env, ready="Booting worker")
