@@ -39,7 +39,7 @@ def series(deployment: ModelDeployment, window: str, *, now: datetime | None = N
             .order_by("ts").values_list("ts", *SERIES_FIELDS))
     timestamps, columns = [], {name: [] for name in SERIES_FIELDS}
     for row in rows:
-        timestamps.append(row[0].isoformat())
+        timestamps.append(row[0])
         for name, value in zip(SERIES_FIELDS, row[1:], strict=True):
             columns[name].append(value)
     return {"window": window, "resolution_s": int(resolution), "timestamps": timestamps, "series": columns}

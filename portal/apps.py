@@ -4,3 +4,6 @@ from django.apps import AppConfig
 class PortalConfig(AppConfig):
     name = "portal"
     verbose_name = "Portal"
+
+    def ready(self) -> None:
+        from portal import schema  # noqa: F401  registers the OpenAPI token-auth extension

@@ -174,6 +174,8 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": r"/api/v1",
+    # Deployment state and event from/to states share one choice set: one enum, not three names.
+    "ENUM_NAME_OVERRIDES": {"DeploymentStateEnum": "deployments.choices.State"},
 }
 KNOX_TOKEN_MODEL = "portal.ApiToken"
 REST_KNOX = {

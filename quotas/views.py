@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -49,6 +50,8 @@ def tenant_quota(request, slug: str):
 @require_POST
 def quota_request_decide(request, pk: int, decision: str):
     """Platform admins approve or reject a quota change (reason required to reject)."""
+    if decision not in ("approve", "reject"):
+        raise Http404("unknown decision")
     qcr = get_object_or_404(QuotaChangeRequest.objects.visible_to(request.user), pk=pk)
     form = DecisionForm(request.POST)
     form.is_valid()
@@ -59,5 +62,5 @@ def quota_request_decide(request, pk: int, decision: str):
     except DomainError as error:
         messages.error(request, error.message)
     else:
-        messages.success(request, f"Quota request {decision}d.")
+        messages.success(request, "Quota request approved." if decision == "approve" else "Quota request rejected.")
     return redirect(request.POST.get("next") or "approvals")

@@ -619,7 +619,9 @@ def _ray_serve(config_path: Path, port: int, metrics_port: int, ready_file: Path
     app = json.loads(config_path.read_text())["applications"][0]
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    ray.init(num_cpus=max(RAY_MIN_CPUS, os.cpu_count() or 1), include_dashboard=False,
+    # address="local": always a cluster of our own. Without it ray.init joins the newest local
+    # cluster it finds (another deployment's) and `serve.run` would replace that one's app.
+    ray.init(address="local", num_cpus=max(RAY_MIN_CPUS, os.cpu_count() or 1), include_dashboard=False,
              _metrics_export_port=metrics_port)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})

@@ -62,10 +62,24 @@ class DeploymentEventSerializer(serializers.ModelSerializer):
         fields = ["id", "created", "type", "reason", "message", "from_state", "to_state", "actor"]
 
 
+class AnnotatedOrRelated(serializers.CharField):
+    """A related object's name, read from the list queryset's annotation when it is there (no
+    joined rows turned into model instances), else through the relation (detail responses)."""
+
+    def __init__(self, annotation: str, **kwargs):
+        self.annotation = annotation
+        super().__init__(read_only=True, **kwargs)
+
+    def get_attribute(self, instance):
+        if self.annotation in instance.__dict__:
+            return instance.__dict__[self.annotation]
+        return super().get_attribute(instance)
+
+
 class DeploymentSerializer(serializers.ModelSerializer):
-    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    flavor = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    created_by = serializers.CharField(source="created_by.username", default=None, read_only=True)
+    tenant = AnnotatedOrRelated("tenant_slug", source="tenant.slug")
+    flavor = AnnotatedOrRelated("flavor_name", source="flavor.name")
+    created_by = AnnotatedOrRelated("created_by_username", source="created_by.username", default=None)
     gpus_per_replica = serializers.IntegerField(read_only=True)
     gpus_needed = serializers.IntegerField(read_only=True)
     resource_name = serializers.CharField(read_only=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.db.models import F
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -43,8 +44,13 @@ class DeploymentViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def get_queryset(self):
-        return (ModelDeployment.objects.visible_to(self.request.user).live()
-                .select_related("tenant", "flavor", "created_by"))
+        deployments = ModelDeployment.objects.visible_to(self.request.user).live()
+        if self.action == "list":
+            # A page needs three names from the related rows, not the rows: annotating them
+            # keeps the query at one statement and skips building 3 model instances per item.
+            return deployments.annotate(tenant_slug=F("tenant__slug"), flavor_name=F("flavor__name"),
+                                        created_by_username=F("created_by__username"))
+        return deployments.select_related("tenant", "flavor", "created_by")
 
     def _respond(self, dep, code=status.HTTP_200_OK):
         dep.refresh_from_db()

@@ -83,7 +83,7 @@ def portal(live_server, transactional_db, chromium, monkeypatch):
     where another checkout's worker could pick them up."""
     from portal.celery import app
 
-    monkeypatch.setattr(app.conf, "task_always_eager", True)
+    monkeypatch.setitem(app.conf, "task_always_eager", True)
     portal = Portal(live_server.url, build_world(), chromium)
     yield portal
     portal.close()

@@ -136,7 +136,7 @@ class TestQuotaRequestRejected:
         tenant_admin = portal.page("tenant_admin")
         tenant_admin.goto("/quotas/alpha/")
         form = tenant_admin.locator("form", has=tenant_admin.get_by_role("button", name="Request quota"))
-        form.get_by_label("Flavor").select_option(label=re.compile("h100", re.I))
+        form.get_by_label("Flavor").select_option(value=str(portal.world.h100.pk))
         form.get_by_label("Nominal GPUs").fill("32")
         form.get_by_label("Borrowing limit").fill("0")
         form.get_by_label("Justification").fill("Launch of the support assistant")
@@ -235,8 +235,11 @@ class TestKeyboard:
         member.keyboard.type("kbd-chat")
         tab_to("#id_model_source")
         member.keyboard.type("meta-llama/Meta-Llama-3-8B-Instruct")
-        tab_to("input[name=flavor]")
+        tab_to("input[name=flavor]")  # the first tile (A100); arrows move within the group
         member.keyboard.press("Space")
+        member.keyboard.press("ArrowRight")
+        assert member.evaluate("document.activeElement.checked && document.activeElement.value") == str(
+            portal.world.h100.pk)
         focus_ring = member.evaluate("getComputedStyle(document.activeElement.closest('.tile')).outlineStyle")
         assert focus_ring != "none"
         tab_to("#id_max_model_len")

@@ -149,11 +149,11 @@ class TestQuotaChangesRacingReservations:
                     nominal_gpus=target, justification="race test")
                 barrier = threading.Barrier(1 + len(deps))
 
-                def approve_change():
+                def approve_change(barrier=barrier, change=change):
                     barrier.wait()
                     return quota_admin.post(f"/api/v1/quota-requests/{change.pk}/approve/", {"comment": "ok"})
 
-                def approve_dep(dep):
+                def approve_dep(dep, barrier=barrier):
                     barrier.wait()
                     return deploy_admin.post(f"/api/v1/deployments/{dep.pk}/approve/", {})
 

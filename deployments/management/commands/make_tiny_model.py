@@ -125,6 +125,7 @@ class Command(BaseCommand):
         model.save_pretrained(target, safe_serialization=True)
         params = sum(p.numel() for p in model.parameters())
         (target / "portal-tiny-model.json").write_text(json.dumps({"seed": seed, "parameters": params}) + "\n")
-        self.stdout.write(self.style.SUCCESS(
-            f"tiny Llama ({params / 1e6:.2f}M parameters, vocab {len(tokenizer)}) written to {target} "
-            f"in {time.monotonic() - started:.1f}s"))
+        if options["verbosity"] > 0:
+            self.stdout.write(self.style.SUCCESS(
+                f"tiny Llama ({params / 1e6:.2f}M parameters, vocab {len(tokenizer)}) written to {target} "
+                f"in {time.monotonic() - started:.1f}s"))

@@ -1,0 +1,217 @@
+"""B2 — Reconcile cost: one sweep over 1,000 unchanged deployments, and convergence of 500.
+
+Uses the Kubernetes API test server (tests/k8sapi.py, kmock) started in this process; the portal
+talks to it over real HTTP at its direct URL (no fault proxy in the path).
+
+1. Sweep: 1,000 deployments in 10 namespaces, created + approved through the services,
+   reconciled once (RayService created), given an admitted Workload and a ready RayService
+   (tests/operators.py), reconciled again (-> ready, observed_generation == generation). Then
+   one `sweep()`: K8s API calls by verb (Cluster.calls), requests the server saw, deployments
+   re-enqueued. Targets: 20 LISTs (RayServices + Workloads per namespace), 0 writes, 0 enqueued.
+   Also: API calls per single reconcile (new / unchanged-ready), from Cluster.calls.
+2. Convergence: 500 newly approved deployments in 10 fresh namespaces (their reconcile messages
+   queued in Redis), then a real `celery worker` subprocess (tests/e2e/workers.py, concurrency 2,
+   RECONCILE_REQUEUE_SECONDS=10 as in production): time from "worker ready" until all 500
+   RayServices exist and all 500 deployments are `queued`. Target: >= 20 deployments/s.
+
+    .venv/bin/python bench/b2_reconcile.py [--sweep-deployments 1000] [--converge 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import REDIS, claim_redis, header, on_exit, row, setup_django  # noqa: E402
+
+NAMESPACES = 10
+WRITES = ("apply", "create", "delete", "patch_status", "patch")
+
+
+def seed_tenants(prefix: str, flavor, admin):
+    from django.contrib.auth.models import User
+
+    from quotas.models import Membership, Tenant, TenantQuota
+
+    tenants, members = [], []
+    for i in range(NAMESPACES):
+        tenant = Tenant.objects.create(slug=f"{prefix}-{i:02d}", display_name=f"{prefix} {i}")
+        TenantQuota.objects.create(tenant=tenant, flavor=flavor, nominal_gpus=100_000)
+        user = User.objects.create_user(f"{prefix}-member-{i:02d}", password="bench-password-123")
+        Membership.objects.create(user=user, tenant=tenant, role="member")
+        tenants.append(tenant)
+        members.append(user)
+    return tenants, members
+
+
+def create_and_approve(tenants, members, admin, flavor, count: int, prefix: str) -> list[int]:
+    from deployments import services
+
+    ids = []
+    for k in range(count):
+        i = k % NAMESPACES
+        data = {"name": f"{prefix}-{k:04d}", "model_source": "meta-llama/Meta-Llama-3-8B-Instruct",
+                "served_model_name": "llama3-8b", "flavor": flavor, "tensor_parallel_size": 1,
+                "pipeline_parallel_size": 1, "min_replicas": 1, "max_replicas": 1,
+                "target_ongoing_requests": 16, "max_model_len": 8192, "gpu_memory_utilization": 0.9,
+                "enable_chunked_prefill": True, "quantization": "", "dtype": "bfloat16", "backend": "kuberay"}
+        dep = services.deployment_create(tenant=tenants[i], user=members[i], data=data)
+        services.deployment_approve(deployment_id=dep.pk, approver=admin)
+        ids.append(dep.pk)
+    return ids
+
+
+def calls_of(cluster, fn):
+    before = Counter(cluster.calls)
+    result = fn()
+    after = Counter(cluster.calls)
+    after.subtract(before)
+    return result, +after
+
+
+def fmt_calls(calls: Counter, per: int = 1) -> str:
+    return ", ".join(f"{verb}={n / per:g}" for verb, n in sorted(calls.items())) or "none"
+
+
+def purge_broker() -> None:
+    import redis
+
+    redis.Redis.from_url(REDIS).flushdb()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sweep-deployments", type=int, default=1000)
+    parser.add_argument("--converge", type=int, default=500)
+    args = parser.parse_args()
+
+    claim_redis()
+    setup_django("b2")
+    header(f"B2 reconcile cost: sweep over {args.sweep_deployments}, convergence of {args.converge}")
+
+    from decimal import Decimal
+
+    from django.conf import settings
+    from django.contrib.auth.models import Group, User
+
+    from deployments.models import ModelDeployment
+    from quotas.models import PLATFORM_ADMIN_GROUP, GpuFlavor
+    from runtime import k8s
+    from runtime.backends import get_cluster
+    from runtime.reconcile import reconcile, sweep
+    from tests import operators
+    from tests.k8sapi import K8sApiServer
+
+    server = K8sApiServer().start()
+    on_exit(server.stop)
+    settings.KUBERNETES_URL = server.direct_url
+    cluster = get_cluster()
+
+    flavor = GpuFlavor.objects.create(name="h100-sxm5", gpu_model="H100 SXM5", accelerator_type="H100",
+                                      gpu_memory_gib=80, gpus_per_node=8, cpu_per_gpu=12,
+                                      memory_gib_per_gpu=120, price_per_gpu_hour=Decimal("3.90"))
+    admin = User.objects.create_user("bench-admin", password="bench-password-123")
+    admin.groups.add(Group.objects.get_or_create(name=PLATFORM_ADMIN_GROUP)[0])
+
+    # --- 1. sweep over unchanged deployments ------------------------------------------------------
+    tenants, members = seed_tenants("sweep", flavor, admin)
+    started = time.perf_counter()
+    ids = create_and_approve(tenants, members, admin, flavor, args.sweep_deployments, "s")
+    seed_create = time.perf_counter() - started
+    load = lambda pk: ModelDeployment.objects.select_related("tenant", "flavor").get(pk=pk)  # noqa: E731
+
+    started = time.perf_counter()
+    first_calls, second_calls = Counter(), Counter()
+    for pk in ids:
+        _, calls = calls_of(cluster, lambda pk=pk: reconcile(load(pk)))
+        first_calls.update(calls)
+    first_s = time.perf_counter() - started
+    for pk in ids:
+        dep = load(pk)
+        obj = server.get_object(k8s.RAYSERVICE, dep.resource_name, dep.tenant.namespace)
+        operators.workload_for(server, obj, {"QuotaReserved": True, "Admitted": True})
+        operators.rayservice_ready(server, dep.tenant.namespace, dep.resource_name)
+    for pk in ids:
+        _, calls = calls_of(cluster, lambda pk=pk: reconcile(load(pk)))
+        second_calls.update(calls)
+    states = Counter(ModelDeployment.objects.filter(pk__in=ids).values_list("state", flat=True))
+    unconverged = ModelDeployment.objects.filter(pk__in=ids, observed_generation__lt=1).count()
+    assert states == Counter({"ready": len(ids)}) and not unconverged, (states, unconverged)
+    # an extra reconcile of a deployment that is ready and unchanged
+    steady, steady_calls = calls_of(cluster, lambda: reconcile(load(ids[0])))
+    purge_broker()  # the requeues the seeding reconciles sent; no worker consumes them here
+    row("seeded (create + approve through services)",
+        f"{len(ids)} deployments in {NAMESPACES} namespaces, {seed_create:.0f} s; states {dict(states)}")
+    row("API calls per reconcile: new (approved -> queued)", fmt_calls(first_calls, len(ids)),
+        target="")
+    row("API calls per reconcile: queued -> ready", fmt_calls(second_calls, len(ids)))
+    row(f"API calls per reconcile: ready, unchanged ('{steady}')", fmt_calls(steady_calls))
+    row("in-process reconcile rate (first reconcile, 1 thread)", f"{len(ids) / first_s:.0f} /s")
+
+    import redis
+
+    broker = redis.Redis.from_url(REDIS)
+    server_before = len(server.requests())
+    timings = []
+    for attempt in range(3):
+        started = time.perf_counter()
+        report, calls = calls_of(cluster, sweep)
+        timings.append(time.perf_counter() - started)
+        if attempt == 0:
+            first_report, first_calls_sweep = report, calls
+            server_seen = Counter(method for method, _ in server.requests()[server_before:])
+            queued = broker.llen("celery")
+    writes = sum(n for verb, n in first_calls_sweep.items() if verb in WRITES)
+    row("sweep(): Cluster.calls", fmt_calls(first_calls_sweep),
+        target=f"list = {2 * NAMESPACES}, no writes")
+    row("sweep(): requests the API server saw, by method", dict(server_seen))
+    row("sweep(): checked / enqueued / orphans / messages in broker",
+        f"{first_report['checked']} / {first_report['enqueued']} / {len(first_report['orphans'])} / {queued}",
+        target="enqueued 0")
+    row("sweep(): writes", writes, target="0")
+    row("sweep() wall time, 3 runs", " / ".join(f"{t:.2f} s" for t in timings))
+    row("sweep() per deployment checked (best)", f"{min(timings) / first_report['checked'] * 1e3:.2f} ms")
+
+    # --- 2. convergence through a real worker -------------------------------------------------
+    from tests.e2e.workers import celery_worker
+
+    tenants2, members2 = seed_tenants("conv", flavor, admin)
+    started = time.perf_counter()
+    new_ids = create_and_approve(tenants2, members2, admin, flavor, args.converge, "c")
+    row("approved (worker stopped; reconcile messages queued)",
+        f"{len(new_ids)} in {time.perf_counter() - started:.0f} s, {broker.llen('celery')} messages in the broker")
+    server_before = len(server.requests())
+    with tempfile.TemporaryDirectory(prefix="bench-b2-") as tmp:
+        spawn = time.perf_counter()
+        with celery_worker(Path(tmp), concurrency=2, extra_env={
+                "KUBERNETES_URL": server.direct_url, "RECONCILE_REQUEUE_SECONDS": "10", "LOG_LEVEL": "INFO"}):
+            ready_at = time.perf_counter()
+            pending = ModelDeployment.objects.filter(pk__in=new_ids).exclude(state="queued")
+            deadline = ready_at + 600
+            while pending.exists():
+                if time.perf_counter() > deadline:
+                    raise SystemExit(f"not converged after 600 s: {pending.count()} left")
+                time.sleep(0.1)
+            done_at = time.perf_counter()
+            seen = server.requests()[server_before:]
+    existing = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in server.list_objects(k8s.RAYSERVICE)}
+    deps = ModelDeployment.objects.filter(pk__in=new_ids).select_related("tenant")
+    missing = sum((d.tenant.namespace, d.resource_name) not in existing for d in deps)
+    assert missing == 0, f"{missing} RayServices missing"
+    rate = len(new_ids) / (done_at - ready_at)
+    row("worker start -> ready", f"{ready_at - spawn:.1f} s")
+    row(f"convergence: {len(new_ids)} deployments queued + RayServices exist",
+        f"{done_at - ready_at:.1f} s after worker ready = {rate:.1f} /s "
+        f"({len(new_ids) / (done_at - spawn):.1f} /s from worker spawn)", target=">= 20 /s")
+    by_method = Counter(method for method, _ in seen)
+    row("API requests the server saw per converged deployment",
+        ", ".join(f"{m}={n / len(new_ids):.2f}" for m, n in sorted(by_method.items())))
+
+
+if __name__ == "__main__":
+    main()
