@@ -66,6 +66,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "portal.observability.MetricsMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -267,6 +268,7 @@ HF_CACHE_PATH = env_str("HF_CACHE_PATH", "/home/ray/.cache/huggingface")
 NCCL_DEBUG = env_choice("NCCL_DEBUG", "WARN", {"VERSION", "WARN", "INFO", "TRACE"})
 PROMETHEUS_URL = env_url("PROMETHEUS_URL", None, schemes={"http", "https"})
 METRICS_SCRAPE_TIMEOUT_SECONDS = env_float("METRICS_SCRAPE_TIMEOUT_SECONDS", 5.0, minimum=0.1)
+METRICS_TOKEN = env_str("METRICS_TOKEN")  # bearer token for the portal's own /metrics; unset = off
 LOCAL_RUNTIME_DIR = Path(env_str("LOCAL_RUNTIME_DIR", str(VAR_DIR / "local-runtime")))
 
 LOGGING = {

@@ -16,6 +16,7 @@ from django.utils import timezone
 from deployments.choices import State
 from deployments.models import ModelDeployment, ScrapeState
 from deployments.series import store_point
+from portal.observability import SCRAPE_FAILURES
 from runtime.metrics import ScrapeError, Snapshot, derive, query_prometheus, scrape_many
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ def collect_all() -> int:
             state.snapshot, state.last_success, state.last_error = result.to_dict(), now, ""
         else:
             state.last_error = str(result or "no result")[:1000]
+            SCRAPE_FAILURES.inc()
             log.info("metrics scrape of deployment %s failed: %s", dep.pk, state.last_error)
         state.save()
     return stored

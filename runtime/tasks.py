@@ -20,10 +20,14 @@ def reconcile_deployment_task(deployment_id: int) -> str | None:
     from deployments.models import ModelDeployment
     from runtime.reconcile import reconcile
 
+    from portal.observability import RECONCILES
+
     dep = ModelDeployment.objects.filter(pk=deployment_id).select_related("tenant", "flavor").first()
     if dep is None:
         return None
-    return reconcile(dep)
+    result = reconcile(dep)
+    RECONCILES.labels(dep.backend, result).inc()
+    return result
 
 
 @shared_task(**RETRY)

@@ -23,3 +23,14 @@ def test_readyz_is_503_when_the_broker_is_down(client, settings):
     assert response.status_code == 503
     body = response.json()
     assert body["checks"]["database"] == "ok" and body["checks"]["broker"] != "ok"
+
+
+@pytest.mark.django_db
+def test_portal_metrics_need_the_bearer_token(client, settings):
+    settings.METRICS_TOKEN = None
+    assert client.get("/metrics").status_code == 404
+    settings.METRICS_TOKEN = "s3cret-token"
+    assert client.get("/metrics").status_code == 401
+    client.get("/healthz")
+    body = client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret-token").content.decode()
+    assert "portal_http_requests_total" in body and 'method="GET"' in body
