@@ -33,13 +33,15 @@ class DeploymentForm(forms.Form):
                                       help_text="GPUs reserved = max replicas × TP × PP.")
     target_ongoing_requests = forms.IntegerField(min_value=1, max_value=10_000, initial=16,
                                                  help_text="Autoscaling target: in-flight requests per replica.")
-    max_model_len = forms.IntegerField(min_value=16, max_value=10_000_000, required=False,
+    max_model_len = forms.IntegerField(min_value=16, max_value=10_000_000, required=False, label="Max model length",
                                        help_text="Context length; empty = the model's own. Sizes the KV cache.")
     gpu_memory_utilization = forms.FloatField(min_value=0.5, max_value=0.98, initial=0.9,
+                                              label="GPU memory utilization",
                                               help_text="Share of GPU memory vLLM may use (0.5–0.98).")
     enable_chunked_prefill = forms.BooleanField(required=False, initial=True,
                                                 help_text="Interleave long prompts with decoding.")
     max_num_batched_tokens = forms.IntegerField(min_value=16, max_value=10_000_000, required=False,
+                                                label="Max batched tokens",
                                                 help_text="Tokens per scheduler step; empty = vLLM default.")
     quantization = forms.ChoiceField(choices=Quantization.choices, required=False)
     dtype = forms.ChoiceField(choices=Dtype.choices, initial=Dtype.AUTO)

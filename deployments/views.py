@@ -88,13 +88,21 @@ def deployment_badge(request, pk: int):
     return render(request, "deployments/_badge.html", {"dep": dep})
 
 
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings (serveConfigV2) as YAML block scalars, readable as in `kubectl get -o yaml`."""
+
+
+_BlockDumper.add_representer(str, lambda dumper, value: dumper.represent_scalar(
+    "tag:yaml.org,2002:str", value, style="|" if "\n" in value else None))
+
+
 @login_required
 def deployment_manifest(request, pk: int):
     dep = _visible(request, pk)
     from deployments.presenters import rendered_manifest
 
     manifest = rendered_manifest(dep)
-    text = yaml.safe_dump(manifest, sort_keys=False) if isinstance(manifest, dict) else str(manifest)
+    text = yaml.dump(manifest, Dumper=_BlockDumper, sort_keys=False) if isinstance(manifest, dict) else str(manifest)
     return render(request, "deployments/_manifest.html", {"manifest": text})
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 
 def navigation(request):
+    from django.conf import settings
+
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
-        return {}
+        return {"oidc_enabled": settings.OIDC_ENABLED}
     from quotas.models import Tenant, is_platform_admin
 
     admin = is_platform_admin(user)

@@ -53,7 +53,7 @@ class KServeBackend(KubeRayBackend):
             result.state, result.reason = "failed", status["reason"] or "Failed"
         elif status["ready"]:
             result.state, result.reason = "ready", "ScaledToZero" if status["scaled_to_zero"] else "Ready"
-        elif admitted is False:
+        elif admitted is False or (admitted is None and not obj.get("status")):
             result.state, result.reason = "queued", q_reason
         else:
             result.state, result.reason = "provisioning", status["reason"] or "Provisioning"

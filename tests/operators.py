@@ -320,3 +320,33 @@ def workload_set_conditions(
     return server.patch_object(
         k8s.WORKLOAD, name, ns, {"status": {"conditions": merged}}, status_only=True
     )
+
+
+# --- KServe ------------------------------------------------------------------------------------
+
+
+def inferenceservice_status(
+    server: K8sApiServer, ns: str, name: str, *, ready: bool, copies: int = 1,
+    url: str | None = None, failure: tuple[str, str] | None = None, model_failed: str | None = None,
+) -> dict[str, Any]:
+    """Play the KServe controller: write Ready/PredictorReady conditions, url and modelStatus.
+
+    `failure=(reason, message)` sets PredictorReady=False with that reason (e.g. RevisionFailed);
+    `model_failed` reports the model failing to load; `copies=0` with ready=True is a service
+    scaled to zero.
+    """
+    _require(server, k8s.INFERENCESERVICE, ns, name)
+    conds = [condition("Ready", ready, "Ready" if ready else "PredictorNotReady", "")]
+    if failure is not None:
+        conds.append(condition("PredictorReady", False, failure[0], failure[1]))
+    else:
+        conds.append(condition("PredictorReady", ready, "Ready" if ready else "Starting", ""))
+    status: dict[str, Any] = {"conditions": conds, "modelStatus": {"copies": {"totalCopies": copies}}}
+    if url:
+        status["url"] = url
+    if model_failed:
+        status["modelStatus"].update({
+            "transitionStatus": "BlockedByFailedLoad",
+            "states": {"activeModelState": "FailedToLoad", "targetModelState": "FailedToLoad"},
+            "lastFailureInfo": {"reason": "ModelLoadFailed", "message": model_failed}})
+    return server.patch_object(k8s.INFERENCESERVICE, name, ns, {"status": status}, status_only=True)

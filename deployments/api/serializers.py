@@ -77,7 +77,8 @@ class AnnotatedOrRelated(serializers.CharField):
 
 
 class DeploymentSerializer(serializers.ModelSerializer):
-    tenant = AnnotatedOrRelated("tenant_slug", source="tenant.slug")
+    tenant = AnnotatedOrRelated("tenant_slug", source="tenant.slug",
+                                help_text=Tenant._meta.get_field("slug").help_text)
     flavor = AnnotatedOrRelated("flavor_name", source="flavor.name")
     created_by = AnnotatedOrRelated("created_by_username", source="created_by.username", default=None)
     gpus_per_replica = serializers.IntegerField(read_only=True)

@@ -96,6 +96,7 @@ class TestRequestApproveAndWatch:
         assert dep.state == "pending_approval" and dep.max_replicas == 2 and dep.flavor == portal.world.h100
         status_badge = member.locator("#status [data-state]").first
         expect()(status_badge).to_have_text(re.compile("Pending approval"))
+        expect()(member.locator("#actions").get_by_role("button", name="Cancel")).to_be_visible()
         member.evaluate("window.__notReloaded = true")
 
         admin = portal.page("platform_admin")
@@ -114,12 +115,16 @@ class TestRequestApproveAndWatch:
         # The member's page was kept open: the badge changes through the htmx poll alone.
         expect()(status_badge).to_have_attribute("data-state", "approved", timeout=12_000)
         expect()(status_badge).to_have_text(re.compile("Approved"))
+        expect()(member.locator("#head-badge [data-state]")).to_have_attribute("data-state", "approved")
+        # A pending request can be cancelled, an approved one no longer: the buttons follow the state.
+        expect()(member.locator("#actions").get_by_role("button", name="Cancel")).to_have_count(0)
+        expect()(member.locator("#actions").get_by_role("button", name="Delete")).to_be_visible()
         expect()(member.locator("#events")).to_contain_text("Approved")
         assert member.evaluate("window.__notReloaded") is True
 
         rows = store_samples(dep)
         # The dashboard redraws every 15 s; picking a range redraws now (still no reload).
-        member.get_by_role("link", name="1h").click()
+        member.get_by_role("button", name="1h").click()
         expect()(member.locator("#chart-note")).to_contain_text(f"{len(rows)} points")
         assert trace_y(member, "tokens", "generation") == [r.generation_tokens_per_s for r in rows]
         assert trace_y(member, "tokens", "prompt") == [r.prompt_tokens_per_s for r in rows]
@@ -259,17 +264,21 @@ class TestScreenshots:
     def test_main_pages_render_without_errors(self, portal):
         dep = create_deployment(portal.world)
         errors: list[str] = []
+        pages = {}
         for name, (role, path) in self.PAGES.items():
-            page = portal.page(role)
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+            if role not in pages:
+                pages[role] = portal.page(role)
+                pages[role].on("pageerror", lambda exc: errors.append(str(exc)))
+                pages[role].on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+            page = pages[role]
             response = page.goto(path)
             assert response.status == 200, path
             assert page.evaluate("typeof htmx") == "object", f"htmx missing on {path}"
             screenshot(page, name)
-        page = portal.page("member", width=390, height=844)
-        page.goto(f"/deployments/{dep.pk}/")
-        assert page.evaluate("typeof Plotly") == "object"
-        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
-        screenshot(page, "deployment-detail-mobile")
+        phone = portal.page("member", width=390, height=844)
+        phone.goto(f"/deployments/{dep.pk}/")
+        assert phone.evaluate("typeof Plotly") == "object"
+        expect()(phone.locator("#chart-note")).to_contain_text("No metrics")
+        assert phone.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+        screenshot(phone, "deployment-detail-mobile")
         assert errors == []

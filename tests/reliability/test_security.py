@@ -193,7 +193,7 @@ def api_endpoints() -> set[tuple[str, str]]:
             actions = getattr(pattern.callback, "actions", None)
             methods = set(actions) if actions else {m for m in ("get", "post", "put", "patch", "delete")
                                                     if hasattr(cls, m)}
-            found |= {(pattern.name, m) for m in methods & allowed}
+            found.update((pattern.name, m) for m in methods & allowed)
 
     walk(api_urls.urlpatterns)
     return found

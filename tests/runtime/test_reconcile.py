@@ -225,19 +225,58 @@ class TestSweep:
 
 
 class TestKServeBackend:
-    def test_kserve_deployment_goes_ready_from_inferenceservice_conditions(self, world, cluster_api):
+    def isvc(self, api, dep):
+        return api.get_object(k8s.INFERENCESERVICE, dep.resource_name, "alpha")
+
+    def test_request_approve_ready_metrics_stop_delete(self, world, cluster_api):
         dep = approved(world, backend="kserve", name="kserve-chat")
         run(dep)
-        obj = cluster_api.get_object(k8s.INFERENCESERVICE, dep.resource_name, "alpha")
+        obj = self.isvc(cluster_api, dep)
         assert obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "alpha"
-        assert dep.state in (State.QUEUED, State.PROVISIONING)
-        cluster_api.patch_object(k8s.INFERENCESERVICE, dep.resource_name, "alpha", {"status": {
-            "url": f"http://{dep.resource_name}.alpha.example.com",
-            "conditions": [{"type": "Ready", "status": "True"}, {"type": "PredictorReady", "status": "True"}],
-            "modelStatus": {"copies": {"totalCopies": 1}}}}, status_only=True)
+        assert dep.state == State.QUEUED
+        operators.workload_for(cluster_api, obj, {"QuotaReserved": True, "Admitted": True})
+        operators.inferenceservice_status(cluster_api, "alpha", dep.resource_name, ready=False)
         run(dep)
-        assert dep.state == State.READY
-        assert dep.endpoint_url == f"http://{dep.resource_name}.alpha.example.com/v1"
+        assert dep.state == State.PROVISIONING
+        url = f"http://{dep.resource_name}.alpha.example.com"
+        operators.inferenceservice_status(cluster_api, "alpha", dep.resource_name, ready=True, url=url)
+        run(dep)
+        assert dep.state == State.READY and dep.endpoint_url == url + "/v1"
+        version = self.isvc(cluster_api, dep)["metadata"]["resourceVersion"]
+        events = dep.events.count()
+        run(dep)  # idempotent: no write, no event
+        assert self.isvc(cluster_api, dep)["metadata"]["resourceVersion"] == version
+        assert dep.events.count() == events
+        services.deployment_stop(deployment_id=dep.pk, user=world.users["member"])
+        run(dep)
+        assert self.isvc(cluster_api, dep) is None and reserved(world) == 0
         services.deployment_delete(deployment_id=dep.pk, user=world.users["member"])
         run(dep)
-        assert dep.state == State.DELETED and reserved(world) == 0
+        assert dep.state == State.DELETED
+
+    @pytest.mark.parametrize("kind", ["revision", "model"])
+    def test_failures_fail_the_deployment_and_release_quota(self, world, cluster_api, kind):
+        dep = approved(world, backend="kserve", name="kserve-bad")
+        run(dep)
+        if kind == "revision":
+            operators.inferenceservice_status(cluster_api, "alpha", dep.resource_name, ready=False,
+                                              failure=("RevisionFailed", "container exited: CUDA OOM"))
+        else:
+            operators.inferenceservice_status(cluster_api, "alpha", dep.resource_name, ready=False,
+                                              model_failed="Repository not found")
+        run(dep)
+        assert dep.state == State.FAILED
+        run(dep)
+        assert self.isvc(cluster_api, dep) is None and reserved(world) == 0
+
+    def test_scale_to_zero_shows_in_the_badge_and_keeps_gpus(self, world, cluster_api):
+        from deployments.queries import derived_badge
+
+        dep = approved(world, backend="kserve", name="kserve-idle", min_replicas=0, max_replicas=1)
+        run(dep)
+        operators.inferenceservice_status(cluster_api, "alpha", dep.resource_name, ready=True, copies=0,
+                                          url="http://idle.alpha.example.com")
+        run(dep)
+        assert dep.state == State.READY and derived_badge(dep) == "scaled_to_zero"
+        assert "Scaled to zero" in dep.status_message
+        assert reserved(world) == dep.gpus_needed  # an idle deployment keeps its GPUs (documented)
