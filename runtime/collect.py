@@ -38,8 +38,10 @@ def _prometheus_many(deps: list[ModelDeployment]) -> dict[int, Snapshot | Scrape
 
 def collect_all() -> int:
     """Scrape, derive and store one point per reachable deployment; returns points stored."""
-    deps = list(ModelDeployment.objects.filter(state__in=SCRAPED_STATES).exclude(metrics_url="")
-                .select_related("tenant"))
+    deps = ModelDeployment.objects.filter(state__in=SCRAPED_STATES).select_related("tenant")
+    if not settings.PROMETHEUS_URL:
+        deps = deps.exclude(metrics_url="")  # without Prometheus only direct endpoints can be read
+    deps = list(deps)
     if not deps:
         return 0
     if settings.PROMETHEUS_URL:

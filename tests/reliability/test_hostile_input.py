@@ -15,12 +15,11 @@ from schemathesis.specs.openapi.checks import content_type_conformance, response
 
 from deployments import services
 from deployments.models import DeploymentEvent, ModelDeployment
-from deployments.queries import deployment_spec
+from deployments.presenters import rendered_manifest
 from portal.api import token_create
 from portal.models import AuditEvent
 from portal.wsgi import application
 from quotas.models import QuotaReservation
-from runtime.manifests import render_rayservice
 from tests.deployments.factories import draft as model_draft
 from tests.reliability.conftest import knob
 
@@ -96,7 +95,7 @@ class TestHostileFieldValues:
         member = world.client("member")
         existing = services.deployment_create(tenant=world.alpha, user=world.users["member"],
                                               data=model_draft(world, name="existing"))
-        manifest = render_rayservice(deployment_spec(existing))
+        manifest = rendered_manifest(existing)
         body = {**model_draft(world, name="hostile"), "flavor": "h100-sxm5", "tenant": "alpha", field: value}
         before = _snapshot()
         with django_capture_on_commit_callbacks() as scheduled:
@@ -112,7 +111,7 @@ class TestHostileFieldValues:
         assert _snapshot() == before  # nothing written
         assert scheduled == []  # no reconcile, no Kueue sync: nothing will be rendered or applied
         existing.refresh_from_db()
-        assert existing.generation == 1 and render_rayservice(deployment_spec(existing)) == manifest
+        assert existing.generation == 1 and rendered_manifest(existing) == manifest
 
 
 # --- schemathesis over the served schema ----------------------------------------------------------

@@ -5,6 +5,7 @@ scrape, as a deployment's metrics endpoint would.
 """
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -149,3 +150,44 @@ class TestAdvisorOnStoredSamples:
             MetricSample(deployment=serving, ts=now - timedelta(seconds=15 * i), waiting=0, running=1,
                          kv_cache_pct=10, generation_tokens_per_s=50, ttft_p95=0.2) for i in range(25)])
         assert advice_for(serving, now=now) == []
+
+
+class TestPrometheusSource:
+    def test_a_kserve_deployment_gets_samples_through_prometheus(self, world, settings, series_files):
+        """KServe pods sit behind Knative, so their vLLM metrics come from Prometheus."""
+        import json
+        from urllib.parse import parse_qs, urlparse
+
+        from deployments import services
+        from tests.runtime.test_metrics import prometheus_answer
+
+        texts = [f.read_text() for f in series_files[:3]]
+        state = {"i": 0}
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                query = parse_qs(urlparse(self.path).query)["query"][0]
+                answer = prometheus_answer(texts[min(state["i"], len(texts) - 1)], query)
+                for item in answer["data"]["result"]:  # Prometheus stamps an instant query "now"
+                    item["value"][0] = time.time()
+                body = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        settings.PROMETHEUS_URL = f"http://127.0.0.1:{httpd.server_port}"
+        dep = services.deployment_create(tenant=world.alpha, user=world.users["member"],
+                                         data=draft(world, backend="kserve", name="isvc"))
+        type(dep).objects.filter(pk=dep.pk).update(state="ready")
+        for i in range(3):
+            state["i"] = i
+            assert collect_all() == 1
+        samples = list(MetricSample.objects.filter(deployment=dep).order_by("ts"))
+        assert len(samples) == 3 and samples[-1].kv_cache_pct is not None
+        httpd.shutdown()
