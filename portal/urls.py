@@ -5,8 +5,8 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from portal import health
-from portal.observability import metrics_view
 from portal.login import ThrottledLoginView
+from portal.observability import metrics_view
 
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),

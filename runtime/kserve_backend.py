@@ -43,8 +43,15 @@ class KServeBackend(KubeRayBackend):
         return self._observe(spec, current, events)
 
     def _observe(self, spec: DeploymentSpec, obj: dict, events: list) -> Observation:
+        return self._status(spec, obj, self._workload(obj), events)
+
+    def sweep_observation(self, spec: DeploymentSpec, obj: dict, workloads: dict[str, dict]) -> Observation:
+        uid = (obj.get("metadata") or {}).get("uid")
+        return self._status(spec, obj, workloads.get(uid), [])
+
+    def _status(self, spec: DeploymentSpec, obj: dict, workload: dict | None, events: list) -> Observation:
         status = kserve_status(obj)
-        admitted, q_reason, q_message, q_events = kueue_story(self._workload(obj))
+        admitted, q_reason, q_message, q_events = kueue_story(workload)
         ours = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GENERATION)
         result = Observation(exists=True, uid=(obj.get("metadata") or {}).get("uid"),
                              converged=ours == str(spec.generation) and status["ready"] is True,

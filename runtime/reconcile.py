@@ -128,25 +128,26 @@ def _drifted(dep: ModelDeployment, backend: KubeRayBackend, obj: dict | None, wo
 
 
 def sweep() -> dict:
-    """List each namespace's RayServices and Workloads once; re-enqueue what drifted; report
-    orphans (portal-labelled objects with no live deployment)."""
+    """Per backend and namespace, list the portal's objects and the Workloads once; re-enqueue
+    what drifted; report orphans (portal-labelled objects with no live deployment)."""
     from runtime.tasks import reconcile_deployment_task
 
-    groups: dict[str, list[ModelDeployment]] = defaultdict(list)
-    live = (ModelDeployment.objects.exclude(state=State.DELETED).filter(backend="kuberay")
+    groups: dict[tuple[str, str], list[ModelDeployment]] = defaultdict(list)
+    live = (ModelDeployment.objects.exclude(state=State.DELETED).filter(backend__in=("kuberay", "kserve"))
             .select_related("tenant", "flavor"))
     for dep in live:
-        groups[dep.tenant.namespace].append(dep)
+        groups[dep.backend, dep.tenant.namespace].append(dep)
     report = {"checked": 0, "enqueued": 0, "orphans": []}
-    if not groups:
-        return report
-    backend = get_backend("kuberay")
-    for namespace, deps in sorted(groups.items()):
+    backends = {}
+    workloads_by_ns: dict[str, dict] = {}
+    for (backend_name, namespace), deps in sorted(groups.items()):
+        backend = backends.setdefault(backend_name, get_backend(backend_name))
         owned = backend.list_owned(namespace)
-        workloads = backend.list_workloads(namespace)
+        if namespace not in workloads_by_ns:
+            workloads_by_ns[namespace] = backend.list_workloads(namespace)
         for dep in deps:
             report["checked"] += 1
-            if _drifted(dep, backend, owned.pop(dep.pk, None), workloads):
+            if _drifted(dep, backend, owned.pop(dep.pk, None), workloads_by_ns[namespace]):
                 reconcile_deployment_task.delay(dep.pk)
                 report["enqueued"] += 1
         report["orphans"] += [f"{namespace}/{obj['metadata']['name']}" for obj in owned.values()]

@@ -18,9 +18,8 @@ RETRY = dict(acks_late=True, autoretry_for=(TransientClusterError,), retry_backo
 def reconcile_deployment_task(deployment_id: int) -> str | None:
     """Converge one deployment with its backend. Safe to run any number of times."""
     from deployments.models import ModelDeployment
-    from runtime.reconcile import reconcile
-
     from portal.observability import RECONCILES
+    from runtime.reconcile import reconcile
 
     dep = ModelDeployment.objects.filter(pk=deployment_id).select_related("tenant", "flavor").first()
     if dep is None:

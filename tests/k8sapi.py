@@ -266,6 +266,7 @@ class FaultProxy:
         self.plan = FaultPlan()
         self.injected: Counter[int | str] = Counter()
         self.forwarded = 0
+        self.seen: list[tuple[str, str]] = []  # (method, path) of every request, faulted or not
         self._release = asyncio.Event()
         self._session: aiohttp.ClientSession | None = None
         self._runner: aiohttp.web.ServerRunner | None = None
@@ -294,6 +295,7 @@ class FaultProxy:
 
     async def _handle(self, request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         body = await request.read()
+        self.seen.append((request.method, request.path))
         fault = self.plan.pick(request.method, request.path)
         if fault is not None:
             self.injected[fault] += 1
@@ -543,6 +545,10 @@ class K8sApiServer:
     def injected(self) -> Counter[int | str]:
         """How many of each fault the proxy has injected."""
         return self.call(lambda: Counter(self.proxy.injected))
+
+    def proxied_requests(self) -> list[tuple[str, str]]:
+        """(method, path) of every request the code under test sent (through the proxy)."""
+        return self.call(lambda: list(self.proxy.seen))
 
     def requests(self) -> list[tuple[str, str]]:
         """(method, path) of every request the emulator served, oldest first."""

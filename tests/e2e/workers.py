@@ -14,6 +14,7 @@ from django.db import connection
 
 from tests.shared import PROJECT_ROOT
 
+
 def broker_url() -> str:
     """The test process's own broker (a Redis database of the tests' own, see pyproject)."""
     from django.conf import settings

@@ -29,20 +29,19 @@ BASE = K8S / "base"
 OVERLAYS = ("dev", "prod")
 PORTAL_UID = 10001
 
-VERBS_FULL = {"get", "list", "watch", "create", "patch", "update", "delete"}
-VERBS_KUEUE = {"get", "list", "watch", "create", "patch", "update"}
-VERBS_READ = {"get", "list", "watch"}
+# The same rules tests/portal/test_rbac.py derives from the runtime's recorded API calls; this
+# copy checks the *built* overlays keep them (kustomize must not add or drop any).
+VERBS_WORKLOAD = {"get", "list", "create", "patch", "delete"}
+VERBS_KUEUE = {"get", "create", "patch"}
 EXPECTED_RULES = {
-    ("ray.io", "rayservices"): VERBS_FULL,
-    ("serving.kserve.io", "inferenceservices"): VERBS_FULL,
+    ("ray.io", "rayservices"): VERBS_WORKLOAD,
+    ("serving.kserve.io", "inferenceservices"): VERBS_WORKLOAD,
     ("kueue.x-k8s.io", "clusterqueues"): VERBS_KUEUE,
     ("kueue.x-k8s.io", "localqueues"): VERBS_KUEUE,
     ("kueue.x-k8s.io", "resourceflavors"): VERBS_KUEUE,
     ("kueue.x-k8s.io", "cohorts"): VERBS_KUEUE,
-    ("kueue.x-k8s.io", "workloads"): VERBS_READ,
-    ("", "namespaces"): {"get", "list", "create", "patch"},
-    ("", "events"): VERBS_READ,
-    ("", "services"): {"get", "list"},
+    ("kueue.x-k8s.io", "workloads"): {"list"},
+    ("", "namespaces"): {"get", "create", "patch"},
 }
 SECRET_KEYS = {"SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "CACHE_URL"}
 

@@ -1,0 +1,79 @@
+"""Least privilege, derived from the code: record every Kubernetes API call the runtime makes in
+its scenarios (kuberay and kserve lifecycles, updates, recreation, sweep, Kueue sync) and check
+the portal's ClusterRole grants exactly those (resource, verb) pairs — no more, no less."""
+
+from pathlib import Path
+
+import yaml
+
+from deployments import services
+from runtime.kueue import sync_kueue
+from runtime.reconcile import reconcile, sweep
+from tests import operators
+from tests.deployments.factories import draft
+
+RBAC = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "base" / "rbac.yaml"
+METHOD_VERB = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
+
+
+def verb_and_resource(method: str, path: str) -> tuple[str, str, str]:
+    """('get'|'list'|…, apiGroup, resource) for one request path."""
+    parts = [p for p in path.split("/") if p]
+    if parts[0] == "api":  # core group: /api/v1/namespaces[/name]
+        group, rest = "", parts[2:]
+    else:  # /apis/<group>/<version>/...
+        group, rest = parts[1], parts[3:]
+    if rest and rest[0] == "namespaces" and len(rest) >= 3:
+        rest = rest[2:]  # namespaced: drop "namespaces/<ns>"
+    resource, named = rest[0], len(rest) >= 2
+    if len(rest) >= 3 and rest[2] == "status":
+        resource += "/status"
+    verb = METHOD_VERB.get(method) or ("get" if named else "list")
+    return verb, group, resource
+
+
+def granted() -> set[tuple[str, str, str]]:
+    role = next(d for d in yaml.safe_load_all(RBAC.read_text()) if d["kind"] == "ClusterRole")
+    pairs = set()
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    assert "*" not in (group, resource, verb)
+                    pairs.add((verb, group, resource))
+    return pairs
+
+
+def exercise(world, api) -> None:
+    sync_kueue()
+    member, admin = world.users["member"], world.users["platform_admin"]
+    for backend in ("kuberay", "kserve"):
+        dep = services.deployment_create(tenant=world.alpha, user=member,
+                                         data=draft(world, name=f"rbac-{backend}", backend=backend, max_replicas=1))
+        services.deployment_approve(deployment_id=dep.pk, approver=admin)
+        for step in range(4):
+            dep.refresh_from_db()
+            reconcile(dep)
+            if step == 0 and backend == "kuberay":
+                obj = api.get_object(__import__("runtime.k8s").k8s.RAYSERVICE, dep.resource_name, "alpha")
+                operators.workload_for(api, obj, {"QuotaReserved": True, "Admitted": True})
+            if step == 1:  # a serve-config change: applied in place
+                services.deployment_update(deployment_id=dep.pk, user=member, data={"max_model_len": 4096})
+            if step == 2 and backend == "kuberay":  # a cluster change: the RayService is recreated
+                services.deployment_update(deployment_id=dep.pk, user=member, data={"tensor_parallel_size": 2})
+                services.deployment_approve(deployment_id=dep.pk, approver=admin)
+        sweep()
+        services.deployment_delete(deployment_id=dep.pk, user=member)
+        for _ in range(2):
+            dep.refresh_from_db()
+            reconcile(dep)
+
+
+def test_the_cluster_role_grants_exactly_what_the_runtime_calls(world, cluster_api):
+    exercise(world, cluster_api)
+    used = {verb_and_resource(method, path) for method, path in cluster_api.proxied_requests()}
+    assert ("create", "ray.io", "rayservices") in used and ("list", "kueue.x-k8s.io", "workloads") in used
+    missing = used - granted()
+    unused = granted() - used
+    assert not missing, f"the runtime calls these but the ClusterRole does not grant them: {sorted(missing)}"
+    assert not unused, f"the ClusterRole grants these but no runtime code path uses them: {sorted(unused)}"
