@@ -83,9 +83,18 @@ def cluster(request):
     busiest = (MetricSample.objects.filter(resolution=Resolution.RAW, ts__gte=since,
                                            generation_tokens_per_s__isnull=False)
                .select_related("deployment__tenant").order_by("-generation_tokens_per_s")[:10])
+    from django.db.models import Sum
+
+    from deployments.charts import QuotaRow, figure_json, quota_bars
+
+    figure = quota_bars([QuotaRow(f"{q.tenant.slug} / {q.flavor.name}", q.reserved_gpus, q.nominal_gpus,
+                                  q.borrowing_limit_gpus) for q in quotas], title="GPU quota by tenant and flavor")
+    totals = (TenantQuota.objects.values("flavor__name").annotate(nominal=Sum("nominal_gpus"),
+                                                                   reserved=Sum("reserved_gpus"))
+              .order_by("flavor__name"))
     return render(request, "portal/cluster.html", {
-        "quotas": quotas, "tenants": Tenant.objects.all(), "busiest": busiest,
-        "orphans": cache.get("runtime:orphans") or []})
+        "quotas": quotas, "tenants": Tenant.objects.all(), "busiest": busiest, "totals": totals,
+        "quota_figure": figure_json(figure), "orphans": cache.get("runtime:orphans") or []})
 
 
 @login_required

@@ -38,7 +38,6 @@ import argparse
 import contextlib
 import fcntl
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -458,13 +457,12 @@ class LocalBackend:
         """The engine interpreter can import every module the engine needs (checked there)."""
         if self._installed:
             return True  # an install does not go away while the portal runs; absence is rechecked
+        # Asked of the engine interpreter itself, in a subprocess: another venv's python may be a
+        # symlink to this very binary and still see different site-packages.
         check = "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in sys.argv[1:]))"
-        if os.path.realpath(self.python) == os.path.realpath(sys.executable):
-            missing = any(importlib.util.find_spec(m) is None for m in self.engine.required_modules)
-        else:
-            result = subprocess.run([self.python, "-c", check, *self.engine.required_modules],
-                                    capture_output=True, timeout=60, check=False)
-            missing = result.returncode != 0
+        result = subprocess.run([self.python, "-c", check, *self.engine.required_modules],
+                                capture_output=True, timeout=60, check=False)
+        missing = result.returncode != 0
         self._installed = not missing
         return self._installed
 

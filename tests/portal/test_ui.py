@@ -138,3 +138,17 @@ class TestTokensPage:
         token = ApiToken.objects.get()
         client.post(f"/tokens/{token.token_key}/revoke/")
         assert not ApiToken.objects.exists()
+
+
+class TestClusterView:
+    def test_admin_view_shows_quota_by_tenant_and_flavor_as_a_plotly_figure(self, world):
+        import json
+        import re
+
+        body = world.browser("platform_admin").get("/cluster/").content.decode()
+        raw = re.search(r'<script id="quota-figure" type="application/json">(.*?)</script>', body, re.S).group(1)
+        figure = json.loads(json.loads(raw))
+        reserved = next(t for t in figure["data"] if t["name"] == "reserved")
+        nominal = next(t for t in figure["data"] if t["name"] == "nominal")
+        assert "alpha / h100-sxm5" in reserved["x"]
+        assert nominal["y"][reserved["x"].index("alpha / h100-sxm5")] == 8
