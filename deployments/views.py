@@ -125,6 +125,22 @@ def deployment_charts(request, pk: int):
     return HttpResponse(body, content_type="application/json")
 
 
+@login_required
+@require_POST
+def deployment_try(request, pk: int):
+    """htmx: send one prompt to the deployment and show the answer and the latency."""
+    from deployments.trying import try_prompt
+
+    dep = _visible(request, pk)
+    prompt = (request.POST.get("prompt") or "").strip()[:2000]
+    try:
+        max_tokens = min(512, max(1, int(request.POST.get("max_tokens") or 32)))
+    except ValueError:
+        max_tokens = 32
+    result = try_prompt(dep, prompt=prompt, max_tokens=max_tokens) if prompt else {"error": "Enter a prompt."}
+    return render(request, "deployments/_try_result.html", result)
+
+
 ACTIONS = {
     "approve": (lambda dep, user, form: services.deployment_approve(
         deployment_id=dep.pk, approver=user, reason=form.get("reason", "")), "Approved."),

@@ -16,6 +16,7 @@ urlpatterns = [
     path("deployments/<int:pk>/", deployment_views.deployment_detail, name="deployment-detail"),
     path("deployments/<int:pk>/status/", deployment_views.deployment_status, name="deployment-status"),
     path("deployments/<int:pk>/badge/", deployment_views.deployment_badge, name="deployment-badge"),
+    path("deployments/<int:pk>/try/", deployment_views.deployment_try, name="deployment-try"),
     path("deployments/<int:pk>/charts/", deployment_views.deployment_charts, name="deployment-charts"),
     path("deployments/<int:pk>/manifest/", deployment_views.deployment_manifest, name="deployment-manifest"),
     path("deployments/<int:pk>/<str:action>/", deployment_views.deployment_action, name="deployment-action"),

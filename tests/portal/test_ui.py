@@ -152,3 +152,44 @@ class TestClusterView:
         nominal = next(t for t in figure["data"] if t["name"] == "nominal")
         assert "alpha / h100-sxm5" in reserved["x"]
         assert nominal["y"][reserved["x"].index("alpha / h100-sxm5")] == 8
+
+
+class TestTryIt:
+    def test_a_prompt_goes_through_the_portal_to_the_endpoint(self, world, dep):
+        """A stand-in OpenAI server on loopback (the real engine is in the slow local-engine test)."""
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        seen = {}
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                seen["body"] = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                seen["path"] = self.path
+                body = json.dumps({"choices": [{"text": " GPUs are fast."}],
+                                   "usage": {"completion_tokens": 4}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        type(dep).objects.filter(pk=dep.pk).update(state="ready",
+                                                   endpoint_url=f"http://127.0.0.1:{server.server_port}/v1")
+        body = world.browser("viewer").post(f"/deployments/{dep.pk}/try/",
+                                            {"prompt": "Say something", "max_tokens": 8}).content.decode()
+        server.shutdown()
+        assert 'data-try="ok"' in body and "GPUs are fast." in body
+        assert seen["path"] == "/v1/completions" and seen["body"]["max_tokens"] == 8
+        assert seen["body"]["model"] == dep.served_model_name
+
+    def test_an_unreachable_endpoint_is_a_readable_error(self, world, dep):
+        type(dep).objects.filter(pk=dep.pk).update(state="ready", endpoint_url="http://127.0.0.1:1/v1")
+        body = world.browser("member").post(f"/deployments/{dep.pk}/try/", {"prompt": "hi"}).content.decode()
+        assert 'data-try="error"' in body and "did not answer" in body
+        assert world.browser("other_member").post(f"/deployments/{dep.pk}/try/", {"prompt": "hi"}).status_code == 404

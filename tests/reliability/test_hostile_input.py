@@ -125,9 +125,19 @@ CHECKS = [not_a_server_error, response_schema_conformance, content_type_conforma
 
 @pytest.fixture
 def fuzz_world(world):
-    """The world plus one object of each kind, so path parameters can name real objects."""
+    """The world plus one object of each kind, so path parameters can name real objects.
+
+    Requests go straight to the WSGI app inside the test's transaction; like Django's test
+    client, keep request start/finish from closing that connection (it would end the
+    transaction and every later query would fail)."""
+    from django.core import signals
+    from django.db import close_old_connections
+
     from quotas import services as quota_services
     from quotas.models import TenantQuota
+
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
 
     dep = services.deployment_create(tenant=world.alpha, user=world.users["member"], data=model_draft(world))
     change = quota_services.quota_change_request_create(
@@ -138,8 +148,10 @@ def fuzz_world(world):
            "token_key": tokens["member"][0].token_key}
     objects = {"deployments": dep.pk, "quotas": TenantQuota.objects.filter(tenant=world.alpha).first().pk,
                "quota-requests": change.pk, "audit": AuditEvent.objects.filter(tenant=world.alpha).first().pk}
-    return {"headers": {role: {"Authorization": f"Token {secret}"} for role, (_, secret) in tokens.items()},
-            "ids": ids, "objects": objects}
+    yield {"headers": {role: {"Authorization": f"Token {secret}"} for role, (_, secret) in tokens.items()},
+           "ids": ids, "objects": objects}
+    signals.request_started.connect(close_old_connections)
+    signals.request_finished.connect(close_old_connections)
 
 
 def _real_path_parameters(case, fuzz_world) -> None:
