@@ -98,6 +98,17 @@ def count_queries(token: str) -> tuple[int, int, list[str]]:
     return len(ctx.captured_queries), len(response.json()["results"]), [q["sql"] for q in ctx.captured_queries]
 
 
+def in_process_times(token: str) -> dict[str, tuple[float, float]]:
+    """Service time without concurrency: (best, median) seconds per request, test Client."""
+    from _common import best_of
+    from django.test import Client
+
+    client = Client(HTTP_HOST="127.0.0.1")
+    auth = {"HTTP_AUTHORIZATION": f"Token {token}"}
+    return {key: best_of(lambda p=path: client.get(p, **auth), repeat=30)
+            for key, path in (("me", "/api/v1/me/"), ("list", "/api/v1/deployments/"))}
+
+
 # --- load -----------------------------------------------------------------------------------
 
 
@@ -201,6 +212,11 @@ def main() -> None:
         q1000, n1000, _ = results[1000][who]
         row(f"queries/page, {who}: N=10 ({n10} items) vs N=1000 ({n1000} items)",
             f"{q10} vs {q1000}  (ratio {q1000 / q10:.2f})", target="<= 8, same")
+    serial = in_process_times(tokens[users[0].username])
+    row("single client, in-process: /me/ vs list, best / median ms",
+        f"{serial['me'][0] * 1e3:.1f} / {serial['me'][1] * 1e3:.1f} vs "
+        f"{serial['list'][0] * 1e3:.1f} / {serial['list'][1] * 1e3:.1f}  "
+        f"(ratio of bests {serial['list'][0] / serial['me'][0]:.2f}x)")
     if os.environ.get("BENCH_SHOW_SQL"):
         for sql in results[1000]["admin"][2]:
             print("      ", sql[:200])

@@ -15,6 +15,7 @@ import argparse
 import math
 import sys
 import time
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -74,6 +75,21 @@ def vacuum(full: bool) -> None:
         cursor.execute(f"VACUUM {'FULL ' if full else ''}ANALYZE deployments_metricsample")
 
 
+@contextmanager
+def counting():
+    """Count SQL statements run on the default connection (without keeping their text)."""
+    from django.db import connection
+
+    box = {"queries": 0}
+
+    def wrapper(execute, sql, params, many, context):
+        box["queries"] += 1
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        yield box
+
+
 def fmt_rows(rows: dict[int, int]) -> str:
     names = {15: "15s", 60: "1m", 600: "10m"}
     return ", ".join(f"{names.get(k, k)}={v}" for k, v in sorted(rows.items())) + f" (total {sum(rows.values())})"
@@ -99,11 +115,15 @@ def main() -> None:
     row("before downsample: table+indexes", f"{before_size / 2**20:.1f} MiB")
 
     started = time.perf_counter()
-    result = downsample(now=now)
-    row("downsample(now) once over the whole backlog", f"{time.perf_counter() - started:.2f} s  {result}")
+    with counting() as first:
+        result = downsample(now=now)
+    row("downsample(now) once over the whole backlog",
+        f"{time.perf_counter() - started:.2f} s, {first['queries']} SQL statements  {result}")
     started = time.perf_counter()
-    again = downsample(now=now + timedelta(minutes=1))
-    row("downsample one minute later (steady-state run)", f"{(time.perf_counter() - started) * 1e3:.0f} ms  {again}")
+    with counting() as second:
+        again = downsample(now=now + timedelta(minutes=1))
+    row("downsample one minute later (steady-state run)",
+        f"{time.perf_counter() - started:.2f} s, {second['queries']} SQL statements  {again}")
     after_rows, after_size = table_state()
     vacuum(full=False)
     _, after_vacuum = table_state()

@@ -117,7 +117,7 @@ class TenantViewSet(viewsets.ReadOnlyModelViewSet):
         return Tenant.objects.visible_to(self.request.user)
 
     @extend_schema(responses=MembershipSerializer(many=True))
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None)  # a plain list, not a page
     def members(self, request, slug=None):
         tenant = self.get_object()
         if not tenant.has_role(request.user, Role.TENANT_ADMIN):
@@ -126,8 +126,8 @@ class TenantViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 class AuditEventSerializer(serializers.ModelSerializer):
-    actor = serializers.CharField(source="actor.username", default=None, read_only=True)
-    tenant = serializers.CharField(source="tenant.slug", default=None, read_only=True)
+    actor = serializers.CharField(source="actor.username", default=None, allow_null=True, read_only=True)
+    tenant = serializers.CharField(source="tenant.slug", default=None, allow_null=True, read_only=True)
 
     class Meta:
         model = AuditEvent

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import DataError
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
@@ -50,6 +51,11 @@ def api_exception_handler(exc, context):
     """DRF handler that also understands DomainError and Django's ValidationError."""
     if isinstance(exc, DomainError):
         return Response(exc.as_dict(), status=exc.status_code)
+    if isinstance(exc, DataError):
+        # Input the database cannot hold or compare (a NUL byte in a slug lookup, a number beyond
+        # its column): the request is at fault, and the transaction that met it rolled back.
+        return Response({"detail": "A value in the request cannot be stored or looked up.", "code": "invalid"},
+                        status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, DjangoValidationError):
         detail = exc.message_dict if hasattr(exc, "error_dict") else {"detail": exc.messages}
         exc = exceptions.ValidationError(detail=detail)

@@ -473,6 +473,18 @@ class LocalBackend:
 
     # --- Backend protocol -----------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _deployment_lock(self, deployment_id: int):
+        """Serialize ensure/remove for one deployment across worker *processes* (prefork pools
+        run one reconcile per process): without it two could each start an engine."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / f"{deployment_id}.lock", "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
     def ensure(self, spec: DeploymentSpec) -> Observation:
         """Start the engine for `spec` unless the current one runs; restart it on a spec change.
 
@@ -480,7 +492,7 @@ class LocalBackend:
         (the reconciler then tears it down): restarting it here would loop on a broken model.
         One that a reboot stopped is started again.
         """
-        with self._lock:
+        with self._lock, self._deployment_lock(spec.deployment_id):
             if not self.engine_installed():
                 return _failed("EngineNotInstalled", ENGINE_NOT_INSTALLED)
             state, want = self.load_state(spec.deployment_id), self.spec_hash(spec)
@@ -507,7 +519,7 @@ class LocalBackend:
 
     def remove(self, spec: DeploymentSpec) -> bool:
         """Stop the engine (its whole session) and delete its state; True once nothing is left."""
-        with self._lock:
+        with self._lock, self._deployment_lock(spec.deployment_id):
             state = self.load_state(spec.deployment_id)
             if state is not None:
                 self._stop(state)

@@ -55,7 +55,7 @@ class DeploymentUpdateSerializer(DeploymentSpecSerializer):
 
 
 class DeploymentEventSerializer(serializers.ModelSerializer):
-    actor = serializers.CharField(source="actor.username", default=None, read_only=True)
+    actor = serializers.CharField(source="actor.username", default=None, allow_null=True, read_only=True)
 
     class Meta:
         model = DeploymentEvent
@@ -80,7 +80,8 @@ class DeploymentSerializer(serializers.ModelSerializer):
     tenant = AnnotatedOrRelated("tenant_slug", source="tenant.slug",
                                 help_text=Tenant._meta.get_field("slug").help_text)
     flavor = AnnotatedOrRelated("flavor_name", source="flavor.name")
-    created_by = AnnotatedOrRelated("created_by_username", source="created_by.username", default=None)
+    created_by = AnnotatedOrRelated("created_by_username", source="created_by.username", default=None,
+                                    allow_null=True)
     gpus_per_replica = serializers.IntegerField(read_only=True)
     gpus_needed = serializers.IntegerField(read_only=True)
     resource_name = serializers.CharField(read_only=True)

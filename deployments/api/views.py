@@ -165,7 +165,7 @@ class DeploymentViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins
         })
 
 
-    @extend_schema(responses={200: dict})
+    @extend_schema(responses={200: {"type": "array", "items": {"type": "object"}}})
     @action(detail=True, methods=["get"])
     def advice(self, request, pk=None):
         """The advisor's recommendations with their evidence (series, window, value, threshold)."""

@@ -45,7 +45,7 @@ class QuotaChangeRequestSerializer(serializers.ModelSerializer):
     tenant = serializers.SlugRelatedField(slug_field="slug", queryset=Tenant.objects.all())
     flavor = serializers.SlugRelatedField(slug_field="name", queryset=GpuFlavor.objects.filter(active=True))
     requested_by = serializers.CharField(source="requested_by.username", read_only=True)
-    decided_by = serializers.CharField(source="decided_by.username", default=None, read_only=True)
+    decided_by = serializers.CharField(source="decided_by.username", default=None, allow_null=True, read_only=True)
     justification = serializers.CharField(max_length=2000)
 
     class Meta:

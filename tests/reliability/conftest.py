@@ -254,7 +254,11 @@ def portal_process(args: list[str], log: Path, *, env: dict[str, str], ready: st
                     raise RuntimeError(f"{args[0]} exited early:\n{log.read_text()[-3000:]}")
                 return ready in log.read_text()
             wait_for(started, timeout=timeout, interval=0.2, what=f"{args[0]} to start")
+        proc.log_path = log  # type: ignore[attr-defined]
         yield proc
+    except BaseException:
+        print(f"--- {' '.join(args[:3])} log (tail) ---\n{log.read_text()[-6000:]}")
+        raise
     finally:
         kill_group(proc, 15)
 

@@ -50,7 +50,8 @@ def _fresh_throttles():
 
 def _dep(world, state: str = "pending") -> ModelDeployment:
     dep = deployment_services.deployment_create(
-        tenant=world.alpha, user=world.users["member"], data=model_draft(world, name=f"m{next(_names)}", max_replicas=1))
+        tenant=world.alpha, user=world.users["member"],
+        data=model_draft(world, name=f"m{next(_names)}", max_replicas=1))
     if state in ("approved", "stopped"):
         deployment_services.deployment_approve(deployment_id=dep.pk, approver=world.users["platform_admin"])
     if state == "stopped":
@@ -100,9 +101,11 @@ D = "/api/v1/deployments"
 MATRIX = {
     ("api-me", "get"): (lambda w, c: c.get("/api/v1/me/"), READ_ALL),
     ("quota-preview", "get"): (
-        lambda w, c: c.get("/api/v1/quota-preview/", {"tenant": "alpha", "flavor": "h100-sxm5", "gpus": 1}), ALPHA_READ),
+        lambda w, c: c.get("/api/v1/quota-preview/", {"tenant": "alpha", "flavor": "h100-sxm5", "gpus": 1}),
+        ALPHA_READ),
     ("cluster-usage", "get"): (
-        lambda w, c: c.get("/api/v1/cluster/usage/"), expect(viewer=403, member=403, tenant_admin=403, other_member=403)),
+        lambda w, c: c.get("/api/v1/cluster/usage/"),
+        expect(viewer=403, member=403, tenant_admin=403, other_member=403)),
     ("token-list", "get"): (lambda w, c: c.get("/api/v1/tokens/"), READ_ALL),
     ("token-list", "post"): (lambda w, c: c.post("/api/v1/tokens/", {"name": "ci"}), expect(
         viewer=201, member=201, tenant_admin=201, platform_admin=201, other_member=201)),
@@ -191,8 +194,9 @@ def api_endpoints() -> set[tuple[str, str]]:
             cls = getattr(pattern.callback, "cls", None)
             allowed = {m.lower() for m in getattr(cls, "http_method_names", ())}
             actions = getattr(pattern.callback, "actions", None)
-            methods = set(actions) if actions else {m for m in ("get", "post", "put", "patch", "delete")
-                                                    if hasattr(cls, m)}
+            # HEAD mirrors GET (DRF even adds it to `actions` after the first request): not listed.
+            verbs = {"get", "post", "put", "patch", "delete"}
+            methods = set(actions) & verbs if actions else {m for m in verbs if hasattr(cls, m)}
             found.update((pattern.name, m) for m in methods & allowed)
 
     walk(api_urls.urlpatterns)

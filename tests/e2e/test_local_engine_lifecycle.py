@@ -1,0 +1,80 @@
+"""End to end on a real engine: API request → approve → real Celery worker (Redis) → local vLLM
+CPU engine serving a generated tiny Llama → a completion through its endpoint → the metrics task
+scrapes it → the metrics API shows tokens/s and KV cache → stop → the process is gone and the
+GPUs (here: the CPU engine slot) are released."""
+
+import importlib.util
+import json
+import os
+from decimal import Decimal
+
+import pytest
+import requests
+from django.core.management import call_command
+
+from quotas.models import GpuFlavor, TenantQuota
+from tests.e2e.workers import celery_worker, purge_broker, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.local_engine, pytest.mark.django_db(transaction=True)]
+
+
+def engine_available() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+@pytest.mark.skipif(not engine_available(), reason="needs the local extra: pip install '.[local]'")
+def test_local_deployment_serves_tokens_and_reports_metrics(tx_world, tmp_path):
+    model = tmp_path / "tiny-llama"
+    call_command("make_tiny_model", output=model)
+    cpu = GpuFlavor.objects.create(name="cpu-local", gpu_model="CPU (vLLM CPU build)", accelerator_type="CPU",
+                                   gpu_memory_gib=4, gpus_per_node=1, price_per_gpu_hour=Decimal("0"))
+    TenantQuota.objects.create(tenant=tx_world.alpha, flavor=cpu, nominal_gpus=1)
+    purge_broker()
+    runtime_dir = tmp_path / "runtime"
+    with celery_worker(tmp_path, extra_env={"LOCAL_RUNTIME_DIR": str(runtime_dir), "RECONCILE_REQUEUE_SECONDS": "3",
+                                            "LOCAL_KVCACHE_GIB": "1"}):
+        member, admin = tx_world.client("member"), tx_world.client("platform_admin")
+        created = member.post("/api/v1/deployments/", {
+            "tenant": "alpha", "name": "tiny", "model_source": str(model), "served_model_name": "tiny-llama",
+            "flavor": "cpu-local", "backend": "local", "max_model_len": 256, "dtype": "bfloat16"}, format="json")
+        assert created.status_code == 201, created.content
+        dep_id = created.json()["id"]
+        assert admin.post(f"/api/v1/deployments/{dep_id}/approve/", {}, format="json").status_code == 200
+        detail = lambda: member.get(f"/api/v1/deployments/{dep_id}/").json()  # noqa: E731
+        body = wait_for(lambda: (d := detail())["state"] in ("ready", "failed") and d, timeout=420,
+                        interval=2, what="the local engine to come up")
+        assert body["state"] == "ready", body["status_message"]
+
+        answer = requests.post(f"{body['endpoint_url']}/completions", timeout=120, json={
+            "model": "tiny-llama", "prompt": "Hello GPU", "max_tokens": 16})
+        assert answer.status_code == 200 and answer.json()["choices"][0]["text"] is not None
+
+        from runtime.tasks import scrape_metrics_task
+
+        def tokens_per_s():
+            scrape_metrics_task.delay()
+            requests.post(f"{body['endpoint_url']}/completions", timeout=120, json={
+                "model": "tiny-llama", "prompt": "Once upon a time", "max_tokens": 16})
+            series = member.get(f"/api/v1/deployments/{dep_id}/metrics/?window=1h").json()["series"]
+            rates = [v for v in series["generation_tokens_per_s"] if v]
+            kv = [v for v in series["kv_cache_pct"] if v is not None]
+            return rates and kv and (rates, kv)
+
+        rates, kv = wait_for(tokens_per_s, timeout=120, interval=3, what="scraped samples with tokens/s")
+        assert max(rates) > 0 and all(0 <= v <= 100 for v in kv)
+
+        state_file = runtime_dir / str(dep_id) / "state.json"
+        pid = json.loads(state_file.read_text())["pid"]
+        assert member.post(f"/api/v1/deployments/{dep_id}/stop/", {}, format="json").status_code == 200
+
+        def gone():
+            try:
+                os.kill(pid, 0)
+                return False
+            except ProcessLookupError:
+                return True
+
+        wait_for(gone, timeout=60, what="the engine process to exit")
+        quota = lambda: TenantQuota.objects.get(tenant=tx_world.alpha, flavor=cpu).reserved_gpus  # noqa: E731
+        wait_for(lambda: quota() == 0, timeout=60, what="the engine slot to be released")
+        assert not state_file.exists()
