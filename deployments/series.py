@@ -66,7 +66,9 @@ def _rollup(target: int, source: int, now: datetime) -> int:
     """Average `source` rows into `target` buckets that are complete and not yet rolled up."""
     made = 0
     last_complete = _bucket(now, target)
-    for dep_id in MetricSample.objects.filter(resolution=source).values_list("deployment_id", flat=True).distinct():
+    # order_by() drops Meta.ordering ("ts"), which would otherwise make DISTINCT run per row.
+    for dep_id in (MetricSample.objects.filter(resolution=source).order_by()
+                   .values_list("deployment_id", flat=True).distinct()):
         last = (MetricSample.objects.filter(deployment_id=dep_id, resolution=target)
                 .order_by("-ts").values_list("ts", flat=True).first())
         start = last + timedelta(seconds=target) if last else None

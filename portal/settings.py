@@ -92,8 +92,11 @@ DATABASES = {"default": env_database("DATABASE_URL", f"sqlite:///{VAR_DIR / 'dem
 DATABASES["default"]["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 0, minimum=0)
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
-    # The demo's web, worker and beat share one file; wait for each other's writes.
-    DATABASES["default"]["OPTIONS"] = {"timeout": 30}
+    # The demo's web, worker and beat share one file. WAL lets readers run beside the writer;
+    # IMMEDIATE transactions take the write lock up front, so two writers queue (busy timeout)
+    # instead of failing with "database is locked" when a read lock cannot be upgraded.
+    DATABASES["default"]["OPTIONS"] = {"timeout": 30, "transaction_mode": "IMMEDIATE",
+                                       "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

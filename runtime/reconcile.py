@@ -127,6 +127,27 @@ def _drifted(dep: ModelDeployment, backend: KubeRayBackend, obj: dict | None, wo
     return False
 
 
+def _sweep_local(report: dict) -> None:
+    """Local engines: compare each deployment with its process (state file + health check)."""
+    from runtime.tasks import reconcile_deployment_task
+
+    deps = (ModelDeployment.objects.filter(backend="local").exclude(state=State.DELETED)
+            .exclude(state=State.PENDING_APPROVAL).select_related("tenant", "flavor"))
+    if not deps:
+        return
+    backend = get_backend("local")
+    for dep in deps:
+        report["checked"] += 1
+        obs = backend.observe(deployment_spec(dep))
+        if dep.state in RUNNING:
+            drifted = obs.state != dep.state or (obs.converged and dep.observed_generation != dep.generation)
+        else:
+            drifted = obs.exists or dep.reserved_gpus > 0
+        if drifted:
+            reconcile_deployment_task.delay(dep.pk)
+            report["enqueued"] += 1
+
+
 def sweep() -> dict:
     """Per backend and namespace, list the portal's objects and the Workloads once; re-enqueue
     what drifted; report orphans (portal-labelled objects with no live deployment)."""
@@ -137,11 +158,17 @@ def sweep() -> dict:
             .select_related("tenant", "flavor"))
     for dep in live:
         groups[dep.backend, dep.tenant.namespace].append(dep)
-    report = {"checked": 0, "enqueued": 0, "orphans": []}
+    report = {"checked": 0, "enqueued": 0, "orphans": [], "errors": []}
+    _sweep_local(report)
     backends = {}
     workloads_by_ns: dict[str, dict] = {}
     for (backend_name, namespace), deps in sorted(groups.items()):
-        backend = backends.setdefault(backend_name, get_backend(backend_name))
+        try:
+            backend = backends.setdefault(backend_name, get_backend(backend_name))
+        except k8s.PermanentClusterError as error:  # no cluster configured: say so once per sweep
+            if str(error) not in report["errors"]:
+                report["errors"].append(str(error))
+            continue
         owned = backend.list_owned(namespace)
         if namespace not in workloads_by_ns:
             workloads_by_ns[namespace] = backend.list_workloads(namespace)

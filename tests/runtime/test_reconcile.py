@@ -212,7 +212,7 @@ class TestSweep:
         cluster = get_cluster()
         cluster.calls.clear()
         report = sweep()
-        assert report == {"checked": 3, "enqueued": 0, "orphans": []}
+        assert report == {"checked": 3, "enqueued": 0, "orphans": [], "errors": []}
         assert cluster.calls == {"list": 2}
         cluster_api.delete_object(k8s.RAYSERVICE, deps[0].resource_name, "alpha")
         stray = dict(rayservice(cluster_api, deps[1]))
@@ -280,3 +280,27 @@ class TestKServeBackend:
         assert dep.state == State.READY and derived_badge(dep) == "scaled_to_zero"
         assert "Scaled to zero" in dep.status_message
         assert reserved(world) == dep.gpus_needed  # an idle deployment keeps its GPUs (documented)
+
+
+class TestSweepLocal:
+    def test_a_local_deployment_whose_engine_is_missing_is_re_enqueued(self, world, settings, tmp_path):
+        """A lost reconcile (e.g. a failed write) must not strand a local deployment: the sweep
+        compares it with its engine's state file and health, without starting anything."""
+        from decimal import Decimal
+
+        from quotas.models import GpuFlavor, TenantQuota
+        from runtime.local import LocalBackend
+
+        settings.KUBERNETES_URL = None
+        settings.KUBECONFIG = None
+        cpu = GpuFlavor.objects.create(name="cpu-local", gpu_model="CPU", accelerator_type="CPU",
+                                       gpu_memory_gib=4, gpus_per_node=1, price_per_gpu_hour=Decimal("0"))
+        TenantQuota.objects.create(tenant=world.alpha, flavor=cpu, nominal_gpus=1)
+        LocalBackend._instance = LocalBackend(tmp_path)
+        try:
+            approved(world, backend="local", flavor=cpu, max_replicas=1, name="local-one",
+                     model_source="/models/tiny")
+            report = sweep()
+        finally:
+            LocalBackend._instance = None
+        assert report["enqueued"] == 1 and report["errors"] == []
