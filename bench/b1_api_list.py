@@ -196,6 +196,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--per-client", type=int, default=10)
+    parser.add_argument("--small", type=int, default=10, help="deployments in the first measurement")
+    parser.add_argument("--large", type=int, default=1000, help="deployments in the second measurement")
     args = parser.parse_args()
 
     db_name = setup_django("b1")
@@ -203,14 +205,15 @@ def main() -> None:
     flavor, tenants, admin, users, tokens = seed_base()
 
     results = {}
-    add_deployments(flavor, tenants, users, 10, 0)
-    results[10] = {"admin": count_queries(tokens["bench-admin"]), "member": count_queries(tokens[users[0].username])}
-    add_deployments(flavor, tenants, users, 990, 10)
-    results[1000] = {"admin": count_queries(tokens["bench-admin"]), "member": count_queries(tokens[users[0].username])}
+    small, large = args.small, args.large
+    add_deployments(flavor, tenants, users, small, 0)
+    results[small] = {"admin": count_queries(tokens["bench-admin"]), "member": count_queries(tokens[users[0].username])}
+    add_deployments(flavor, tenants, users, large - small, small)
+    results[large] = {"admin": count_queries(tokens["bench-admin"]), "member": count_queries(tokens[users[0].username])}
     for who in ("admin", "member"):
-        q10, n10, _ = results[10][who]
-        q1000, n1000, _ = results[1000][who]
-        row(f"queries/page, {who}: N=10 ({n10} items) vs N=1000 ({n1000} items)",
+        q10, n10, _ = results[small][who]
+        q1000, n1000, _ = results[large][who]
+        row(f"queries/page, {who}: N={small} ({n10} items) vs N={large} ({n1000} items)",
             f"{q10} vs {q1000}  (ratio {q1000 / q10:.2f})", target="<= 8, same")
     serial = in_process_times(tokens[users[0].username])
     row("single client, in-process: /me/ vs list, best / median ms",
@@ -218,7 +221,7 @@ def main() -> None:
         f"{serial['list'][0] * 1e3:.1f} / {serial['list'][1] * 1e3:.1f}  "
         f"(ratio of bests {serial['list'][0] / serial['me'][0]:.2f}x)")
     if os.environ.get("BENCH_SHOW_SQL"):
-        for sql in results[1000]["admin"][2]:
+        for sql in results[large]["admin"][2]:
             print("      ", sql[:200])
 
     from django.db import connections

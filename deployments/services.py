@@ -47,7 +47,9 @@ def _require(tenant: Tenant, user, role: str) -> None:
 def _enqueue_reconcile(dep: ModelDeployment) -> None:
     from runtime.tasks import reconcile_deployment_task
 
-    reconcile_deployment_task.delay_on_commit(dep.pk)
+    # robust: the decision is committed by then. If the broker is down the publish fails, and the
+    # beat sweep re-enqueues the deployment later; the caller must not get a 500 for a done change.
+    transaction.on_commit(lambda: reconcile_deployment_task.delay(dep.pk), robust=True)
 
 
 def _event(dep: ModelDeployment, *, reason: str, message: str = "", actor=None,

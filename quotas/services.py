@@ -155,7 +155,8 @@ def quota_release(*, owner_type: str, owner_id: int) -> bool:
 def _schedule_kueue_sync(tenant_id: int) -> None:
     from runtime.tasks import sync_kueue_task
 
-    transaction.on_commit(lambda: sync_kueue_task.delay(tenant_id))
+    # robust: the quota change is committed; the periodic Kueue sync repairs a lost enqueue.
+    transaction.on_commit(lambda: sync_kueue_task.delay(tenant_id), robust=True)
 
 
 @transaction.atomic

@@ -257,7 +257,11 @@ def portal_process(args: list[str], log: Path, *, env: dict[str, str], ready: st
         proc.log_path = log  # type: ignore[attr-defined]
         yield proc
     except BaseException:
-        print(f"--- {' '.join(args[:3])} log (tail) ---\n{log.read_text()[-6000:]}")
+        text = log.read_text()
+        notable = [line for line in text.splitlines() if any(
+            word in line for word in ("ERROR", "CRITICAL", "WARNING", "onnect", "raised", "succeeded", "received"))]
+        print(f"--- {' '.join(args[:3])}: notable lines ---\n" + "\n".join(notable[-60:]))
+        print(f"--- {' '.join(args[:3])}: log tail ---\n{text[-3000:]}")
         raise
     finally:
         kill_group(proc, 15)

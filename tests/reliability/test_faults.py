@@ -106,11 +106,15 @@ class TestWorkerKilledMidReconcile:
         with worker(tmp_path / "worker-1.log", env=first_env) as first:
             dep = _create_and_approve(tx_world, "killed")
             wait_for(lambda: k8s_api.injected[HANG] > 0, timeout=60, what="the worker to hang in an API call")
-            killed_at = time.monotonic()
+            delivered_at = killed_at = time.monotonic()
             kill_group(first, signal.SIGKILL)  # the whole worker: main process and pool children
         assert first.returncode == -signal.SIGKILL
         k8s_api.clear_faults()
         assert _rayservices(k8s_api, dep) == [] and _state(dep.pk) == "approved"
+        # kombu scans for expired unacked messages when a worker starts and then only every
+        # unacked_restore_interval x unacked_restore_throttle (10 x 10 s): start the replacement
+        # once the visibility timeout has passed, as a restarted pod usually would.
+        time.sleep(max(0.0, delivered_at + 11 - time.monotonic()))
         second_env = {"KUBERNETES_URL": k8s_api.url, "KUBERNETES_TIMEOUT_SECONDS": "2", **visibility}
         with worker(tmp_path / "worker-2.log", env=second_env):
             wait_for(lambda: _state(dep.pk) == "queued", timeout=90, what="redelivery and reconcile")

@@ -1,0 +1,31 @@
+"""Smoke runs of every benchmark at toy sizes, so the scripts never rot. The figures they print
+are not asserted (targets live in bench/README.md); only that each runs to the end and prints
+its table."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.shared import PROJECT_ROOT, shared_path
+
+pytestmark = pytest.mark.slow
+
+SMOKE = {
+    "b1_api_list.py": ["--small", "3", "--large", "12", "--rounds", "1", "--per-client", "1"],
+    "b2_reconcile.py": ["--sweep-deployments", "10", "--converge", "3", "--requeue-seconds", "1",
+                        "--deadline", "120"],
+    "b3_metrics.py": ["--endpoints", "12", "--mix", "vllm"],
+    "b4_series.py": ["--days", "1"],
+}
+
+
+@pytest.mark.parametrize("script", sorted(SMOKE))
+def test_benchmark_runs_at_toy_size(script):
+    shared_path("fixtures", "metrics")
+    env = {**os.environ, "BENCH_REDIS": "redis://127.0.0.1:6379/10"}
+    result = subprocess.run([sys.executable, f"bench/{script}", *SMOKE[script]], cwd=PROJECT_ROOT, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "target" in result.stdout.lower() or "ratio" in result.stdout.lower()
