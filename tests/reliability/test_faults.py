@@ -172,9 +172,12 @@ class TestBrokerRestart:
             # celery 5.7 / kombu 5.7: a worker that loses its Redis connection while holding an
             # unacked message dies ("Unrecoverable error: AttributeError … 'hostname'"); the
             # container's restart policy (docker-compose: unless-stopped; a Deployment) starts a
-            # new one. Do what the supervisor does, and report it.
-            worker_died = first_worker.poll() is not None
+            # new one (the dying process may also linger without consuming: a liveness probe
+            # has to catch that). Do what the supervisor does, and report it.
+            worker_died = first_worker.poll() is not None or "Unrecoverable error" in (
+                tmp_path / "worker.log").read_text()
             if worker_died:
+                kill_group(first_worker, signal.SIGKILL)  # it may linger after the error: end it
                 stack.enter_context(worker(tmp_path / "worker-restarted.log", env=env))
             wait_for(lambda: _state(during_id) == "queued", timeout=120,
                      what="the beat sweep to re-enqueue the deployment approved during the outage")

@@ -328,7 +328,10 @@ class TestCsrf:
 
 class TestDeployCheck:
     def test_check_deploy_with_production_settings_prints_no_warnings(self):
-        env = {**os.environ, "DEBUG": "false", "HTTPS": "true", "SECRET_KEY": secrets.token_urlsafe(64),
+        # DJANGO_ALLOW_ASYNC_UNSAFE is the browser tests' (session-wide, for Playwright's loop);
+        # a production environment never has it and check --deploy rightly warns about it.
+        inherited = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
+        env = {**inherited, "DEBUG": "false", "HTTPS": "true", "SECRET_KEY": secrets.token_urlsafe(64),
                "ALLOWED_HOSTS": "portal.example.com", "CSRF_TRUSTED_ORIGINS": "https://portal.example.com"}
         done = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
                               cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=120)
