@@ -526,6 +526,18 @@ class LocalBackend:
             shutil.rmtree(self.run_dir(spec.deployment_id), ignore_errors=True)
             return True
 
+    def stop_all(self) -> int:
+        """Stop every engine recorded under the runtime dir (the demo's shutdown); returns how many."""
+        stopped = 0
+        for path in sorted(self.root.glob(f"*/{STATE_FILE}")):
+            if path.parent.name.isdigit():
+                state = self.load_state(int(path.parent.name))
+                if state is not None:
+                    with self._deployment_lock(state.deployment_id):
+                        self._stop(state)
+                    stopped += 1
+        return stopped
+
     def list_owned(self, namespace: str) -> dict[int, dict[str, Any]]:
         """Every engine recorded under the runtime dir for `namespace`, by deployment id."""
         owned: dict[int, dict[str, Any]] = {}

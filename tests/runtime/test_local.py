@@ -274,3 +274,12 @@ def test_instance_is_one_per_process(settings, tmp_path):
         assert len({id(b) for b in results}) == 1 and results[0].root == tmp_path
     finally:
         LocalBackend._instance = None
+
+
+def test_stop_all_stops_every_recorded_engine(backends):
+    """The demo's shutdown: every engine recorded under the runtime dir is stopped."""
+    backend = backends()
+    pids = [backend.ensure(make_spec(deployment_id=i)) and backend.load_state(i).pid for i in (7, 8)]
+    assert all(not gone(pid) for pid in pids)
+    assert backend.stop_all() == 2
+    wait_for(lambda: all(gone(pid) for pid in pids))
