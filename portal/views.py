@@ -51,6 +51,7 @@ def home(request):
     for tenant in tenants:
         deps = list(tenant.deployments.live().select_related("flavor")[:50])
         blocks.append({"tenant": tenant, "quotas": quota_rows(tenant), "deployments": deps,
+                       "can_request": tenant.has_role(request.user, "member"),
                        "latest": latest_samples(deps), "usage": gpu_hours_this_month(tenant)})
     return render(request, "portal/home.html", {"blocks": blocks})
 

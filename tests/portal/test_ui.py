@@ -193,3 +193,8 @@ class TestTryIt:
         body = world.browser("member").post(f"/deployments/{dep.pk}/try/", {"prompt": "hi"}).content.decode()
         assert 'data-try="error"' in body and "did not answer" in body
         assert world.browser("other_member").post(f"/deployments/{dep.pk}/try/", {"prompt": "hi"}).status_code == 404
+
+
+def test_viewers_are_not_offered_the_request_form_in_the_navigation(world):
+    assert "/deployments/new/" not in world.browser("viewer").get("/").content.decode()
+    assert 'href="/deployments/new/"' in world.browser("member").get("/").content.decode()
