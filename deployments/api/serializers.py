@@ -103,6 +103,37 @@ class DeploymentSerializer(serializers.ModelSerializer):
         return derived_badge(obj)
 
 
+# Plain attributes copied as they are (ints, strings, booleans, JSON lists).
+_PLAIN = ("id", "name", "model_source", "served_model_name", "hf_token_secret", "backend",
+          "tensor_parallel_size", "pipeline_parallel_size", "min_replicas", "max_replicas",
+          "target_ongoing_requests", "max_model_len", "enable_chunked_prefill", "max_num_batched_tokens",
+          "quantization", "dtype", "state", "generation", "observed_generation", "conditions",
+          "status_message", "endpoint_url", "reserved_gpus", "decision_reason")
+
+
+def _iso(value):
+    """DRF's DateTimeField output (ISO 8601, UTC as 'Z')."""
+    text = value.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def list_rows(deployments) -> list[dict]:
+    """What DeploymentSerializer(many=True) returns for a page from the annotated list queryset,
+    built directly: DRF's per-field machinery was most of a page's cost (bench/b1_api_list.py).
+    tests/deployments/test_api.py asserts the two agree field by field."""
+    rows = []
+    for d in deployments:
+        row = {name: getattr(d, name) for name in _PLAIN}
+        row.update(
+            tenant=d.tenant_slug, flavor=d.flavor_name, created_by=d.created_by_username,
+            resource_name=d.resource_name, gpus_per_replica=d.gpus_per_replica, gpus_needed=d.gpus_needed,
+            gpu_memory_utilization=float(d.gpu_memory_utilization),
+            parameter_count_b=None if d.parameter_count_b is None else float(d.parameter_count_b),
+            badge=derived_badge(d), created=_iso(d.created), updated=_iso(d.updated))
+        rows.append({name: row[name] for name in DeploymentSerializer.Meta.fields})
+    return rows
+
+
 class ReasonSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 

@@ -18,6 +18,7 @@ from deployments.api.serializers import (
     PreviewSerializer,
     ReasonSerializer,
     ScaleSerializer,
+    list_rows,
 )
 from deployments.filtersets import DeploymentFilterSet
 from deployments.models import ModelDeployment
@@ -51,6 +52,10 @@ class DeploymentViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins
             return deployments.annotate(tenant_slug=F("tenant__slug"), flavor_name=F("flavor__name"),
                                         created_by_username=F("created_by__username"))
         return deployments.select_related("tenant", "flavor", "created_by")
+
+    def list(self, request, *args, **kwargs):
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        return self.get_paginated_response(list_rows(page))
 
     def _respond(self, dep, code=status.HTTP_200_OK):
         dep.refresh_from_db()

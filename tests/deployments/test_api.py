@@ -120,3 +120,23 @@ class TestBehaviour:
         for action in ("approve", "reject", "cancel", "stop", "start", "scale", "events", "metrics"):
             assert f"/api/v1/deployments/{{id}}/{action}/" in paths
         assert "/api/v1/deployments/preview/" in paths
+
+
+class TestFastListRows:
+    def test_the_list_page_equals_the_serializer_field_by_field(self, world):
+        """The list endpoint builds rows directly (speed); they must equal the serializer's."""
+        from deployments.api.serializers import DeploymentSerializer
+        from deployments.models import ModelDeployment
+
+        member, admin = world.client("member"), world.client("platform_admin")
+        for i, extra in enumerate([{}, {"parameter_count_b": 7.5, "model_source": "acme/custom-7b"},
+                                   {"max_model_len": None, "quantization": "fp8"}]):
+            body = member.post("/api/v1/deployments/", {**api_draft(world, name=f"row-{i}", max_replicas=1),
+                                                        **extra}, format="json")
+            assert body.status_code == 201, body.content
+        dep = ModelDeployment.objects.get(name="row-0")
+        admin.post(f"/api/v1/deployments/{dep.pk}/approve/", {}, format="json")
+        ModelDeployment.objects.filter(pk=dep.pk).update(conditions=[{"type": "Ready", "status": "True"}])
+        listed = {row["id"]: row for row in member.get("/api/v1/deployments/").json()["results"]}
+        for dep in ModelDeployment.objects.select_related("tenant", "flavor", "created_by"):
+            assert listed[dep.pk] == DeploymentSerializer(dep).data
