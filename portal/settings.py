@@ -291,6 +291,8 @@ MIGRATION_MODULES = {"knox": None}
 
 # While a deployment is queued/provisioning the reconciler checks back this often (besides the sweep).
 RECONCILE_REQUEUE_SECONDS = env_float("RECONCILE_REQUEUE_SECONDS", 10.0, minimum=0.1)
+# ...backing off to at most this while nothing changes (a quarter of the time since the last change).
+RECONCILE_REQUEUE_MAX_SECONDS = env_float("RECONCILE_REQUEUE_MAX_SECONDS", 120.0, minimum=0.1)
 
 # --- local backend (runtime/local.py): the engine runs on this machine with vLLM's CPU build -----
 # "vllm": one `vllm.entrypoints.openai.api_server` process (default: measured 2.6x faster cold

@@ -108,8 +108,18 @@ def _converge_running(dep: ModelDeployment, backend, spec) -> str:
         _requeue(dep.pk, seconds=0.1)
         return "failed"
     if obs.state not in SETTLED or not obs.converged:
-        _requeue(dep.pk)
+        _requeue(dep.pk, _backoff(dep))
     return obs.state or "unknown"
+
+
+def _backoff(dep: ModelDeployment) -> float:
+    """How soon to look again at a deployment that is not settled: soon after it last changed,
+    then less and less often (a long Kueue queue must not turn into a steady stream of reads;
+    the beat sweep still notices any change within its period)."""
+    from django.utils import timezone
+
+    quiet = max(0.0, (timezone.now() - dep.updated).total_seconds())
+    return min(max(settings.RECONCILE_REQUEUE_SECONDS, quiet / 4), settings.RECONCILE_REQUEUE_MAX_SECONDS)
 
 
 def _drifted(dep: ModelDeployment, backend: KubeRayBackend, obj: dict | None, workloads: dict) -> bool:

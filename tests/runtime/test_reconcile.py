@@ -304,3 +304,21 @@ class TestSweepLocal:
         finally:
             LocalBackend._instance = None
         assert report["enqueued"] == 1 and report["errors"] == []
+
+
+class TestRequeueBackoff:
+    def test_an_unchanging_queued_deployment_is_checked_less_and_less_often(self, world, settings):
+        from datetime import timedelta
+
+        from django.utils import timezone
+
+        from runtime.reconcile import _backoff
+
+        settings.RECONCILE_REQUEUE_SECONDS = 10
+        settings.RECONCILE_REQUEUE_MAX_SECONDS = 120
+        dep = approved(world)
+        assert _backoff(dep) == 10  # just changed: look again soon
+        dep.updated = timezone.now() - timedelta(minutes=2)
+        assert _backoff(dep) == pytest.approx(30, abs=1)
+        dep.updated = timezone.now() - timedelta(hours=1)
+        assert _backoff(dep) == 120  # capped; the sweep still sees changes within its period
