@@ -277,8 +277,9 @@ def test_instance_is_one_per_process(settings, tmp_path):
 
 
 def test_stop_all_stops_every_recorded_engine(backends):
-    """The demo's shutdown: every engine recorded under the runtime dir is stopped."""
-    backend = backends()
+    """The demo's shutdown: every engine recorded under the runtime dir is stopped (stand-in
+    engines, so this runs without vLLM installed)."""
+    backend = backends(engine=StandInEngine())
     pids = [backend.ensure(make_spec(deployment_id=i)) and backend.load_state(i).pid for i in (7, 8)]
     assert all(not gone(pid) for pid in pids)
     assert backend.stop_all() == 2
