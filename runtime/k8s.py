@@ -321,24 +321,7 @@ class Cluster:
         try:
             if kind.is_core:
                 return self._call("get", self.core.read_namespace, name)
-            if kind.namespaced:
-                return self._call(
-                    "get",
-                    self.custom.get_namespaced_custom_object,
-                    kind.group,
-                    kind.version,
-                    _require_namespace(kind, namespace),
-                    kind.plural,
-                    name,
-                )
-            return self._call(
-                "get",
-                self.custom.get_cluster_custom_object,
-                kind.group,
-                kind.version,
-                kind.plural,
-                name,
-            )
+            return self._custom("get", "get", kind, namespace, name)
         except NotFound:
             return None
 
@@ -357,25 +340,9 @@ class Cluster:
         selector = _selector_string(label_selector)
         if kind.is_core:
             body = self._call("list", self.core.list_namespace, label_selector=selector)
-        elif kind.namespaced and namespace is not None:
-            body = self._call(
-                "list",
-                self.custom.list_namespaced_custom_object,
-                kind.group,
-                kind.version,
-                namespace,
-                kind.plural,
-                label_selector=selector,
-            )
-        else:
-            body = self._call(
-                "list",
-                self.custom.list_cluster_custom_object,
-                kind.group,
-                kind.version,
-                kind.plural,
-                label_selector=selector,
-            )
+        else:  # a namespaced kind without a namespace lists across all namespaces
+            body = self._custom("list", "list", kind, namespace, label_selector=selector,
+                                namespaced=kind.namespaced and namespace is not None)
         items = body.get("items") or []
         return [item for item in items if labels_match(item, label_selector)]
 
@@ -405,27 +372,8 @@ class Cluster:
         try:
             if kind.is_core:
                 self._call("delete", self.core.delete_namespace, name)
-            elif kind.namespaced:
-                self._call(
-                    "delete",
-                    self.custom.delete_namespaced_custom_object,
-                    kind.group,
-                    kind.version,
-                    _require_namespace(kind, namespace),
-                    kind.plural,
-                    name,
-                    propagation_policy="Background",
-                )
             else:
-                self._call(
-                    "delete",
-                    self.custom.delete_cluster_custom_object,
-                    kind.group,
-                    kind.version,
-                    kind.plural,
-                    name,
-                    propagation_policy="Background",
-                )
+                self._custom("delete", "delete", kind, namespace, name, propagation_policy="Background")
         except NotFound:
             return False
         return True
@@ -437,28 +385,8 @@ class Cluster:
         body = {"status": dict(status)}
         if kind.is_core:
             return self._call("patch_status", self.core.patch_namespace_status, name, body)
-        if kind.namespaced:
-            return self._call(
-                "patch_status",
-                self.custom.patch_namespaced_custom_object_status,
-                kind.group,
-                kind.version,
-                _require_namespace(kind, namespace),
-                kind.plural,
-                name,
-                body,
-                _content_type="application/merge-patch+json",
-            )
-        return self._call(
-            "patch_status",
-            self.custom.patch_cluster_custom_object_status,
-            kind.group,
-            kind.version,
-            kind.plural,
-            name,
-            body,
-            _content_type="application/merge-patch+json",
-        )
+        return self._custom("patch_status", "patch", kind, namespace, name, body, suffix="_status",
+                            _content_type="application/merge-patch+json")
 
     # internals
 
@@ -472,54 +400,25 @@ class Cluster:
         }
         if kind.is_core:
             return self._call("apply", self.core.patch_namespace, name, body, **apply_args)
-        if kind.namespaced:
-            return self._call(
-                "apply",
-                self.custom.patch_namespaced_custom_object,
-                kind.group,
-                kind.version,
-                _require_namespace(kind, namespace),
-                kind.plural,
-                name,
-                body,
-                **apply_args,
-            )
-        return self._call(
-            "apply",
-            self.custom.patch_cluster_custom_object,
-            kind.group,
-            kind.version,
-            kind.plural,
-            name,
-            body,
-            **apply_args,
-        )
+        return self._custom("apply", "patch", kind, namespace, name, body, **apply_args)
 
     def _create(self, kind: Kind, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
         if kind.is_core:
-            return self._call(
-                "create", self.core.create_namespace, body, field_manager=FIELD_MANAGER
-            )
-        if kind.namespaced:
-            return self._call(
-                "create",
-                self.custom.create_namespaced_custom_object,
-                kind.group,
-                kind.version,
-                _require_namespace(kind, namespace),
-                kind.plural,
-                body,
-                field_manager=FIELD_MANAGER,
-            )
-        return self._call(
-            "create",
-            self.custom.create_cluster_custom_object,
-            kind.group,
-            kind.version,
-            kind.plural,
-            body,
-            field_manager=FIELD_MANAGER,
-        )
+            return self._call("create", self.core.create_namespace, body, field_manager=FIELD_MANAGER)
+        return self._custom("create", "create", kind, namespace, body, field_manager=FIELD_MANAGER)
+
+    def _custom(self, verb: str, op: str, kind: Kind, namespace: str | None, *tail: Any, suffix: str = "",
+                namespaced: bool | None = None, **kwargs: Any) -> Any:
+        """One CustomObjectsApi call: `<op>_namespaced_custom_object<suffix>(group, version,
+        namespace, plural, *tail)` or its cluster-scoped twin (no namespace argument)."""
+        namespaced = kind.namespaced if namespaced is None else namespaced
+        if namespaced:
+            method = getattr(self.custom, f"{op}_namespaced_custom_object{suffix}")
+            args = (kind.group, kind.version, _require_namespace(kind, namespace), kind.plural, *tail)
+        else:
+            method = getattr(self.custom, f"{op}_cluster_custom_object{suffix}")
+            args = (kind.group, kind.version, kind.plural, *tail)
+        return self._call(verb, method, *args, **kwargs)
 
     def _call(self, verb: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run one API call with our timeout; return the response body as a dict.
