@@ -90,19 +90,21 @@ class DeploymentViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins
         dep = self.get_object()
         return self._respond(service(deployment_id=dep.pk, **kwargs))
 
+    def _decide(self, request, service):
+        """Approve or reject: a platform admin's decision with its (optional / required) reason."""
+        body = ReasonSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return self._act(service, approver=request.user, reason=body.validated_data["reason"])
+
     @extend_schema(request=ReasonSerializer, responses=DeploymentSerializer)
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
-        body = ReasonSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        return self._act(services.deployment_approve, approver=request.user, reason=body.validated_data["reason"])
+        return self._decide(request, services.deployment_approve)
 
     @extend_schema(request=ReasonSerializer, responses=DeploymentSerializer)
     @action(detail=True, methods=["post"])
     def reject(self, request, pk=None):
-        body = ReasonSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        return self._act(services.deployment_reject, approver=request.user, reason=body.validated_data["reason"])
+        return self._decide(request, services.deployment_reject)
 
     @extend_schema(request=None, responses=DeploymentSerializer)
     @action(detail=True, methods=["post"])
