@@ -492,3 +492,33 @@ def test_fixture_starts_fast(k8s_api: K8sApiServer) -> None:
 
 def _conditions(obj: dict[str, Any]) -> dict[str, str]:
     return {c["type"]: c["status"] for c in obj["status"]["conditions"]}
+
+
+class TestTestServerCost:
+    """tests/k8sapi.py keeps kmock's per-request cost flat (bench/README.md, B2)."""
+
+    def test_reactions_are_matched_against_the_current_request_only(self, k8s_api):
+        import requests
+
+        history_lengths = []
+
+        def respond(request: Any) -> dict[str, bool]:
+            history_lengths.append(len(list(k8s_api.emulator)))
+            return {"ok": True}
+
+        k8s_api.call(lambda: k8s_api.emulator["get /probe"] << respond)
+        answers = [requests.get(k8s_api.direct_url + "/probe", timeout=5) for _ in range(3)]
+
+        assert [a.json() for a in answers] == [{"ok": True}] * 3
+        assert history_lengths == [1, 1, 1]  # while handling, the history is this request
+        assert [path for _, path in k8s_api.requests()] == ["/probe"] * 3  # afterwards, all
+
+    def test_objects_are_found_by_key_however_they_were_stored(self, cluster, k8s_api):
+        seeded = k8s_api.put(k8s.RAYSERVICE, rayservice("seeded"))
+        created = cluster.apply(rayservice("created"))
+
+        assert cluster.get(k8s.RAYSERVICE, "seeded", NS)["metadata"]["uid"] == seeded["metadata"]["uid"]
+        assert cluster.get(k8s.RAYSERVICE, "created", NS)["metadata"]["uid"] == created["metadata"]["uid"]
+        assert cluster.get(k8s.RAYSERVICE, "seeded", "elsewhere") is None
+        assert cluster.delete(k8s.RAYSERVICE, "seeded", NS)
+        assert cluster.get(k8s.RAYSERVICE, "seeded", NS) is None
