@@ -157,3 +157,51 @@ def header(title: str) -> None:
 def row(label: str, value, unit: str = "", target: str = "") -> None:
     tail = f"   (target {target})" if target else ""
     print(f"   {label:<58} {value}{(' ' + unit) if unit else ''}{tail}")
+
+
+# --- portal data ---------------------------------------------------------------------------------
+
+NAMESPACES = 10
+
+
+def seed_flavor():
+    from decimal import Decimal
+
+    from quotas.models import GpuFlavor
+
+    return GpuFlavor.objects.create(name="h100-sxm5", gpu_model="H100 SXM5", accelerator_type="H100",
+                                    gpu_memory_gib=80, gpus_per_node=8, cpu_per_gpu=12,
+                                    memory_gib_per_gpu=120, price_per_gpu_hour=Decimal("3.90"))
+
+
+def seed_tenants(prefix: str, flavor):
+    """NAMESPACES tenants with ample quota, one member each; returns (tenants, members)."""
+    from django.contrib.auth.models import User
+
+    from quotas.models import Membership, Tenant, TenantQuota
+
+    tenants, members = [], []
+    for i in range(NAMESPACES):
+        tenant = Tenant.objects.create(slug=f"{prefix}-{i:02d}", display_name=f"{prefix} {i}")
+        TenantQuota.objects.create(tenant=tenant, flavor=flavor, nominal_gpus=100_000)
+        user = User.objects.create_user(f"{prefix}-member-{i:02d}", password="bench-password-123")
+        Membership.objects.create(user=user, tenant=tenant, role="member")
+        tenants.append(tenant)
+        members.append(user)
+    return tenants, members
+
+
+def create_deployments(tenants, members, flavor, count: int, prefix: str) -> list[int]:
+    """`count` pending Llama-3-8B requests spread round-robin over the tenants, through the services."""
+    from deployments import services
+
+    ids = []
+    for k in range(count):
+        i = k % len(tenants)
+        data = {"name": f"{prefix}-{k:04d}", "model_source": "meta-llama/Meta-Llama-3-8B-Instruct",
+                "served_model_name": "llama3-8b", "flavor": flavor, "tensor_parallel_size": 1,
+                "pipeline_parallel_size": 1, "min_replicas": 1, "max_replicas": 1,
+                "target_ongoing_requests": 16, "max_model_len": 8192, "gpu_memory_utilization": 0.9,
+                "enable_chunked_prefill": True, "quantization": "", "dtype": "bfloat16", "backend": "kuberay"}
+        ids.append(services.deployment_create(tenant=tenants[i], user=members[i], data=data).pk)
+    return ids

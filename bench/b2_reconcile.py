@@ -27,42 +27,28 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REDIS, claim_redis, header, on_exit, row, setup_django  # noqa: E402
+from _common import (  # noqa: E402
+    NAMESPACES,
+    REDIS,
+    claim_redis,
+    create_deployments,
+    header,
+    on_exit,
+    row,
+    seed_flavor,
+    seed_tenants,
+    setup_django,
+)
 
-NAMESPACES = 10
 WRITES = ("apply", "create", "delete", "patch_status", "patch")
-
-
-def seed_tenants(prefix: str, flavor, admin):
-    from django.contrib.auth.models import User
-
-    from quotas.models import Membership, Tenant, TenantQuota
-
-    tenants, members = [], []
-    for i in range(NAMESPACES):
-        tenant = Tenant.objects.create(slug=f"{prefix}-{i:02d}", display_name=f"{prefix} {i}")
-        TenantQuota.objects.create(tenant=tenant, flavor=flavor, nominal_gpus=100_000)
-        user = User.objects.create_user(f"{prefix}-member-{i:02d}", password="bench-password-123")
-        Membership.objects.create(user=user, tenant=tenant, role="member")
-        tenants.append(tenant)
-        members.append(user)
-    return tenants, members
 
 
 def create_and_approve(tenants, members, admin, flavor, count: int, prefix: str) -> list[int]:
     from deployments import services
 
-    ids = []
-    for k in range(count):
-        i = k % NAMESPACES
-        data = {"name": f"{prefix}-{k:04d}", "model_source": "meta-llama/Meta-Llama-3-8B-Instruct",
-                "served_model_name": "llama3-8b", "flavor": flavor, "tensor_parallel_size": 1,
-                "pipeline_parallel_size": 1, "min_replicas": 1, "max_replicas": 1,
-                "target_ongoing_requests": 16, "max_model_len": 8192, "gpu_memory_utilization": 0.9,
-                "enable_chunked_prefill": True, "quantization": "", "dtype": "bfloat16", "backend": "kuberay"}
-        dep = services.deployment_create(tenant=tenants[i], user=members[i], data=data)
-        services.deployment_approve(deployment_id=dep.pk, approver=admin)
-        ids.append(dep.pk)
+    ids = create_deployments(tenants, members, flavor, count, prefix)
+    for pk in ids:
+        services.deployment_approve(deployment_id=pk, approver=admin)
     return ids
 
 
@@ -97,13 +83,11 @@ def main() -> None:
     setup_django("b2")
     header(f"B2 reconcile cost: sweep over {args.sweep_deployments}, convergence of {args.converge}")
 
-    from decimal import Decimal
-
     from django.conf import settings
     from django.contrib.auth.models import Group, User
 
     from deployments.models import ModelDeployment
-    from quotas.models import PLATFORM_ADMIN_GROUP, GpuFlavor
+    from quotas.models import PLATFORM_ADMIN_GROUP
     from runtime import k8s
     from runtime.backends import get_cluster
     from runtime.reconcile import reconcile, sweep
@@ -115,14 +99,12 @@ def main() -> None:
     settings.KUBERNETES_URL = server.direct_url
     cluster = get_cluster()
 
-    flavor = GpuFlavor.objects.create(name="h100-sxm5", gpu_model="H100 SXM5", accelerator_type="H100",
-                                      gpu_memory_gib=80, gpus_per_node=8, cpu_per_gpu=12,
-                                      memory_gib_per_gpu=120, price_per_gpu_hour=Decimal("3.90"))
+    flavor = seed_flavor()
     admin = User.objects.create_user("bench-admin", password="bench-password-123")
     admin.groups.add(Group.objects.get_or_create(name=PLATFORM_ADMIN_GROUP)[0])
 
     # --- 1. sweep over unchanged deployments ------------------------------------------------------
-    tenants, members = seed_tenants("sweep", flavor, admin)
+    tenants, members = seed_tenants("sweep", flavor)
     started = time.perf_counter()
     ids = create_and_approve(tenants, members, admin, flavor, args.sweep_deployments, "s")
     seed_create = time.perf_counter() - started
@@ -200,7 +182,7 @@ def main() -> None:
     server2 = K8sApiServer().start()  # empty store: kmock's per-request cost grows with its store
     on_exit(server2.stop)
     server = server2
-    tenants2, members2 = seed_tenants("conv", flavor, admin)
+    tenants2, members2 = seed_tenants("conv", flavor)
     started = time.perf_counter()
     new_ids = create_and_approve(tenants2, members2, admin, flavor, args.converge, "c")
     row("approved (worker stopped; reconcile messages queued)",

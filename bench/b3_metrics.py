@@ -4,12 +4,20 @@
    `parse_exposition(text)` vs prometheus_client's `text_string_to_metric_families(text)` alone
    (every family and sample consumed) on the same text. Target: <= 1.2x. For the Ray expositions
    the ratio inverted is the gain of filtering before parsing.
-2. One `runtime.metrics.scrape_many` cycle (its defaults: 32 workers, 5 s timeout) over 1,000
+2. One `runtime.metrics.scrape_many` call (its defaults: 32 threads, 5 s timeout) over 1,000
    loopback endpoints, served by 2 threaded HTTP server processes (distinct URL paths, the
    exposition bytes held in memory). Mixes: the Ray metrics port (what KubeRay deployments
-   are scraped from), vLLM /metrics, and all four round-robin. Target: <= 10 s on 2 cores.
+   are scraped from), vLLM /metrics, and all four round-robin. This is the scraping and
+   parsing alone, in one process.
+3. The whole cycle as production runs it, side by side: 1,000 ready deployments in a
+   PostgreSQL database of the benchmark's own, their metrics_url on those servers; (a) one
+   `collect_all()` in this process, (b) `scrape_metrics_task` through a real `celery worker`
+   (concurrency 2, Redis), which cuts the cycle into shards of METRICS_SHARD_SIZE (100) so both
+   worker processes parse. Timed from the task's enqueue until every deployment's scrape state
+   shows this cycle. Each is timed on its second cycle (the first has no previous snapshot, so
+   no rates are derived). Target: <= 10 s on 2 cores. `--no-worker` skips 3.
 
-    .venv/bin/python bench/b3_metrics.py [--endpoints 1000] [--mix ray,vllm,all]
+    .venv/bin/python bench/b3_metrics.py [--endpoints 1000] [--mix ray,vllm,all] [--no-worker]
 """
 
 from __future__ import annotations
@@ -23,7 +31,19 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import FIXTURES, ROOT, best_of, header, on_exit, row  # noqa: E402
+from _common import (  # noqa: E402
+    FIXTURES,
+    ROOT,
+    best_of,
+    claim_redis,
+    create_deployments,
+    header,
+    on_exit,
+    row,
+    seed_flavor,
+    seed_tenants,
+    setup_django,
+)
 
 RAY = ["ray-serve-llm-vllm-0.32-cpu.prom", "ray-serve-llm-vllm-0.32-cpu-under-load.prom"]
 VLLM = ["vllm-0.32-cpu-openai-server-under-load.prom", "vllm-0.32-cpu-openai-server-after-load.prom"]
@@ -144,6 +164,75 @@ def scrape_cycle(servers, mix: str, endpoints: int) -> None:
         print("      first error:", errors[0])
 
 
+def seed_serving(count: int) -> list[int]:
+    """`count` deployments in state ready (no cluster: their state is set, not reconciled)."""
+    from deployments.models import ModelDeployment
+
+    flavor = seed_flavor()
+    tenants, members = seed_tenants("b3", flavor)
+    ids = create_deployments(tenants, members, flavor, count, "m")
+    ModelDeployment.objects.filter(pk__in=ids).update(state="ready")
+    return ids
+
+
+def point_at(servers, ids: list[int], mix: str) -> None:
+    from deployments.models import ModelDeployment, ScrapeState
+
+    ScrapeState.objects.all().delete()
+    rows = ModelDeployment.objects.filter(pk__in=ids).order_by("pk")
+    for i, dep in enumerate(rows):
+        dep.metrics_url = f"http://127.0.0.1:{servers[i % SERVERS][1]}/{mix}/{i}/metrics"
+    ModelDeployment.objects.bulk_update(rows, ["metrics_url"], batch_size=500)
+
+
+def timed_cycle(ids: list[int], run) -> tuple[float, int]:
+    """Seconds from `run()` until every deployment's scrape state is from this cycle; samples stored."""
+    from django.utils import timezone
+
+    from deployments.models import MetricSample, ScrapeState
+
+    samples_before = MetricSample.objects.count()
+    since = timezone.now()
+    started = time.perf_counter()
+    run()
+    while ScrapeState.objects.filter(last_attempt__gte=since).count() < len(ids):
+        if time.perf_counter() - started > 300:
+            raise SystemExit("a scrape cycle did not finish within 300 s")
+        time.sleep(0.05)
+    wall = time.perf_counter() - started
+    failed = ScrapeState.objects.filter(last_attempt__gte=since).exclude(last_error="").count()
+    if failed:
+        print(f"      {failed} deployments failed:",
+              ScrapeState.objects.exclude(last_error="").values_list("last_error", flat=True)[0])
+    return wall, MetricSample.objects.count() - samples_before
+
+
+def whole_cycles(servers, mixes: list[str], endpoints: int) -> None:
+    import tempfile
+
+    from django.conf import settings
+
+    from runtime.collect import collect_all
+    from runtime.tasks import scrape_metrics_task
+    from tests.e2e.workers import celery_worker
+
+    ids = seed_serving(endpoints)
+    print(f"   whole cycle: {endpoints} ready deployments, METRICS_SHARD_SIZE={settings.METRICS_SHARD_SIZE}")
+    with tempfile.TemporaryDirectory(prefix="bench-b3-") as tmp:
+        with celery_worker(Path(tmp), concurrency=2, extra_env={"LOG_LEVEL": "WARNING"}):
+            for mix in mixes:
+                point_at(servers, ids, mix)
+                timed_cycle(ids, collect_all)  # first cycle: snapshots only
+                one, stored = timed_cycle(ids, collect_all)
+                point_at(servers, ids, mix)
+                timed_cycle(ids, scrape_metrics_task.delay)
+                sharded, stored_w = timed_cycle(ids, scrape_metrics_task.delay)
+                row(f"cycle, mix '{mix}': collect_all() in one process", f"{one:.2f} s, {stored} samples")
+                row(f"cycle, mix '{mix}': scrape_metrics_task, worker -c 2",
+                    f"{sharded:.2f} s, {stored_w} samples; one process / sharded = {one / sharded:.2f}x",
+                    target="<= 10 s")
+
+
 def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] == "--serve":
         serve(int(sys.argv[2]))
@@ -151,6 +240,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--endpoints", type=int, default=1000)
     parser.add_argument("--mix", default="ray,vllm,all")
+    parser.add_argument("--no-worker", action="store_true", help="skip the whole-cycle comparison")
     args = parser.parse_args()
     if not FIXTURES.is_dir():
         raise SystemExit(f"{FIXTURES} is missing (the real expositions live in ../shared)")
@@ -161,6 +251,10 @@ def main() -> None:
     scrape_cycle(servers, "vllm", 32)  # warm: imports, server threads
     for mix in args.mix.split(","):
         scrape_cycle(servers, mix, args.endpoints)
+    if not args.no_worker:
+        claim_redis()
+        setup_django("b3")
+        whole_cycles(servers, args.mix.split(","), args.endpoints)
 
 
 if __name__ == "__main__":

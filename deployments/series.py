@@ -25,10 +25,11 @@ RETENTION = {Resolution.RAW: timedelta(days=1), Resolution.MINUTE: timedelta(day
 ROLLUPS = ((Resolution.MINUTE, Resolution.RAW), (Resolution.TEN_MINUTES, Resolution.MINUTE))
 
 
-def store_point(deployment_id: int, point: MetricPoint) -> MetricSample:
+def new_sample(deployment_id: int, point: MetricPoint) -> MetricSample:
+    """The raw sample for `point`, unsaved (the scrape cycle writes a shard's samples at once)."""
     values = {name: getattr(point, name) for name in SERIES_FIELDS}
-    return MetricSample.objects.create(deployment_id=deployment_id, resolution=Resolution.RAW,
-                                       ts=datetime.fromtimestamp(point.timestamp, tz=UTC), **values)
+    return MetricSample(deployment_id=deployment_id, resolution=Resolution.RAW,
+                        ts=datetime.fromtimestamp(point.timestamp, tz=UTC), **values)
 
 
 def series(deployment: ModelDeployment, window: str, *, now: datetime | None = None) -> dict:

@@ -271,6 +271,8 @@ HF_CACHE_PATH = env_str("HF_CACHE_PATH", "/home/ray/.cache/huggingface")
 NCCL_DEBUG = env_choice("NCCL_DEBUG", "WARN", {"VERSION", "WARN", "INFO", "TRACE"})
 PROMETHEUS_URL = env_url("PROMETHEUS_URL", None, schemes={"http", "https"})
 METRICS_SCRAPE_TIMEOUT_SECONDS = env_float("METRICS_SCRAPE_TIMEOUT_SECONDS", 5.0, minimum=0.1)
+# Deployments per scrape task: a cycle over more is spread over the worker processes.
+METRICS_SHARD_SIZE = env_int("METRICS_SHARD_SIZE", 100, minimum=1)
 METRICS_TOKEN = env_str("METRICS_TOKEN")  # bearer token for the portal's own /metrics; unset = off
 LOCAL_RUNTIME_DIR = Path(env_str("LOCAL_RUNTIME_DIR", str(VAR_DIR / "local-runtime")))
 

@@ -111,6 +111,7 @@ def _accepted_names() -> frozenset[str]:
 
 _ACCEPTED = _accepted_names()
 _SAMPLE_NAME = re.compile(r"[^{\s]+")
+_LINE_STARTS = ("#", *PREFIXES)
 
 
 def filter_exposition(text: str) -> str:
@@ -122,7 +123,11 @@ def filter_exposition(text: str) -> str:
     """
     kept: list[str] = []
     for line in text.splitlines():
-        if line.startswith("#"):
+        # Most lines of a Ray node's exposition are other families: one C-level prefix test
+        # drops them before any splitting or regex work (halves the filter's cost there).
+        if not line.startswith(_LINE_STARTS):
+            continue
+        if line[0] == "#":
             parts = line.split(None, 3)
             if len(parts) >= 3 and parts[1] in ("HELP", "TYPE") and parts[2] in _ACCEPTED:
                 kept.append(line)

@@ -51,7 +51,26 @@ def sweep_task() -> dict:
 
 @shared_task(acks_late=True)
 def scrape_metrics_task() -> int:
-    """Scrape every serving deployment's metrics concurrently and store derived samples."""
-    from runtime.collect import collect_all
+    """One scrape cycle: cut into shards, the first done here, the others by any worker process.
 
-    return collect_all()
+    Parsing expositions is CPU-bound under the GIL, so one process reads at most one core's
+    worth; shards let every worker process (and every worker pod) share a big fleet. A shard
+    not started within one scrape interval expires: the next cycle reads those deployments
+    anyway, and rates span whatever time passed since their last snapshot.
+    """
+    from django.conf import settings
+
+    from runtime.collect import collect, scraped_ids, shards
+
+    parts = shards(scraped_ids(), settings.METRICS_SHARD_SIZE)
+    for part in parts[1:]:
+        scrape_metrics_shard_task.apply_async((part,), expires=settings.METRICS_SCRAPE_SECONDS)
+    return collect(parts[0]) if parts else 0
+
+
+@shared_task(acks_late=True)
+def scrape_metrics_shard_task(deployment_ids: list[int]) -> int:
+    """Scrape and store one shard of a cycle (see scrape_metrics_task)."""
+    from runtime.collect import collect
+
+    return collect(deployment_ids)

@@ -110,6 +110,91 @@ class TestCollect:
         assert "127.0.0.1:1" not in (ScrapeState.objects.get(deployment=other).last_error or "")
 
 
+    def test_a_failed_read_keeps_the_last_good_snapshot_and_time(self, serving, series_files):
+        endpoint = Exposition([series_files[0].read_text()])
+        make_ready(serving, endpoint.url)
+        collect_all()
+        good = ScrapeState.objects.get(deployment=serving)
+        endpoint.mode = "garbage"
+        collect_all()
+        after = ScrapeState.objects.get(deployment=serving)
+        assert after.last_error and after.last_attempt > good.last_attempt
+        assert after.last_success == good.last_success and after.snapshot == good.snapshot
+
+
+def _shard_messages(take: bool = False) -> list[dict]:
+    """Shard tasks waiting in the test broker (Redis db 15, queue "celery"), oldest first."""
+    import base64
+    import json
+
+    import redis
+    from django.conf import settings
+
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    found = []
+    for raw in reversed(broker.lrange("celery", 0, -1)):  # kombu LPUSHes: the tail is oldest
+        message = json.loads(raw)
+        if message["headers"]["task"] == "runtime.tasks.scrape_metrics_shard_task":
+            args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))
+            found.append({"args": args, "expires": message["headers"]["expires"]})
+            if take:
+                broker.lrem("celery", 1, raw)
+    return found
+
+
+class TestShardedCycle:
+    """A cycle over more than METRICS_SHARD_SIZE deployments is shared out through the broker."""
+
+    @pytest.fixture
+    def three(self, world, series_files):
+        from deployments import services
+
+        _shard_messages(take=True)
+        endpoint = Exposition([f.read_text() for f in series_files[:2]])
+        deps = []
+        for name in ("one", "two", "three"):
+            dep = services.deployment_create(tenant=world.alpha, user=world.users["member"],
+                                             data=draft(world, name=name, max_replicas=1))
+            make_ready(dep, endpoint.url)
+            deps.append(dep)
+        yield deps
+        _shard_messages(take=True)
+
+    def test_the_first_shard_is_read_in_place_the_rest_are_queued_with_an_expiry(self, three, settings):
+        from runtime.tasks import scrape_metrics_shard_task, scrape_metrics_task
+
+        settings.METRICS_SHARD_SIZE = 1
+        assert scrape_metrics_task() == 1
+        first, *others = sorted(d.pk for d in three)
+        assert list(ScrapeState.objects.values_list("deployment_id", flat=True)) == [first]
+        queued = _shard_messages(take=True)
+        assert [m["args"] for m in queued] == [[[pk]] for pk in others]
+        assert all(m["expires"] for m in queued)  # a late shard is dropped, not piled up
+        for message in queued:  # what a worker process would run
+            assert scrape_metrics_shard_task(*message["args"]) == 1
+        assert ScrapeState.objects.filter(last_success__isnull=False).count() == 3
+        assert MetricSample.objects.filter(deployment__in=three).count() == 3
+
+    def test_one_shard_is_read_in_place_without_messages(self, three, settings):
+        from runtime.tasks import scrape_metrics_task
+
+        settings.METRICS_SHARD_SIZE = 100
+        assert scrape_metrics_task() == 3
+        assert _shard_messages() == []
+
+    def test_a_shard_skips_a_deployment_that_stopped_since_it_was_planned(self, three):
+        from runtime.collect import collect
+
+        type(three[0]).objects.filter(pk=three[0].pk).update(state="stopped")
+        assert collect([three[0].pk, three[1].pk]) == 1
+        assert list(ScrapeState.objects.values_list("deployment_id", flat=True)) == [three[1].pk]
+
+    def test_shards_cover_every_id_once_in_order(self):
+        from runtime.collect import shards
+
+        assert shards(list(range(7)), 3) == [[0, 1, 2], [3, 4, 5], [6]]
+        assert shards([], 3) == []
+
 class TestDashboardData:
     def test_series_feed_the_charts_and_downsampling_bounds_storage(self, serving):
         now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
