@@ -6,11 +6,16 @@ Same tiny model (`manage.py make_tiny_model`), same engine settings, same fixed 
 * portal-vllm — `LocalBackend` with the vLLM server engine (the app config rendered by the portal);
 * portal-ray  — `LocalBackend` with the Ray Serve engine (the kuberay backend's Serve app).
 
-Variants run one after another (two cores cannot host two engines fairly). Each reports the time
-to healthy, then output tokens/s under the load, and the ratio to raw. vLLM's torch.compile cache
-is shared, so only the first variant pays a cold compile; the order is fixed for comparability.
+All variants are started first, one after another (each waits for the previous to be healthy,
+so compiles do not overlap), and stay up; then the load runs against them in turns: `--rounds`
+rounds, each round visiting every variant once, in an order that rotates from round to round.
+An idle vLLM engine waits on its socket, so the variant under load has the cores. Each round
+gives a ratio of output tokens/s to raw measured minutes apart on the same warm engines; the
+median over rounds and the range are reported. (Earlier versions ran the variants one after
+another, once each; order and compile effects then swamped the difference: 1.69, 0.61, 0.80.)
 
-    .venv/bin/python bench/local_overhead.py [--engines raw,vllm,ray] [--requests 32 --concurrency 4 --tokens 64]
+    .venv/bin/python bench/local_overhead.py [--engines raw,vllm] [--rounds 5] \
+        [--requests 32 --concurrency 4 --tokens 64]
 """
 
 from __future__ import annotations
@@ -18,11 +23,14 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
@@ -46,7 +54,8 @@ MAX_MODEL_LEN = 512
 READY_TIMEOUT = 600
 
 
-def load(base_url: str, requests_total: int, concurrency: int, tokens: int) -> tuple[float, float]:
+def load(base_url: str, requests_total: int, concurrency: int, tokens: int, *,
+         warm_up: bool = True) -> tuple[float, float]:
     """(output tokens/s, seconds) for `requests_total` completions, `concurrency` at a time."""
     def one(i: int) -> int:
         response = requests.post(f"{base_url}/completions", timeout=300, json={
@@ -58,7 +67,8 @@ def load(base_url: str, requests_total: int, concurrency: int, tokens: int) -> t
     with ThreadPoolExecutor(concurrency) as pool:
         # Warm-up at the measured concurrency, not timed: vLLM compiles/warms kernels for batch
         # shapes it first sees, which otherwise lands on whichever variant runs first.
-        list(pool.map(one, range(2 * concurrency)))
+        if warm_up:
+            list(pool.map(one, range(2 * concurrency)))
         started = time.monotonic()
         produced = sum(pool.map(one, range(requests_total)))
     elapsed = time.monotonic() - started
@@ -74,8 +84,17 @@ def wait_ready(check, what: str) -> float:
     return time.monotonic() - started
 
 
-def run_raw(model: Path, workdir: Path, args) -> tuple[float, float, float]:
-    port = PortAllocator(workdir / "ports").allocate(1)[0]
+@dataclass
+class Variant:
+    name: str
+    base_url: str
+    ready_s: float
+    stop: Callable[[], None]
+    rates: list[float] = field(default_factory=list)
+
+
+def start_raw(model: Path, workdir: Path) -> Variant:
+    port = PortAllocator(workdir / "local").allocate(1)[0]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(settings.LOCAL_KVCACHE_GIB),
            "OMP_NUM_THREADS": str(settings.LOCAL_ENGINE_THREADS), "HF_HUB_OFFLINE": "1"}
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
@@ -83,65 +102,90 @@ def run_raw(model: Path, workdir: Path, args) -> tuple[float, float, float]:
             "--max-model-len", str(MAX_MODEL_LEN), "--block-size", "32"]
     with open(workdir / "raw.log", "wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    try:
-        def check() -> bool:
-            if proc.poll() is not None:
-                raise RuntimeError(f"raw server exited; see {workdir / 'raw.log'}")
-            return http_ok(f"http://127.0.0.1:{port}/health")
-        ready = wait_ready(check, "raw vLLM")
-        return (ready, *load(f"http://127.0.0.1:{port}/v1", args.requests, args.concurrency, args.tokens))
-    finally:
+
+    def stop() -> None:
         terminate_session(proc.pid, None, 20)
         proc.wait(timeout=10)
 
+    def check() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"raw server exited; see {workdir / 'raw.log'}")
+        return http_ok(f"http://127.0.0.1:{port}/health")
 
-def run_portal(engine: str, model: Path, workdir: Path, args) -> tuple[float, float, float]:
-    spec = DeploymentSpec(deployment_id=1, name="bench", namespace="bench", tenant_slug="bench", queue_name="lq",
-                          model_source=str(model), served_model_name=MODEL_NAME, backend="local",
+    try:
+        ready = wait_ready(check, "raw vLLM")
+    except BaseException:
+        stop()
+        raise
+    return Variant("raw", f"http://127.0.0.1:{port}/v1", ready, stop)
+
+
+def start_portal(engine: str, number: int, model: Path, workdir: Path) -> Variant:
+    spec = DeploymentSpec(deployment_id=number, name=f"bench-{engine}", namespace="bench", tenant_slug="bench",
+                          queue_name="lq", model_source=str(model), served_model_name=MODEL_NAME, backend="local",
                           flavor=FlavorSpec(name="cpu", gpu_model="CPU", accelerator_type="",
                                             gpu_memory_gib=0, gpus_per_node=1),
                           engine=EngineOptions(max_model_len=MAX_MODEL_LEN))
-    backend = LocalBackend(workdir / f"portal-{engine}", engine=ENGINES[engine](),
+    backend = LocalBackend(workdir / "local", engine=ENGINES[engine](),
                            kvcache_gib=settings.LOCAL_KVCACHE_GIB, threads=settings.LOCAL_ENGINE_THREADS)
-    try:
-        obs = backend.ensure(spec)
+    obs = backend.ensure(spec)
 
-        def check() -> bool:
-            nonlocal obs
-            obs = backend.observe(spec)
-            if obs.state == "failed":
-                raise RuntimeError(obs.message)
-            return obs.state == "ready"
+    def check() -> bool:
+        nonlocal obs
+        obs = backend.observe(spec)
+        if obs.state == "failed":
+            raise RuntimeError(obs.message)
+        return obs.state == "ready"
+
+    try:
         ready = wait_ready(check, f"portal ({engine})")
-        return (ready, *load(obs.endpoint_url, args.requests, args.concurrency, args.tokens))
-    finally:
+    except BaseException:
         backend.remove(spec)
+        raise
+    return Variant(f"portal-{engine}", obs.endpoint_url, ready, lambda: backend.remove(spec))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engines", default="raw,vllm,ray")
+    parser.add_argument("--engines", default="raw,vllm", help="raw first; add ray for the Ray Serve path")
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=64)
     args = parser.parse_args()
+    engines = args.engines.split(",")
+    variants: list[Variant] = []
     with tempfile.TemporaryDirectory(prefix="local-overhead-") as tmp:
         workdir = Path(tmp)
         model = workdir / "tiny-llama"
         call_command("make_tiny_model", output=model, verbosity=0)
-        results: dict[str, tuple[float, float, float]] = {}
-        for engine in args.engines.split(","):
-            print(f"running {engine} ...", flush=True)
-            results[engine] = (run_raw(model, workdir, args) if engine == "raw"
-                               else run_portal(engine, model, workdir, args))
-    print(f"\n{args.requests} requests, {args.concurrency} concurrent, {args.tokens} output tokens each "
-          f"(tiny Llama, {os.cpu_count()} CPUs, KV cache {settings.LOCAL_KVCACHE_GIB} GiB, "
-          f"{settings.LOCAL_ENGINE_THREADS} threads)")
-    print(f"{'variant':<12} {'ready s':>8} {'load s':>8} {'out tok/s':>10} {'vs raw':>7}")
-    raw = results.get("raw")
-    for engine, (ready, tps, elapsed) in results.items():
-        ratio = f"{tps / raw[1]:.2f}" if raw else "-"
-        print(f"{engine:<12} {ready:>8.1f} {elapsed:>8.1f} {tps:>10.1f} {ratio:>7}")
+        try:
+            for number, engine in enumerate(engines, start=1):
+                print(f"starting {engine} ...", flush=True)
+                variants.append(start_raw(model, workdir) if engine == "raw"
+                                else start_portal(engine, number, model, workdir))
+            for variant in variants:  # warm every engine at the measured shape, untimed
+                load(variant.base_url, 2 * args.concurrency, args.concurrency, args.tokens, warm_up=False)
+            for r in range(args.rounds):
+                order = variants[r % len(variants):] + variants[:r % len(variants)]
+                for variant in order:
+                    tps, _ = load(variant.base_url, args.requests, args.concurrency, args.tokens, warm_up=False)
+                    variant.rates.append(tps)
+                print(f"round {r + 1}: " + ", ".join(f"{v.name} {v.rates[-1]:.1f}" for v in order), flush=True)
+        finally:
+            for variant in variants:
+                variant.stop()
+    print(f"\n{args.rounds} rounds x {args.requests} requests, {args.concurrency} concurrent, {args.tokens} output "
+          f"tokens each (tiny Llama, {os.cpu_count()} CPUs, KV cache {settings.LOCAL_KVCACHE_GIB} GiB, "
+          f"{settings.LOCAL_ENGINE_THREADS} threads per engine)")
+    print(f"{'variant':<13} {'ready s':>8} {'median tok/s':>13} {'ratio to raw: median':>21} {'min-max':>12}")
+    raw = variants[0] if variants and variants[0].name == "raw" else None
+    for variant in variants:
+        ratios = [v / r for v, r in zip(variant.rates, raw.rates, strict=True)] if raw else []
+        spread = f"{min(ratios):.2f}-{max(ratios):.2f}" if ratios else "-"
+        median_ratio = f"{statistics.median(ratios):.2f}" if ratios else "-"
+        print(f"{variant.name:<13} {variant.ready_s:>8.1f} {statistics.median(variant.rates):>13.1f} "
+              f"{median_ratio:>21} {spread:>12}")
 
 
 if __name__ == "__main__":

