@@ -117,13 +117,37 @@ def _iso(value):
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
-def list_rows(deployments) -> list[dict]:
-    """What DeploymentSerializer(many=True) returns for a page from the annotated list queryset,
-    built directly: DRF's per-field machinery was most of a page's cost (bench/b1_api_list.py).
-    tests/deployments/test_api.py asserts the two agree field by field."""
+# The page's columns, fetched with values(): building 100 model instances per page (Model.__init__
+# over ~40 fields each) was the largest cost left in a list request (bench/b1_api_list.py).
+LIST_COLUMNS = (*_PLAIN, "tenant_slug", "flavor_name", "created_by_username", "gpu_memory_utilization",
+                "parameter_count_b", "created", "updated")
+
+
+class _ListRow:
+    """One values() row with the model's own derived properties, so their logic stays in one place."""
+
+    gpus_per_replica = ModelDeployment.gpus_per_replica
+    gpus_needed = ModelDeployment.gpus_needed
+    resource_name = ModelDeployment.resource_name
+    condition = ModelDeployment.condition
+
+    def __init__(self, values: dict) -> None:
+        self.__dict__ = values
+
+    @property
+    def pk(self) -> int:
+        return self.id
+
+
+def list_rows(values_rows) -> list[dict]:
+    """What DeploymentSerializer(many=True) returns for a page of the annotated list queryset
+    fetched as `.values(*LIST_COLUMNS)`, built directly: DRF's per-field machinery and model
+    instances were most of a page's cost (bench/b1_api_list.py). tests/deployments/test_api.py
+    asserts the two agree field by field."""
     rows = []
-    for d in deployments:
-        row = {name: getattr(d, name) for name in _PLAIN}
+    for values in values_rows:
+        d = _ListRow(values)
+        row = {name: values[name] for name in _PLAIN}
         row.update(
             tenant=d.tenant_slug, flavor=d.flavor_name, created_by=d.created_by_username,
             resource_name=d.resource_name, gpus_per_replica=d.gpus_per_replica, gpus_needed=d.gpus_needed,

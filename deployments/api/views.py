@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from deployments import series as series_mod
 from deployments import services
 from deployments.api.serializers import (
+    LIST_COLUMNS,
     DeploymentCreateSerializer,
     DeploymentEventSerializer,
     DeploymentSerializer,
@@ -54,7 +55,7 @@ class DeploymentViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins
         return deployments.select_related("tenant", "flavor", "created_by")
 
     def list(self, request, *args, **kwargs):
-        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()).values(*LIST_COLUMNS))
         return self.get_paginated_response(list_rows(page))
 
     def _respond(self, dep, code=status.HTTP_200_OK):

@@ -1,6 +1,7 @@
 """/api/v1/deployments: CRUD, actions, preview, events; every endpoint × every role."""
 
 import pytest
+from django.db.models import F
 
 from deployments import services
 from deployments.models import ModelDeployment
@@ -137,6 +138,12 @@ class TestFastListRows:
         dep = ModelDeployment.objects.get(name="row-0")
         admin.post(f"/api/v1/deployments/{dep.pk}/approve/", {}, format="json")
         ModelDeployment.objects.filter(pk=dep.pk).update(conditions=[{"type": "Ready", "status": "True"}])
+        # The derived badge's other branches: a spec not yet converged, and scaled to zero.
+        ModelDeployment.objects.filter(name="row-1").update(state="ready", generation=3, observed_generation=2)
+        ModelDeployment.objects.filter(name="row-2").update(
+            state="ready", observed_generation=F("generation"),
+            conditions=[{"type": "Ready", "status": "True", "reason": "ScaledToZero"}])
         listed = {row["id"]: row for row in member.get("/api/v1/deployments/").json()["results"]}
+        assert {row["badge"] for row in listed.values()} >= {"updating", "scaled_to_zero"}
         for dep in ModelDeployment.objects.select_related("tenant", "flavor", "created_by"):
             assert listed[dep.pk] == DeploymentSerializer(dep).data
