@@ -22,7 +22,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from deployments.choices import State
-from deployments.models import ModelDeployment, ScrapeState
+from deployments.models import MetricSample, ModelDeployment, ScrapeState
 from deployments.series import new_sample
 from portal.observability import SCRAPE_FAILURES
 from runtime.metrics import ScrapeError, Snapshot, derive, query_prometheus, scrape_many
@@ -100,7 +100,7 @@ def collect(ids: Iterable[int] | None = None) -> int:
     failed = [s for s in states if s.last_success is None]
     with transaction.atomic():
         if samples:
-            type(samples[0]).objects.bulk_create(samples)
+            MetricSample.objects.bulk_create(samples)
         _upsert(ok, ["snapshot", "last_success", "last_error", "last_attempt"])
         _upsert(failed, ["last_error", "last_attempt"])
     return len(samples)
