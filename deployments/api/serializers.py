@@ -10,6 +10,15 @@ from quotas.models import GpuFlavor, Tenant
 ASCII_TEXT = r"^[\x20-\x7e]*$"
 
 
+class StrictFloatField(serializers.FloatField):
+    """A float that is a number in the JSON: DRF's FloatField reads `true` as 1.0."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class DeploymentSpecSerializer(serializers.Serializer):
     """The fields of a deployment request. Type coercion and ranges here; the rules that need
     the flavor or the quota live in deployments.validation (shared with the browser form)."""
@@ -25,12 +34,12 @@ class DeploymentSpecSerializer(serializers.Serializer):
     max_replicas = serializers.IntegerField(min_value=1, max_value=100, default=1)
     target_ongoing_requests = serializers.IntegerField(min_value=1, max_value=10_000, default=16)
     max_model_len = serializers.IntegerField(min_value=16, max_value=10_000_000, required=False, allow_null=True)
-    gpu_memory_utilization = serializers.FloatField(min_value=0.5, max_value=0.98, default=0.9)
+    gpu_memory_utilization = StrictFloatField(min_value=0.5, max_value=0.98, default=0.9)
     enable_chunked_prefill = serializers.BooleanField(default=True)
     max_num_batched_tokens = serializers.IntegerField(min_value=16, max_value=10_000_000, required=False, allow_null=True)
     quantization = serializers.ChoiceField(choices=Quantization.choices, required=False, allow_blank=True, default="")
     dtype = serializers.ChoiceField(choices=Dtype.choices, default=Dtype.AUTO)
-    parameter_count_b = serializers.FloatField(min_value=0.001, max_value=100_000, required=False, allow_null=True)
+    parameter_count_b = StrictFloatField(min_value=0.001, max_value=100_000, required=False, allow_null=True)
 
 
 class DeploymentCreateSerializer(DeploymentSpecSerializer):
