@@ -6,6 +6,7 @@ import json
 from datetime import timedelta
 
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from deployments.charts import CHARTS
 from deployments.choices import State
@@ -26,7 +27,10 @@ def plain_conditions(dep: ModelDeployment) -> list[dict]:
         yes, no = CONDITION_WORDS.get(c.get("type"), ("Yes", "No"))
         status = c.get("status")
         words = yes if status == "True" else no if status == "False" else "Unknown"
-        rows.append({**c, "words": words})
+        # The cluster's RFC 3339 time, as a datetime the page shows as "5 minutes ago".
+        raw = c.get("lastTransitionTime")
+        since = parse_datetime(raw) if isinstance(raw, str) else None
+        rows.append({**c, "words": words, "since": since if since and since.tzinfo else None})
     return rows
 
 

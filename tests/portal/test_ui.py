@@ -154,6 +154,19 @@ class TestClusterView:
         assert nominal["y"][reserved["x"].index("alpha / h100-sxm5")] == 8
 
 
+class TestStatusPanel:
+    def test_conditions_show_how_long_ago_they_changed_with_the_exact_time_on_hover(self, world, dep):
+        from datetime import UTC, datetime, timedelta
+
+        changed = (datetime.now(UTC) - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        type(dep).objects.filter(pk=dep.pk).update(conditions=[
+            {"type": "Admitted", "status": "False", "reason": "Pending", "lastTransitionTime": changed},
+            {"type": "Ready", "status": "False", "reason": "Odd", "lastTransitionTime": "not a time"}])
+        body = world.browser("member").get(f"/deployments/{dep.pk}/status/").content.decode()
+        assert f'<time datetime="{changed}" title="{changed}">5\xa0minutes ago</time>' in body
+        assert "not a time" in body  # an unparseable value is shown as the cluster wrote it
+
+
 class TestTryIt:
     def test_a_prompt_goes_through_the_portal_to_the_endpoint(self, world, dep):
         """A stand-in OpenAI server on loopback (the real engine is in the slow local-engine test)."""
