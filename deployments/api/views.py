@@ -54,6 +54,13 @@ class DeploymentViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins
                                         created_by_username=F("created_by__username"))
         return deployments.select_related("tenant", "flavor", "created_by")
 
+    def filter_queryset(self, queryset):
+        # With no filter parameter the FilterSet returns the queryset as it is, after building
+        # and validating a form for nothing (~5 % of a list request; bench/b1_api_list.py).
+        if not any(name in self.request.query_params for name in DeploymentFilterSet.base_filters):
+            return queryset
+        return super().filter_queryset(queryset)
+
     def list(self, request, *args, **kwargs):
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()).values(*LIST_COLUMNS))
         return self.get_paginated_response(list_rows(page))
