@@ -84,6 +84,10 @@ class TestBehaviour:
         assert client.get("/api/v1/deployments/?state=pending_approval&tenant=alpha").json()["count"] == 1
         assert client.get("/api/v1/deployments/?state=ready").json()["count"] == 0
         assert client.get("/api/v1/deployments/?flavor=a100-pcie").json()["count"] == 0
+        assert client.get("/api/v1/deployments/?q=no-such-name").json()["count"] == 0
+        assert client.get("/api/v1/deployments/?limit=5&unknown=1").json()["count"] == 1  # not a filter
+        bad = client.get("/api/v1/deployments/?state=bogus")
+        assert bad.status_code == 400 and "state" in bad.json()
 
     def test_preview_answers_quota_and_memory_fit_without_writing(self, world):
         client = world.client("member")
