@@ -107,6 +107,19 @@ def setup_django(name: str, *, migrate: bool = True, **extra_env: str) -> str:
     return db_name
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds used so far by `pids` (those still alive), from /proc."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def claim_redis() -> None:
     """Make sure the benchmark's Redis database is ours (empty), and flush it at exit."""
     import redis

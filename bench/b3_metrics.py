@@ -36,6 +36,7 @@ from _common import (  # noqa: E402
     ROOT,
     best_of,
     claim_redis,
+    cpu_seconds,
     create_deployments,
     header,
     on_exit,
@@ -130,15 +131,6 @@ def parse_costs() -> None:
             f" (filter alone {filtering * 1e3:.1f}): {ours / theirs:.2f}x", target="<= 1.2x")
         if name in RAY:
             row("   filtered-vs-unfiltered gain (unfiltered parse / parse_exposition)", f"{theirs / ours:.1f}x")
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    total = 0.0
-    tick = os.sysconf("SC_CLK_TCK")
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
 
 
 def scrape_cycle(servers, mix: str, endpoints: int) -> None:

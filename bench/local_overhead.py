@@ -45,6 +45,7 @@ import django  # noqa: E402
 
 django.setup()
 
+from _common import cpu_seconds  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
@@ -105,19 +106,9 @@ class Variant:
 
 def idle_cpu(variant: Variant, seconds: float = 5.0) -> float:
     """Cores the variant's processes use while nobody sends it requests."""
-    def total() -> float:
-        ticks = 0
-        for pid in variant.pids():
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            ticks += int(fields[11]) + int(fields[12])
-        return ticks / os.sysconf("SC_CLK_TCK")
-
-    before = total()
+    before = cpu_seconds(variant.pids())
     time.sleep(seconds)
-    return (total() - before) / seconds
+    return (cpu_seconds(variant.pids()) - before) / seconds
 
 
 def start_raw(model: Path, workdir: Path) -> Variant:
