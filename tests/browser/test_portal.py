@@ -98,6 +98,7 @@ class TestRequestApproveAndWatch:
         expect()(status_badge).to_have_text(re.compile("Pending approval"))
         expect()(member.locator("#actions").get_by_role("button", name="Cancel")).to_be_visible()
         member.evaluate("window.__notReloaded = true")
+        expect()(member.locator("#spec-reserved")).to_have_text("0")  # nothing reserved before approval
 
         admin = portal.page("platform_admin")
         nav_link = admin.get_by_role("navigation", name="Main").get_by_role("link", name=re.compile("Approvals"))
@@ -120,6 +121,7 @@ class TestRequestApproveAndWatch:
         expect()(member.locator("#actions").get_by_role("button", name="Cancel")).to_have_count(0)
         expect()(member.locator("#actions").get_by_role("button", name="Delete")).to_be_visible()
         expect()(member.locator("#events")).to_contain_text("Approved")
+        expect()(member.locator("#spec-reserved")).to_have_text("2")  # the spec's live values too
         assert member.evaluate("window.__notReloaded") is True
 
         rows = store_samples(dep)

@@ -166,6 +166,19 @@ class TestStatusPanel:
         assert f'<time datetime="{changed}" title="{changed}">5\xa0minutes ago</time>' in body
         assert "not a time" in body  # an unparseable value is shown as the cluster wrote it
 
+    def test_the_poll_refreshes_the_live_spec_values_and_the_endpoint_once_the_state_moves(self, world, dep):
+        url = "http://tiny-1-serve-svc.alpha.svc:8000/v1"
+        type(dep).objects.filter(pk=dep.pk).update(state="ready", endpoint_url=url, generation=2,
+                                                   observed_generation=2)
+        client = world.browser("member")
+        moved = client.get(f"/deployments/{dep.pk}/status/?shown=provisioning").content.decode()
+        assert '<span id="spec-generation" hx-swap-oob="true">2 (observed 2)</span>' in moved
+        assert 'id="endpoint-panel" hx-swap-oob="true"' in moved and url in moved and "Try it" in moved
+        same = client.get(f"/deployments/{dep.pk}/status/?shown=ready").content.decode()
+        assert 'id="spec-reserved" hx-swap-oob="true"' in same and "endpoint-panel" not in same
+        page = client.get(f"/deployments/{dep.pk}/").content.decode()
+        assert page.count('id="endpoint-panel"') == 1 and "hx-swap-oob" not in page  # the page itself: plain
+
 
 class TestTryIt:
     def test_a_prompt_goes_through_the_portal_to_the_endpoint(self, world, dep):
