@@ -184,29 +184,18 @@ class TestTryIt:
     def test_a_prompt_goes_through_the_portal_to_the_endpoint(self, world, dep):
         """A stand-in OpenAI server on loopback (the real engine is in the slow local-engine test)."""
         import json
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from tests.stub_http import base_url, serve
 
         seen = {}
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
-                seen["body"] = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                seen["path"] = self.path
-                body = json.dumps({"choices": [{"text": " GPUs are fast."}],
-                                   "usage": {"completion_tokens": 4}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(body)
+        def respond(method, path, body):
+            seen["body"], seen["path"] = json.loads(body), path
+            answer = {"choices": [{"text": " GPUs are fast."}], "usage": {"completion_tokens": 4}}
+            return 200, "application/json", json.dumps(answer).encode()
 
-            def log_message(self, *args):
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        type(dep).objects.filter(pk=dep.pk).update(state="ready",
-                                                   endpoint_url=f"http://127.0.0.1:{server.server_port}/v1")
+        server = serve(respond)
+        type(dep).objects.filter(pk=dep.pk).update(state="ready", endpoint_url=base_url(server) + "/v1")
         body = world.browser("viewer").post(f"/deployments/{dep.pk}/try/",
                                             {"prompt": "Say something", "max_tokens": 8}).content.decode()
         server.shutdown()

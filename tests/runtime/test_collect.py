@@ -4,10 +4,8 @@ A local HTTP server serves the real vLLM series from ../shared/fixtures/metrics,
 scrape, as a deployment's metrics endpoint would.
 """
 
-import threading
 import time
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -18,6 +16,7 @@ from runtime.collect import collect_all
 from runtime.metrics import derive, parse_exposition
 from tests.deployments.factories import draft
 from tests.shared import shared_path
+from tests.stub_http import base_url, serve
 
 
 class Exposition:
@@ -25,26 +24,15 @@ class Exposition:
 
     def __init__(self, texts):
         self.texts, self.index, self.mode = list(texts), 0, "ok"
-        outer = self
+        self.server = serve(self._respond)
+        self.url = base_url(self.server) + "/metrics"
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 (http.server's naming)
-                if outer.mode == "garbage":
-                    body = b"<html>not metrics</html>"
-                else:
-                    body = outer.texts[min(outer.index, len(outer.texts) - 1)].encode()
-                    outer.index += 1
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_port}/metrics"
+    def _respond(self, method, path, body):
+        if self.mode == "garbage":
+            return 200, "text/plain; version=0.0.4", b"<html>not metrics</html>"
+        text = self.texts[min(self.index, len(self.texts) - 1)]
+        self.index += 1
+        return 200, "text/plain; version=0.0.4", text.encode()
 
 
 @pytest.fixture
@@ -249,24 +237,15 @@ class TestPrometheusSource:
         texts = [f.read_text() for f in series_files[:3]]
         state = {"i": 0}
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802
-                query = parse_qs(urlparse(self.path).query)["query"][0]
-                answer = prometheus_answer(texts[min(state["i"], len(texts) - 1)], query)
-                for item in answer["data"]["result"]:  # Prometheus stamps an instant query "now"
-                    item["value"][0] = time.time()
-                body = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(body)
+        def respond(method, path, body):
+            query = parse_qs(urlparse(path).query)["query"][0]
+            answer = prometheus_answer(texts[min(state["i"], len(texts) - 1)], query)
+            for item in answer["data"]["result"]:  # Prometheus stamps an instant query "now"
+                item["value"][0] = time.time()
+            return 200, "application/json", json.dumps(answer).encode()
 
-            def log_message(self, *args):
-                pass
-
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=httpd.serve_forever, daemon=True).start()
-        settings.PROMETHEUS_URL = f"http://127.0.0.1:{httpd.server_port}"
+        httpd = serve(respond)
+        settings.PROMETHEUS_URL = base_url(httpd)
         dep = services.deployment_create(tenant=world.alpha, user=world.users["member"],
                                          data=draft(world, backend="kserve", name="isvc"))
         type(dep).objects.filter(pk=dep.pk).update(state="ready")
