@@ -577,6 +577,10 @@ class LocalBackend:
             log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(argv)}\n")
         process = spawn(argv, self._env(), log_path, cwd=run_dir)
         self._children[process.pid] = process
+        # Collect the exit the moment it happens, whoever stopped the engine: a Celery pool runs
+        # `remove` in whichever worker process takes the task, and only this one (the parent)
+        # can reap; without a waiter the engine would stay a zombie here until this process exits.
+        threading.Thread(target=process.wait, name=f"engine-{process.pid}-waiter", daemon=True).start()
         state = EngineState(
             deployment_id=spec.deployment_id, namespace=spec.namespace, name=spec.name, engine=self.engine.kind,
             pid=process.pid, start_time=process_start_time(process.pid), boot_id=boot_id(), ports=ports,

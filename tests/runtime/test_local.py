@@ -224,6 +224,23 @@ class TestLifecycle:
         assert obs.reason == "EngineExited"
 
 
+    def test_an_engine_stopped_by_another_worker_process_does_not_linger_as_a_zombie(self, backends):
+        # In a Celery pool, `remove` may run in a different worker process from the one that
+        # started the engine; that process only signals it, and the starter (the parent) alone
+        # can collect the exit. Signalled from outside here, the starter making no further call.
+        spec = make_spec()
+        starter = backends(engine=StandInEngine())
+        starter.ensure(spec)
+        wait_for(lambda: starter.observe(spec).state == "ready")
+        pid = starter.load_state(7).pid
+        subprocess.run(["kill", "-TERM", str(pid)], check=True)
+
+        wait_for(lambda: not Path(f"/proc/{pid}").exists(), timeout=10)  # reaped, not a zombie
+        obs = starter.observe(spec)
+        assert (obs.state, obs.reason) == ("failed", "EngineExited")
+        assert "exited with code -15" in obs.message
+
+
 class TestAppConfig:
     def test_the_local_app_is_the_cluster_app_adapted_only_for_a_cpu(self):
         spec = make_spec(flavor=FlavorSpec(name="h100", gpu_model="H100", accelerator_type="H100",
