@@ -6,8 +6,8 @@
    the ratio inverted is the gain of filtering before parsing.
 2. One `runtime.metrics.scrape_many` call (its defaults: 32 threads, 5 s timeout) over 1,000
    loopback endpoints, served by 2 threaded HTTP server processes (distinct URL paths, the
-   exposition bytes held in memory). Mixes: the Ray metrics port (what KubeRay deployments
-   are scraped from), vLLM /metrics, and all four round-robin. This is the scraping and
+   exposition bytes held in memory). Mixes: the Ray metrics port (what a KubeRay pod and the
+   local Ray engine export), vLLM /metrics, and all four round-robin. This is the scraping and
    parsing alone, in one process.
 3. The whole cycle as production runs it, side by side: 1,000 ready deployments in a
    PostgreSQL database of the benchmark's own, their metrics_url on those servers; (a) one
@@ -163,7 +163,10 @@ def seed_serving(count: int) -> list[int]:
     flavor = seed_flavor()
     tenants, members = seed_tenants("b3", flavor)
     ids = create_deployments(tenants, members, flavor, count, "m")
-    ModelDeployment.objects.filter(pk__in=ids).update(state="ready")
+    # Backend "local": one metrics URL per deployment. A KubeRay deployment's endpoints are its
+    # pods, found with one pod LIST per namespace per shard (tests/runtime/test_collect.py);
+    # the scrape, parse and store measured here are the same for both.
+    ModelDeployment.objects.filter(pk__in=ids).update(state="ready", backend="local")
     return ids
 
 

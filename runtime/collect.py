@@ -1,8 +1,13 @@
 """The scrape cycle: every serving deployment's metrics, concurrently, into derived samples.
 
-Source: the deployment's own endpoint (Ray metrics port / vLLM /metrics), or Prometheus when
-PROMETHEUS_URL is set. A failing endpoint leaves a gap and a recorded error for that
-deployment only; it never stops the cycle or produces a number from a partial read.
+Source: Prometheus when PROMETHEUS_URL is set; otherwise the deployments' own endpoints. A
+local engine has one (vLLM /metrics or its Ray metrics port). A KubeRay deployment has one per
+pod: Ray exports a node's metrics on that node, and the replicas (with their ray_vllm_*
+series) run on the worker pods, never on the head (num-gpus 0). So each cycle lists the pods
+of those deployments, one LIST per namespace, and reads every running worker pod's metrics
+port (the head is skipped); a deployment's reads are merged into one snapshot, and all of them
+must succeed. A failing endpoint leaves a gap and a recorded error for that deployment only;
+it never stops the cycle or produces a number from a partial read.
 
 A cycle is cut into shards of METRICS_SHARD_SIZE deployments (runtime.tasks): parsing is CPU
 work under the GIL, so one process tops out at about one core; shards spread it over every
@@ -18,17 +23,21 @@ from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from deployments.choices import State
+from deployments.choices import Backend, State
 from deployments.models import MetricSample, ModelDeployment, ScrapeState
 from deployments.series import new_sample
 from portal.observability import SCRAPE_FAILURES
+from runtime import k8s
+from runtime.manifests import PORT_METRICS
 from runtime.metrics import ScrapeError, Snapshot, derive, query_prometheus, scrape_many
+from runtime.spec import LABEL_DEPLOYMENT_ID, LABEL_MANAGED_BY, MANAGED_BY
 
 log = logging.getLogger(__name__)
 SCRAPED_STATES = (State.READY, State.DEGRADED, State.PROVISIONING)
+LABEL_RAY_NODE_TYPE = "ray.io/node-type"  # set by KubeRay on every pod: head or worker
 
 
 def _prometheus_many(deps: list[ModelDeployment]) -> dict[int, Snapshot | ScrapeError]:
@@ -44,16 +53,77 @@ def _prometheus_many(deps: list[ModelDeployment]) -> dict[int, Snapshot | Scrape
         return dict(pool.map(one, deps))
 
 
+def pod_metrics_url(pod: dict) -> str | None:
+    """The metrics URL of a running pod (its container port named "metrics"), else None."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    ip = status.get("podIP")
+    if status.get("phase") != "Running" or not ip or meta.get("deletionTimestamp"):
+        return None  # not started yet, or on its way out: neither holds a replica's counters
+    port = PORT_METRICS
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for entry in container.get("ports") or []:
+            if entry.get("name") == "metrics" and entry.get("containerPort"):
+                port = int(entry["containerPort"])
+    host = f"[{ip}]" if ":" in ip else ip
+    return f"http://{host}:{port}/metrics"
+
+
+def _ray_pod_targets(deps: list[ModelDeployment]) -> dict[int, list[str] | ScrapeError]:
+    """Every running pod's metrics URL per KubeRay deployment; one pod LIST per namespace."""
+    from runtime.backends import get_cluster
+
+    out: dict[int, list[str] | ScrapeError] = {}
+    by_namespace: dict[str, list[int]] = {}
+    for dep in deps:
+        by_namespace.setdefault(dep.tenant.namespace, []).append(dep.pk)
+    try:
+        cluster = get_cluster()
+    except k8s.ClusterError as error:
+        return {pk: ScrapeError(f"cannot list the Ray pods: {error}") for pk in (d.pk for d in deps)}
+    for namespace, ids in by_namespace.items():
+        try:
+            pods = cluster.list(k8s.POD, namespace, label_selector={LABEL_MANAGED_BY: MANAGED_BY})
+        except k8s.ClusterError as error:
+            out.update({pk: ScrapeError(f"cannot list the pods in {namespace}: {error}") for pk in ids})
+            continue
+        urls: dict[str, list[str]] = {}
+        for pod in pods:
+            labels = (pod.get("metadata") or {}).get("labels") or {}
+            if labels.get(LABEL_RAY_NODE_TYPE) == "head":
+                continue  # num-gpus 0: no replica, so no vLLM series, ever (runtime/manifests.py)
+            owner, url = labels.get(LABEL_DEPLOYMENT_ID), pod_metrics_url(pod)
+            if owner and url:
+                urls.setdefault(owner, []).append(url)
+        for pk in ids:
+            found = sorted(urls.get(str(pk), []))
+            out[pk] = found or ScrapeError(f"no running pod of this deployment in {namespace}")
+    return out
+
+
+def _direct_many(deps: list[ModelDeployment]) -> dict[int, Snapshot | ScrapeError]:
+    targets: dict[int, str | list[str]] = {d.pk: d.metrics_url for d in deps if d.backend != Backend.KUBERAY}
+    results: dict[int, Snapshot | ScrapeError] = {}
+    for pk, found in _ray_pod_targets([d for d in deps if d.backend == Backend.KUBERAY]).items():
+        if isinstance(found, ScrapeError):
+            results[pk] = found
+        else:
+            targets[pk] = found
+    results.update(scrape_many(targets, timeout=settings.METRICS_SCRAPE_TIMEOUT_SECONDS))
+    return results
+
+
 def _scraped() -> QuerySet[ModelDeployment]:
     deps = ModelDeployment.objects.filter(state__in=SCRAPED_STATES)
     if not settings.PROMETHEUS_URL:
-        deps = deps.exclude(metrics_url="")  # without Prometheus only direct endpoints can be read
+        # Without Prometheus only direct endpoints can be read: a URL, or a Ray cluster's pods.
+        deps = deps.exclude(Q(metrics_url="") & ~Q(backend=Backend.KUBERAY))
     return deps
 
 
 def scraped_ids() -> list[int]:
-    """The deployments one cycle reads, by id."""
-    return list(_scraped().order_by("pk").values_list("pk", flat=True))
+    """The deployments one cycle reads, by id, a tenant's together: a shard then spans few
+    namespaces, and lists the Ray pods of each once (one tenant, one namespace)."""
+    return list(_scraped().order_by("tenant_id", "pk").values_list("pk", flat=True))
 
 
 def shards(ids: list[int], size: int) -> list[list[int]]:
@@ -76,7 +146,7 @@ def collect(ids: Iterable[int] | None = None) -> int:
     if settings.PROMETHEUS_URL:
         results = _prometheus_many(deps)
     else:
-        results = scrape_many({d.pk: d.metrics_url for d in deps}, timeout=settings.METRICS_SCRAPE_TIMEOUT_SECONDS)
+        results = _direct_many(deps)
     now = timezone.now()
     previous = dict(ScrapeState.objects.filter(deployment_id__in=[d.pk for d in deps])
                     .values_list("deployment_id", "snapshot"))

@@ -197,6 +197,8 @@ RESOURCEFLAVOR = Kind(
 COHORT = Kind("kueue.x-k8s.io", "v1beta2", "cohorts", "Cohort", namespaced=False)
 INFERENCESERVICE = Kind("serving.kserve.io", "v1beta1", "inferenceservices", "InferenceService")
 NAMESPACE = Kind("", "v1", "namespaces", "Namespace", namespaced=False)
+# Read only (listed to find a Ray cluster's pods for the metrics scrape); never written.
+POD = Kind("", "v1", "pods", "Pod")
 
 KINDS: tuple[Kind, ...] = (
     RAYSERVICE,
@@ -207,6 +209,7 @@ KINDS: tuple[Kind, ...] = (
     COHORT,
     INFERENCESERVICE,
     NAMESPACE,
+    POD,
 )
 _KINDS_BY_TYPE = {(k.api_version, k.kind): k for k in KINDS}
 
@@ -319,7 +322,7 @@ class Cluster:
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """The object, or None when it does not exist."""
         try:
-            if kind.is_core:
+            if _core_namespace(kind):
                 return self._call("get", self.core.read_namespace, name)
             return self._custom("get", "get", kind, namespace, name)
         except NotFound:
@@ -338,7 +341,10 @@ class Cluster:
         and filtering twice costs nothing against a real API server.
         """
         selector = _selector_string(label_selector)
-        if kind.is_core:
+        if kind == POD:
+            body = self._call("list", self.core.list_namespaced_pod, _require_namespace(kind, namespace),
+                              label_selector=selector)
+        elif kind.is_core:
             body = self._call("list", self.core.list_namespace, label_selector=selector)
         else:  # a namespaced kind without a namespace lists across all namespaces
             body = self._custom("list", "list", kind, namespace, label_selector=selector,
@@ -370,7 +376,7 @@ class Cluster:
     def delete(self, kind: Kind, name: str, namespace: str | None = None) -> bool:
         """Delete the object; False when it was already gone (deleting is idempotent)."""
         try:
-            if kind.is_core:
+            if _core_namespace(kind):
                 self._call("delete", self.core.delete_namespace, name)
             else:
                 self._custom("delete", "delete", kind, namespace, name, propagation_policy="Background")
@@ -383,7 +389,7 @@ class Cluster:
     ) -> dict[str, Any]:
         """Merge-patch the status subresource. Only simulated operators in tests write status."""
         body = {"status": dict(status)}
-        if kind.is_core:
+        if _core_namespace(kind):
             return self._call("patch_status", self.core.patch_namespace_status, name, body)
         return self._custom("patch_status", "patch", kind, namespace, name, body, suffix="_status",
                             _content_type="application/merge-patch+json")
@@ -398,12 +404,12 @@ class Cluster:
             "force": True,
             "_content_type": "application/apply-patch+yaml",
         }
-        if kind.is_core:
+        if _core_namespace(kind):
             return self._call("apply", self.core.patch_namespace, name, body, **apply_args)
         return self._custom("apply", "patch", kind, namespace, name, body, **apply_args)
 
     def _create(self, kind: Kind, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
-        if kind.is_core:
+        if _core_namespace(kind):
             return self._call("create", self.core.create_namespace, body, field_manager=FIELD_MANAGER)
         return self._custom("create", "create", kind, namespace, body, field_manager=FIELD_MANAGER)
 
@@ -440,6 +446,14 @@ class Cluster:
             return json.loads(data)
         except ValueError as exc:
             raise TransientClusterError(f"{verb}: the API server sent invalid JSON") from exc
+
+
+def _core_namespace(kind: Kind) -> bool:
+    """Whether a get/write goes to the core Namespace calls; the only other core kind, Pod, is
+    list-only here (the portal never reads one pod or writes any)."""
+    if kind == POD:
+        raise ValueError("Pods are only listed by the portal (Cluster.list)")
+    return kind.is_core
 
 
 def _require_namespace(kind: Kind, namespace: str | None) -> str:

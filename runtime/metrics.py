@@ -26,7 +26,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, fields
 from functools import cached_property
@@ -242,6 +242,33 @@ class Snapshot:
         """Distinct label sets reporting ``num_requests_running`` (engines × replicas)."""
         return len(self.gauges.get("num_requests_running", {}))
 
+    @property
+    def empty(self) -> bool:
+        return not (self.counters or self.gauges or self.histograms)
+
+    @classmethod
+    def merged(cls, parts: Iterable[Snapshot]) -> Snapshot:
+        """One deployment read from several nodes (a Ray cluster's pods) as one snapshot.
+
+        Each node exports only the replicas it hosts, so series are disjoint and simply pooled;
+        a key seen twice is added, as the parser does. The time is the latest part's.
+        """
+        parts = list(parts)
+        counters: dict[str, dict[SeriesKey, float]] = {}
+        gauges: dict[str, dict[SeriesKey, float]] = {}
+        histograms: dict[str, dict[SeriesKey, HistogramSeries]] = {}
+        for part in parts:
+            for target, source in ((counters, part.counters), (gauges, part.gauges)):
+                for name, series in source.items():
+                    merged = target.setdefault(name, {})
+                    for key, value in series.items():
+                        _add(merged, key, value)
+            for name, series in part.histograms.items():
+                merged_h = histograms.setdefault(name, {})
+                for key, hist in series.items():
+                    merged_h[key] = _sum_histograms([merged_h[key], hist]) if key in merged_h else hist
+        return cls(max((p.timestamp for p in parts), default=time.time()), counters, gauges, histograms)
+
     # -- storage --------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
@@ -355,12 +382,14 @@ def parse_exposition(
     timestamp: float | None = None,
     *,
     match_labels: Mapping[str, str] | None = None,
+    require_vllm: bool = True,
 ) -> Snapshot:
     """Parse a Prometheus text exposition (vLLM or Ray) into a :class:`Snapshot`.
 
     ``match_labels`` keeps only series carrying those labels — a Ray node's port exports
     every replica on the node, so e.g. ``{"model_name": "llama-8b"}`` picks one deployment.
-    Raises :class:`ScrapeError` when the text does not parse or holds no vLLM metrics.
+    Raises :class:`ScrapeError` when the text does not parse, or holds no vLLM metrics and
+    ``require_vllm`` is set (clear it for one node of several: a Ray head hosts no replica).
     """
     builder = _Builder(match_labels)
     try:
@@ -369,7 +398,7 @@ def parse_exposition(
                 builder.add(sample.name, sample.labels, sample.value)
     except ValueError as exc:  # prometheus_client reports every syntax error as ValueError
         raise ScrapeError(f"unparseable exposition: {exc}") from exc
-    if builder.empty:
+    if builder.empty and require_vllm:
         raise ScrapeError("no vllm:* or ray_vllm_* metrics in the exposition")
     return builder.build(time.time() if timestamp is None else timestamp)
 
@@ -577,19 +606,23 @@ def _get_text(url: str, timeout: float, params: Mapping[str, str] | None = None)
 
 
 def scrape(
-    url: str, timeout: float = 5.0, *, match_labels: Mapping[str, str] | None = None
+    url: str,
+    timeout: float = 5.0,
+    *,
+    match_labels: Mapping[str, str] | None = None,
+    require_vllm: bool = True,
 ) -> Snapshot:
     """Fetch and parse one exposition (vLLM ``/metrics`` or a Ray metrics port)."""
     text = _get_text(url, timeout)
     taken_at = time.time()
     try:
-        return parse_exposition(text, taken_at, match_labels=match_labels)
+        return parse_exposition(text, taken_at, match_labels=match_labels, require_vllm=require_vllm)
     except ScrapeError as exc:
         raise ScrapeError(f"{url}: {exc}") from exc
 
 
 def scrape_many(
-    targets: Mapping[K, str],
+    targets: Mapping[K, str | Sequence[str]],
     timeout: float = 5.0,
     max_workers: int = 32,
     *,
@@ -597,37 +630,55 @@ def scrape_many(
 ) -> dict[K, Snapshot | ScrapeError]:
     """Scrape every target concurrently; each key gets a Snapshot or the ScrapeError.
 
-    With no more targets than workers the call returns within about ``timeout``; beyond
-    that, each further wave of ``max_workers`` targets may add one ``timeout``. A target
-    still running at the end is reported as timed out and its thread left to finish on its
-    own (it stops at its own deadline), so one stuck endpoint never holds up the sweep.
+    A key's target is one URL, or several for a deployment spread over nodes (a Ray
+    cluster's pods): those are read side by side and merged (:meth:`Snapshot.merged`). Every
+    one of them must answer (a missing node would read as a drop in its counters), and
+    together they must hold vLLM series; a node without any (the Ray head) is fine.
+
+    With no more URLs than workers the call returns within about ``timeout``; beyond that,
+    each further wave of ``max_workers`` URLs may add one ``timeout``. A URL still being read
+    at the end is reported as timed out and its thread left to finish on its own (it stops at
+    its own deadline), so one stuck endpoint never holds up the sweep.
     """
-    if not targets:
-        return {}
-    results: dict[K, Snapshot | ScrapeError] = {}
-    workers = max(1, min(max_workers, len(targets)))
-    waves = math.ceil(len(targets) / workers)
+    urls = {key: [target] if isinstance(target, str) else list(target) for key, target in targets.items()}
+    results: dict[K, Snapshot | ScrapeError] = {
+        key: ScrapeError("no endpoint to scrape") for key, group in urls.items() if not group}
+    jobs = [(key, url) for key, group in urls.items() for url in group]
+    if not jobs:
+        return results
+    workers = max(1, min(max_workers, len(jobs)))
+    waves = math.ceil(len(jobs) / workers)
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="scrape")
+    parts: dict[K, list[Snapshot]] = {}
     try:
         futures = {
-            pool.submit(scrape, url, timeout, match_labels=match_labels): key
-            for key, url in targets.items()
+            pool.submit(scrape, url, timeout, match_labels=match_labels,
+                        require_vllm=len(urls[key]) == 1): (key, url)
+            for key, url in jobs
         }
         # A small grace beyond the per-request deadlines for thread start and parsing.
         done, _ = wait(futures, timeout=waves * timeout + 1.0)
-        for future, key in futures.items():
-            if future in done:
-                exc = future.exception()
-                if exc is None:
-                    results[key] = future.result()
-                elif isinstance(exc, ScrapeError):
-                    results[key] = exc
-                else:  # a bug, not a bad endpoint: keep the sweep going but say what it was
-                    results[key] = ScrapeError(f"{targets[key]}: {exc!r}")
-            else:
-                results[key] = ScrapeError(f"{targets[key]}: timed out after {timeout} s")
+        for future, (key, url) in futures.items():
+            if key in results:
+                continue  # another of its URLs already failed
+            if future not in done:
+                results[key] = ScrapeError(f"{url}: timed out after {timeout} s")
+            elif (exc := future.exception()) is None:
+                parts.setdefault(key, []).append(future.result())
+            elif isinstance(exc, ScrapeError):
+                results[key] = exc
+            else:  # a bug, not a bad endpoint: keep the sweep going but say what it was
+                results[key] = ScrapeError(f"{url}: {exc!r}")
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+    for key, snapshots in parts.items():
+        if key in results:
+            continue
+        snapshot = snapshots[0] if len(snapshots) == 1 else Snapshot.merged(snapshots)
+        if snapshot.empty:
+            results[key] = ScrapeError(f"no vllm:* or ray_vllm_* metrics on any of its {len(snapshots)} endpoints")
+        else:
+            results[key] = snapshot
     return results
 
 

@@ -42,6 +42,7 @@ EXPECTED_RULES = {
     ("kueue.x-k8s.io", "cohorts"): VERBS_KUEUE,
     ("kueue.x-k8s.io", "workloads"): {"list"},
     ("", "namespaces"): {"get", "create", "patch"},
+    ("", "pods"): {"list"},
 }
 SECRET_KEYS = {"SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "CACHE_URL"}
 

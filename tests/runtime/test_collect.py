@@ -13,7 +13,7 @@ from deployments.charts import dashboard
 from deployments.models import MetricSample, Resolution, ScrapeState
 from deployments.series import advice_for, downsample, series
 from runtime.collect import collect_all
-from runtime.metrics import derive, parse_exposition
+from runtime.metrics import Snapshot, derive, parse_exposition
 from tests.deployments.factories import draft
 from tests.shared import shared_path
 from tests.stub_http import base_url, serve
@@ -52,7 +52,9 @@ def serving(world):
 
 
 def make_ready(dep, url):
-    type(dep).objects.filter(pk=dep.pk).update(state="ready", metrics_url=url)
+    """Ready, with one metrics endpoint: the local backend's shape (a KubeRay deployment's
+    endpoints are its pods, found through the cluster: TestRayPods)."""
+    type(dep).objects.filter(pk=dep.pk).update(state="ready", backend="local", metrics_url=url)
 
 
 class TestCollect:
@@ -182,6 +184,141 @@ class TestShardedCycle:
 
         assert shards(list(range(7)), 3) == [[0, 1, 2], [3, 4, 5], [6]]
         assert shards([], 3) == []
+
+RAY_UNDER_LOAD = "ray-serve-llm-vllm-0.32-cpu-under-load.prom"
+
+
+def as_another_replica(text: str, tag: str) -> str:
+    """The same Ray exposition as if a different replica on another node had written it."""
+    return text.replace('ReplicaId="', f'ReplicaId="{tag}-').replace('WorkerId="', f'WorkerId="{tag}-')
+
+
+def ray_pod(dep, name: str, url: str | None, *, phase: str = "Running", owner: str | None = None,
+            **meta) -> dict:
+    """A pod as KubeRay creates it from the RayService's template (the portal's labels on it)."""
+    labels = {"app.kubernetes.io/managed-by": "llm-portal", "llm-portal.io/deployment-id": owner or str(dep.pk),
+              "ray.io/node-type": "head" if name.endswith("head") else "worker"}
+    status = {"phase": phase}
+    port = 8080
+    if url:
+        host_port = url.split("//")[1].split("/")[0]
+        status["podIP"], port = host_port.rsplit(":", 1)[0], int(host_port.rsplit(":", 1)[1])
+    return {"metadata": {"name": name, "namespace": dep.tenant.namespace, "labels": labels, **meta},
+            "spec": {"containers": [{"name": "ray", "ports": [{"name": "metrics", "containerPort": port}]}]},
+            "status": status}
+
+
+class TestRayPods:
+    """KubeRay without Prometheus: the replicas (and their ray_vllm_* series) run on the worker
+    pods, each exporting its own node; the head holds none. The cycle reads every running pod."""
+
+    @pytest.fixture
+    def ray_dep(self, serving, cluster_api):
+        type(serving).objects.filter(pk=serving.pk).update(
+            state="ready", metrics_url=f"http://{serving.resource_name}-head-svc.alpha.svc:8080/metrics")
+        serving.refresh_from_db()
+        return serving
+
+    @pytest.fixture
+    def ray_text(self):
+        return shared_path("fixtures", "metrics", RAY_UNDER_LOAD).read_text()
+
+    def put_pods(self, api, *pods):
+        from runtime import k8s
+
+        for pod in pods:
+            api.put(k8s.POD, pod)
+
+    def test_every_running_pod_is_read_and_merged_into_one_snapshot(self, ray_dep, cluster_api, ray_text):
+        one, two = Exposition([ray_text]), Exposition([as_another_replica(ray_text, "w2")])
+        self.put_pods(cluster_api,
+                      # The head is not read (no replica on it; num-gpus 0): unreachable, no error.
+                      ray_pod(ray_dep, "llm-head", "http://127.0.0.1:1/metrics"), ray_pod(ray_dep, "llm-w1", one.url),
+                      ray_pod(ray_dep, "llm-w2", two.url),
+                      # Not read: not started, on its way out, another deployment's.
+                      ray_pod(ray_dep, "llm-w3", None, phase="Pending"),
+                      ray_pod(ray_dep, "llm-w4", "http://127.0.0.1:1/metrics",
+                              deletionTimestamp="2026-11-30T08:00:00Z"),
+                      ray_pod(ray_dep, "other-w1", "http://127.0.0.1:1/metrics", owner="999"))
+
+        collect_all()
+
+        state = ScrapeState.objects.get(deployment=ray_dep)
+        assert state.last_error in (None, "") and state.last_success is not None
+        alone = parse_exposition(ray_text)
+        both = Snapshot.from_dict(state.snapshot)
+        assert both.replica_count == 2 * alone.replica_count > 0
+        assert both.counter("generation_tokens_total") == 2 * alone.counter("generation_tokens_total") > 0
+        assert both.gauge_sum("num_requests_running") == 2 * alone.gauge_sum("num_requests_running")
+        assert [one.index, two.index] == [1, 1]
+        assert cluster_api.proxied_requests().count(("GET", "/api/v1/namespaces/alpha/pods")) == 1
+
+    def test_one_unreadable_pod_leaves_a_gap_not_a_partial_number(self, ray_dep, cluster_api, ray_text):
+        one = Exposition([ray_text])
+        self.put_pods(cluster_api, ray_pod(ray_dep, "llm-w1", one.url),
+                      ray_pod(ray_dep, "llm-w2", "http://127.0.0.1:1/metrics"))
+        assert collect_all() == 0
+        state = ScrapeState.objects.get(deployment=ray_dep)
+        assert "127.0.0.1:1" in state.last_error and state.last_success is None
+
+    def test_pods_without_vllm_series_are_an_error(self, ray_dep, cluster_api, ray_text):
+        bare = Exposition(["\n".join(line for line in ray_text.splitlines() if "ray_vllm_" not in line) + "\n"])
+        self.put_pods(cluster_api, ray_pod(ray_dep, "llm-w1", bare.url), ray_pod(ray_dep, "llm-w2", bare.url))
+        assert collect_all() == 0
+        assert "no vllm" in ScrapeState.objects.get(deployment=ray_dep).last_error
+
+    def test_no_running_pod_is_an_error_for_that_deployment_only(self, ray_dep, cluster_api, ray_text, world):
+        from deployments import services
+
+        local = services.deployment_create(tenant=world.alpha, user=world.users["member"],
+                                           data=draft(world, name="local-one", max_replicas=1))
+        make_ready(local, Exposition([ray_text]).url)
+        self.put_pods(cluster_api, ray_pod(ray_dep, "llm-w1", None, phase="Pending"))
+        assert collect_all() == 1
+        assert "no running pod" in ScrapeState.objects.get(deployment=ray_dep).last_error
+        assert ScrapeState.objects.get(deployment=local).last_error in (None, "")
+
+    def test_an_unreachable_api_server_is_recorded_not_raised(self, ray_dep, cluster_api):
+        cluster_api.fail_always(403)
+        assert collect_all() == 0
+        assert "cannot list the pods in alpha" in ScrapeState.objects.get(deployment=ray_dep).last_error
+
+    def test_a_sharded_cycle_lists_each_namespace_once(self, world, cluster_api, ray_text, settings):
+        from deployments import services
+        from runtime.tasks import scrape_metrics_shard_task, scrape_metrics_task
+
+        _shard_messages(take=True)
+        one = Exposition([ray_text])
+        deps = []
+        for i in range(2):  # created alternately, so by id alone every shard would span both
+            for tenant in (world.alpha, world.beta):
+                user = world.users["member"] if tenant == world.alpha else world.users["other_member"]
+                dep = services.deployment_create(tenant=tenant, user=user,
+                                                 data=draft(world, name=f"r{i}", max_replicas=1))
+                type(dep).objects.filter(pk=dep.pk).update(state="ready")
+                dep.refresh_from_db()
+                self.put_pods(cluster_api, ray_pod(dep, f"{dep.resource_name}-w1", one.url))
+                deps.append(dep)
+        settings.METRICS_SHARD_SIZE = 2
+        scrape_metrics_task()
+        for message in _shard_messages(take=True):
+            scrape_metrics_shard_task(*message["args"])
+        assert ScrapeState.objects.filter(deployment__in=deps, last_success__isnull=False).count() == 4
+        lists = [p for m, p in cluster_api.proxied_requests() if p.endswith("/pods")]
+        assert sorted(lists) == ["/api/v1/namespaces/alpha/pods", "/api/v1/namespaces/beta/pods"]
+
+    def test_the_metrics_port_is_the_one_the_pod_names(self):
+        from runtime.collect import pod_metrics_url
+
+        pod = {"metadata": {}, "status": {"phase": "Running", "podIP": "10.1.2.3"},
+               "spec": {"containers": [{"ports": [{"name": "serve", "containerPort": 8000},
+                                                  {"name": "metrics", "containerPort": 9090}]}]}}
+        assert pod_metrics_url(pod) == "http://10.1.2.3:9090/metrics"
+        assert pod_metrics_url({**pod, "spec": {}}) == "http://10.1.2.3:8080/metrics"  # KubeRay's default
+        assert pod_metrics_url({**pod, "status": {"phase": "Running", "podIP": "fd00::7"}}) == \
+            "http://[fd00::7]:9090/metrics"
+        assert pod_metrics_url({**pod, "status": {"phase": "Succeeded", "podIP": "10.1.2.3"}}) is None
+
 
 class TestDashboardData:
     def test_series_feed_the_charts_and_downsampling_bounds_storage(self, serving):

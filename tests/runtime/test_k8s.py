@@ -39,8 +39,9 @@ def rayservice(name: str = "llm", ns: str = NS, *, replicas: int = 1, **labels: 
 
 @pytest.fixture
 def cluster(k8s_api: K8sApiServer) -> k8s.Cluster:
-    # A short timeout keeps the hang tests fast; nothing here legitimately takes 1 s.
-    return k8s_api.cluster(timeout=0.5)
+    # Generous: a loaded 2-core CI machine once took over 0.5 s to answer a create here. The
+    # hang tests make their own short-timeout client.
+    return k8s_api.cluster(timeout=5.0)
 
 
 def free_port() -> int:
@@ -110,8 +111,17 @@ class TestApply:
 
     def test_it_refuses_a_kind_it_does_not_know(self, cluster):
         with pytest.raises(ValueError, match="unknown kind"):
-            cluster.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}})
+            cluster.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "p"}})
         assert sum(cluster.calls.values()) == 0
+
+    def test_pods_are_only_ever_listed(self, cluster):
+        # The portal reads Ray pods for metrics and must never write one (RBAC grants list only).
+        with pytest.raises(ValueError, match="only listed"):
+            cluster.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": NS}})
+        with pytest.raises(ValueError, match="only listed"):
+            cluster.get(k8s.POD, "p", NS)
+        assert sum(cluster.calls.values()) == 0
+        assert cluster.list(k8s.POD, NS) == [] and cluster.calls["list"] == 1
 
 
 class TestGet:
@@ -244,7 +254,8 @@ class TestErrorClassification:
 
         assert isinstance(caught.value, PermanentClusterError)
 
-    def test_a_hung_request_times_out_as_transient_without_hidden_retries(self, cluster, k8s_api):
+    def test_a_hung_request_times_out_as_transient_without_hidden_retries(self, k8s_api):
+        cluster = k8s_api.cluster(timeout=0.5)
         k8s_api.fail_always(HANG)
         started = time.monotonic()
 

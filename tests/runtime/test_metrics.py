@@ -242,6 +242,22 @@ class TestParseExposition:
 # -- derivation ------------------------------------------------------------------------------
 
 
+class TestMerged:
+    def test_disjoint_nodes_pool_their_series_and_a_shared_key_adds(self) -> None:
+        vllm, ray = parse_exposition(fixture(VLLM_BUSY), 10.0), parse_exposition(load(RAY_BUSY), 12.0)
+        both = Snapshot.merged([vllm, ray])
+        assert both.timestamp == 12.0
+        for name in COUNTERS:
+            assert both.counter(name) == pytest.approx(vllm.counter(name) + ray.counter(name))
+        assert both.replica_count == vllm.replica_count + ray.replica_count
+        twice = Snapshot.merged([vllm, vllm])
+        hist = vllm.histogram("e2e_request_latency_seconds")
+        doubled = twice.histogram("e2e_request_latency_seconds")
+        assert (doubled.count, doubled.sum) == (2 * hist.count, 2 * hist.sum)
+        assert doubled.buckets == tuple((le, 2 * c) for le, c in hist.buckets)
+        assert Snapshot.merged([vllm]) == vllm and Snapshot.merged([parse_exposition("", require_vllm=False)]).empty
+
+
 class TestHistogramQuantile:
     def test_interpolates_inside_the_bucket(self) -> None:
         # 10 in (0, 1], 10 in (1, 2]: the median is the top of the first bucket, p75 at 1.5.
@@ -548,6 +564,19 @@ class TestScrape:
         assert isinstance(results[3], ScrapeError)
         assert isinstance(results[4], ScrapeError)
         assert scrape_many({}, timeout=1) == {}
+
+    def test_a_target_of_several_urls_is_merged_and_fails_as_a_whole(self, server: str) -> None:
+        results = scrape_many({
+            "two-nodes": [server + "/metrics", server + "/ray"],
+            "one-bad": [server + "/metrics", server + "/missing"],
+            "one-slow": [server + "/metrics", server + "/slow"],
+            "none": [],
+        }, timeout=0.5)
+        merged = results["two-nodes"]
+        assert merged.gauge_sum("num_requests_running") == 4.0 + 39.0
+        assert merged.replica_count == scrape(server + "/metrics").replica_count + scrape(server + "/ray").replica_count
+        assert "/missing" in str(results["one-bad"]) and "/slow" in str(results["one-slow"])
+        assert isinstance(results["none"], ScrapeError)
 
     def test_targets_beyond_the_workers_get_their_own_time(self, server: str) -> None:
         targets = {i: server + "/metrics" for i in range(6)}
