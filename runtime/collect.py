@@ -131,6 +131,26 @@ def shards(ids: list[int], size: int) -> list[list[int]]:
     return [ids[i : i + size] for i in range(0, len(ids), max(1, size))]
 
 
+def planned_shards(size: int) -> list[list[int]]:
+    """One cycle's shards, the stalest first (never read, then longest since the last attempt).
+
+    When a cycle takes longer than the interval, its last queued shards expire unread. In a
+    fixed order those would be the same deployments every cycle, so they would never be read;
+    stalest-first makes an overloaded cycle go round the whole fleet instead.
+    """
+    parts = shards(scraped_ids(), size)
+    attempted = dict(ScrapeState.objects.filter(deployment_id__in=[pk for part in parts for pk in part])
+                     .values_list("deployment_id", "last_attempt"))
+
+    def staleness(part: list[int]) -> tuple[bool, float]:
+        times = [attempted.get(pk) for pk in part]
+        if any(t is None for t in times):
+            return (False, 0.0)
+        return (True, min(t.timestamp() for t in times))
+
+    return sorted(parts, key=staleness)
+
+
 def collect(ids: Iterable[int] | None = None) -> int:
     """Scrape, derive and store one point per reachable deployment; returns points stored.
 

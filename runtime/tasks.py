@@ -55,14 +55,15 @@ def scrape_metrics_task() -> int:
 
     Parsing expositions is CPU-bound under the GIL, so one process reads at most one core's
     worth; shards let every worker process (and every worker pod) share a big fleet. A shard
-    not started within one scrape interval expires: the next cycle reads those deployments
-    anyway, and rates span whatever time passed since their last snapshot.
+    not started within one scrape interval expires, so an overloaded fleet never piles up
+    cycles; the next cycle starts with the stalest shards (planned_shards), and rates span
+    whatever time passed since each deployment's last snapshot.
     """
     from django.conf import settings
 
-    from runtime.collect import collect, scraped_ids, shards
+    from runtime.collect import collect, planned_shards
 
-    parts = shards(scraped_ids(), settings.METRICS_SHARD_SIZE)
+    parts = planned_shards(settings.METRICS_SHARD_SIZE)
     for part in parts[1:]:
         scrape_metrics_shard_task.apply_async((part,), expires=settings.METRICS_SCRAPE_SECONDS)
     return collect(parts[0]) if parts else 0

@@ -165,6 +165,22 @@ class TestShardedCycle:
         assert ScrapeState.objects.filter(last_success__isnull=False).count() == 3
         assert MetricSample.objects.filter(deployment__in=three).count() == 3
 
+    def test_an_overloaded_fleet_is_read_round_by_round_not_starved(self, three, settings):
+        # Each cycle here manages only its in-place shard; the queued ones expire unread. In a
+        # fixed order the same deployment would be read every cycle and the others never.
+        from runtime.tasks import scrape_metrics_task
+
+        settings.METRICS_SHARD_SIZE = 1
+        a, b, c = sorted(d.pk for d in three)
+        read = []
+        for _ in range(3):
+            before = set(ScrapeState.objects.values_list("deployment_id", flat=True))
+            scrape_metrics_task()
+            queued = _shard_messages(take=True)  # expired: never run
+            read.append((set(ScrapeState.objects.values_list("deployment_id", flat=True)) - before) or "again")
+        assert read == [{a}, {b}, {c}]
+        assert [m["args"] for m in queued] == [[[a]], [[b]]]  # then the longest unread first
+
     def test_one_shard_is_read_in_place_without_messages(self, three, settings):
         from runtime.tasks import scrape_metrics_task
 
