@@ -112,6 +112,14 @@ def _accepted_names() -> frozenset[str]:
 _ACCEPTED = _accepted_names()
 _SAMPLE_NAME = re.compile(r"[^{\s]+")
 _LINE_STARTS = ("#", *PREFIXES)
+# Labels Ray stamps on every series that say where and by what it was recorded, not which
+# series it is (a replica's series stay apart by ReplicaId/WorkerId, engine, model_name,
+# finished_reason). They are most of a Ray line's characters, and prometheus_client reads
+# labels a character at a time: dropping them before parsing halves the parse of a Ray
+# exposition (bench/b3_metrics.py).
+RAY_CONTEXT_LABELS = ("Component", "NodeAddress", "SessionName", "Version",
+                      "otel_scope_name", "otel_scope_schema_url", "otel_scope_version")
+_RAY_CONTEXT = re.compile(r'(?<=[{,])(?:%s)="(?:[^"\\]|\\.)*",?' % "|".join(RAY_CONTEXT_LABELS))
 
 
 def filter_exposition(text: str) -> str:
@@ -134,7 +142,7 @@ def filter_exposition(text: str) -> str:
             continue
         match = _SAMPLE_NAME.match(line)
         if match and match.group(0) in _ACCEPTED:
-            kept.append(line)
+            kept.append(_RAY_CONTEXT.sub("", line) if line[0] == "r" else line)
     return "\n".join(kept) + "\n" if kept else ""
 
 

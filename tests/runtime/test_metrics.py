@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from runtime.metrics import (
     COUNTERS,
+    RAY_CONTEXT_LABELS,
     MetricPoint,
     ScrapeError,
     Snapshot,
@@ -125,6 +126,34 @@ class TestParseEveryFixture:
             assert got.count == hand_sum(text, prefix + hist + "_count")
             assert got.sum == pytest.approx(hand_sum(text, prefix + hist + "_sum"))
         assert snap.timestamp == 1.0
+
+
+class TestRayContextLabels:
+    """Ray's where-and-by-what labels are dropped before parsing; identity labels are kept."""
+
+    def test_every_ray_series_keeps_its_identity_and_loses_only_the_context(self) -> None:
+        for name in (RAY_BUSY, RAY_AFTER):
+            text = fixture(name)
+            snap = parse_exposition(text)
+            keys = {k for group in (snap.counters, snap.gauges, snap.histograms) for s in group.values() for k in s}
+            names = {label for key in keys for label, _ in key}
+            assert names and not names & set(RAY_CONTEXT_LABELS)
+            assert {"ReplicaId", "WorkerId", "engine", "model_name"} <= names
+            # Exactly as many distinct series as the file has (nothing merged by the drop).
+            raw = {line.split(" ")[0] for line in text.splitlines()
+                   if line.startswith("ray_vllm_num_requests_running{")}
+            assert len(snap.gauges["num_requests_running"]) == len(raw)
+
+    def test_a_label_value_that_looks_like_a_context_label_is_left_alone(self) -> None:
+        line = ('ray_vllm_num_requests_running{Component="core_worker",ReplicaId="r1",'
+                'model_name="a,Version=\\"x\\",b",otel_scope_version=""} 2\n')
+        (key,) = parse_exposition(line).gauges["num_requests_running"]
+        assert dict(key) == {"ReplicaId": "r1", "model_name": 'a,Version="x",b'}
+
+    def test_vllm_lines_are_not_touched(self) -> None:
+        line = 'vllm:num_requests_running{Version="1",engine="0",model_name="m"} 2\n'
+        (key,) = parse_exposition(line).gauges["num_requests_running"]
+        assert dict(key) == {"Version": "1", "engine": "0", "model_name": "m"}
 
 
 class TestParseExposition:
