@@ -119,7 +119,7 @@ _LINE_STARTS = ("#", *PREFIXES)
 # exposition (bench/b3_metrics.py).
 RAY_CONTEXT_LABELS = ("Component", "NodeAddress", "SessionName", "Version",
                       "otel_scope_name", "otel_scope_schema_url", "otel_scope_version")
-_RAY_CONTEXT = re.compile(r'(?<=[{,])(?:%s)="(?:[^"\\]|\\.)*",?' % "|".join(RAY_CONTEXT_LABELS))
+_RAY_CONTEXT = re.compile(r"(?<=[{,])(?:" + "|".join(RAY_CONTEXT_LABELS) + r')="(?:[^"\\]|\\.)*",?')
 
 
 def filter_exposition(text: str) -> str:
