@@ -18,6 +18,7 @@ SMOKE = {
     "b2_reconcile.py": ["--sweep-deployments", "10", "--converge", "3", "--requeue-seconds", "1",
                         "--deadline", "120"],
     "b3_metrics.py": ["--endpoints", "12", "--mix", "vllm"],
+    "b3_against.py": ["HEAD", "--endpoints", "4", "--rounds", "2"],  # this tree against its own commit
     "b4_series.py": ["--days", "1"],
 }
 
