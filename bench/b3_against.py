@@ -55,7 +55,8 @@ def main() -> None:
         text = (FIXTURES / name).read_text()
         best = {}
         for label, module in (("old", old), ("new", new)):
-            best[label] = min(timeit.repeat(lambda m=module, t=text: m.parse_exposition(t, 0.0), number=10, repeat=7)) / 10
+            runs = timeit.repeat(lambda m=module, t=text: m.parse_exposition(t, 0.0), number=10, repeat=7)
+            best[label] = min(runs) / 10
         row(f"parse_exposition, {name}", f"new {best['new'] * 1e3:.1f} ms vs old {best['old'] * 1e3:.1f} ms:"
             f" ratio {best['new'] / best['old']:.2f}x")
 
