@@ -72,6 +72,8 @@ def _ray_pod_targets(deps: list[ModelDeployment]) -> dict[int, list[str] | Scrap
     """Every running pod's metrics URL per KubeRay deployment; one pod LIST per namespace."""
     from runtime.backends import get_cluster
 
+    if not deps:
+        return {}
     out: dict[int, list[str] | ScrapeError] = {}
     by_namespace: dict[str, list[int]] = {}
     for dep in deps:
