@@ -80,7 +80,7 @@ def _ray_pod_targets(deps: list[ModelDeployment]) -> dict[int, list[str] | Scrap
         by_namespace.setdefault(dep.tenant.namespace, []).append(dep.pk)
     try:
         cluster = get_cluster()
-    except k8s.ClusterError as error:
+    except Exception as error:  # no cluster configured, an unreadable kubeconfig: this cycle's gap
         return {pk: ScrapeError(f"cannot list the Ray pods: {error}") for pk in (d.pk for d in deps)}
     for namespace, ids in by_namespace.items():
         try:
