@@ -72,6 +72,8 @@ class DeploymentForm(forms.Form):
 
 class ReasonForm(forms.Form):
     reason = forms.CharField(max_length=2000, required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    # The generation the admin reviewed; an approval of anything else is refused (409 in the API).
+    generation = forms.IntegerField(min_value=1, max_value=2_147_483_647, required=False, widget=forms.HiddenInput)
 
 
 class ScaleForm(forms.Form):

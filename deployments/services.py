@@ -7,16 +7,16 @@ then — on commit — enqueues the reconcile. Nothing here talks to a cluster.
 
 from __future__ import annotations
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from deployments.choices import EventType, State
 from deployments.models import DeploymentEvent, ModelDeployment
-from deployments.states import HOLDS_QUOTA, RUNNING, check_transition
+from deployments.states import HOLDS_QUOTA, PERMISSIONS, RUNNING, Action, Actor, actor_of, authorize, check_transition
 from deployments.validation import check_draft
-from portal.exceptions import DomainError, Forbidden
+from portal.exceptions import ConflictError, DomainError, Forbidden
 from portal.models import audit
-from quotas.choices import Fit, Role
-from quotas.models import Tenant, is_platform_admin
+from quotas.choices import Fit
+from quotas.models import Tenant
 from quotas.services import quota_release, quota_reserve
 
 OWNER = "deployment"
@@ -26,6 +26,19 @@ SPEC_FIELDS = (
     "target_ongoing_requests", "max_model_len", "gpu_memory_utilization", "enable_chunked_prefill",
     "max_num_batched_tokens", "quantization", "dtype", "parameter_count_b",
 )
+# A change to any of these changes what runs on the GPUs (the model, where, how its memory is laid
+# out), so it needs approval again unless the tenant's policy covers it. More GPUs do as well;
+# fewer do not. Names, autoscaling targets and the token secret's name change nothing the
+# approver weighed.
+APPROVAL_FIELDS = frozenset({
+    "model_source", "flavor", "backend", "tensor_parallel_size", "pipeline_parallel_size", "max_model_len",
+    "gpu_memory_utilization", "enable_chunked_prefill", "max_num_batched_tokens", "quantization", "dtype",
+})
+
+
+def needs_approval(changed, *, old_gpus: int, new_gpus: int) -> bool:
+    """Whether a spec change (field names) must be approved again."""
+    return bool(APPROVAL_FIELDS & set(changed)) or new_gpus > old_gpus
 
 
 class DraftInvalid(DomainError):
@@ -39,9 +52,9 @@ class DraftInvalid(DomainError):
         return {field: [message] for field, message in self.errors.items()}
 
 
-def _require(tenant: Tenant, user, role: str) -> None:
-    if not tenant.has_role(user, role):
-        raise Forbidden("Your role in this tenant does not allow this.")
+def _authorized(dep: ModelDeployment, user, action: Action) -> None:
+    """Check the (role, state, action) table for this user on this locked deployment."""
+    authorize(actor_of(dep.tenant, user), dep.state, action)
 
 
 def _enqueue_reconcile(dep: ModelDeployment) -> None:
@@ -79,30 +92,54 @@ def _reserve(dep: ModelDeployment) -> None:
     dep.reserved_gpus = reservation.gpus
 
 
-def _auto_approvable(dep: ModelDeployment, fit: str | None) -> bool:
+def _release(dep: ModelDeployment) -> None:
+    """Give the reservation back now and have the reconciler remove what may still run."""
+    if quota_release(owner_type=OWNER, owner_id=dep.pk):
+        dep.reserved_gpus = 0
+        dep.save(update_fields=["reserved_gpus"])
+        _enqueue_reconcile(dep)
+
+
+def _policy_covers(dep: ModelDeployment, fit: str | None) -> bool:
+    """The tenant's auto-approve policy: within nominal quota and at most its GPU ceiling."""
     limit = dep.tenant.auto_approve_max_gpus
     return bool(limit) and fit == Fit.NOMINAL and dep.gpus_needed <= limit
 
 
+def _policy_reason(tenant: Tenant) -> str:
+    return f"Auto-approved by tenant policy (within nominal quota and ≤ {tenant.auto_approve_max_gpus} GPUs)."
+
+
+def _name_taken(tenant: Tenant, name: str) -> DomainError:
+    return DomainError(f"A deployment named {name!r} already exists in {tenant.slug}; delete it or "
+                       "choose another name.", field="name", code="unique")
+
+
 @transaction.atomic
 def deployment_create(*, tenant: Tenant, user, data: dict) -> ModelDeployment:
-    """A member requests a deployment. Auto-approved when the tenant policy allows it."""
-    _require(tenant, user, Role.MEMBER)
+    """A member requests a deployment. Approved at once when the tenant policy covers it."""
+    if actor_of(tenant, user) not in PERMISSIONS[Action.UPDATE].actors:
+        raise Forbidden("Only members of the tenant may request deployments.")
     check = check_draft(data, tenant=tenant)
     if check.errors:
         raise DraftInvalid(check.errors)
+    if ModelDeployment.objects.filter(tenant=tenant, name=data["name"]).live().exists():
+        raise _name_taken(tenant, data["name"])
     fields = {k: data[k] for k in SPEC_FIELDS if k in data and data[k] is not None}
     fields.setdefault("served_model_name", data.get("served_model_name") or data["name"])
-    dep = ModelDeployment.objects.create(tenant=tenant, name=data["name"], created_by=user, **fields)
+    try:
+        with transaction.atomic():  # a concurrent request for the same name loses here, cleanly
+            dep = ModelDeployment.objects.create(tenant=tenant, name=data["name"], created_by=user, **fields)
+    except IntegrityError:
+        raise _name_taken(tenant, data["name"]) from None
     if len(dep.resource_name) > 47:
         raise DomainError("The name is too long for the cluster object.", field="name")
     _event(dep, reason="Requested", actor=user, to_state=State.PENDING_APPROVAL,
            message=check.quota.message if check.quota else "")
     audit(actor=user, action="deployment.request", obj=dep, tenant=tenant,
           changes={"gpus": dep.gpus_needed, "flavor": dep.flavor.name})
-    if _auto_approvable(dep, check.quota.fit if check.quota else None):
-        _approve_locked(dep, approver=None, reason="Auto-approved by tenant policy "
-                        f"(within nominal quota and ≤ {tenant.auto_approve_max_gpus} GPUs).")
+    if _policy_covers(dep, check.quota.fit if check.quota else None):
+        _approve_locked(dep, approver=Actor.POLICY, reason=_policy_reason(tenant))
     return dep
 
 
@@ -113,52 +150,47 @@ def _approve_locked(dep: ModelDeployment, *, approver, reason: str) -> None:
     dep.decision_reason = reason
     dep.save()
     audit(actor=approver, action="deployment.approve", obj=dep, tenant=dep.tenant, reason=reason,
-          changes={"reserved_gpus": dep.reserved_gpus})
+          changes={"reserved_gpus": dep.reserved_gpus, "generation": dep.generation})
     _enqueue_reconcile(dep)
 
 
 @transaction.atomic
-def deployment_approve(*, deployment_id: int, approver, reason: str = "") -> ModelDeployment:
-    """Platform admin approves: reserve GPUs, then schedule the reconcile."""
-    if not is_platform_admin(approver):
-        raise Forbidden("Only platform admins approve deployments.")
+def deployment_approve(*, deployment_id: int, approver, generation: int, reason: str = "") -> ModelDeployment:
+    """A platform admin approves the generation they reviewed: reserve GPUs, then reconcile."""
     dep = _lock(deployment_id)
+    _authorized(dep, approver, Action.APPROVE)
+    if dep.generation != generation:
+        raise ConflictError(f"The request changed since you reviewed it (you saw generation {generation}, it is "
+                            f"now {dep.generation}). Review it again.", field="generation", code="stale_generation")
     _approve_locked(dep, approver=approver, reason=reason or "Approved by a platform admin.")
     return dep
 
 
 @transaction.atomic
 def deployment_reject(*, deployment_id: int, approver, reason: str) -> ModelDeployment:
-    """Platform admin rejects with a reason the requester sees."""
-    if not is_platform_admin(approver):
-        raise Forbidden("Only platform admins reject deployments.")
+    """A platform admin rejects with a reason the requester sees. Final: a new request is a new
+    deployment. A rejected change to a running deployment stops it and releases its GPUs."""
+    dep = _lock(deployment_id)
+    _authorized(dep, approver, Action.REJECT)
     if not reason or not reason.strip():
         raise DomainError("Give a reason for the rejection.", field="reason")
-    dep = _lock(deployment_id)
     transition(dep, State.REJECTED, actor=approver, reason="Rejected", message=reason.strip(),
                type_=EventType.WARNING)
     dep.decision_reason = reason.strip()
     dep.save()
-    # A re-approval request after a spec update may still hold the previous reservation.
-    if quota_release(owner_type=OWNER, owner_id=dep.pk):
-        dep.reserved_gpus = 0
-        dep.save(update_fields=["reserved_gpus"])
-        _enqueue_reconcile(dep)
+    _release(dep)
     audit(actor=approver, action="deployment.reject", obj=dep, tenant=dep.tenant, reason=reason.strip())
     return dep
 
 
 @transaction.atomic
 def deployment_cancel(*, deployment_id: int, user) -> ModelDeployment:
-    """The requester (or any member) withdraws a request still pending approval."""
+    """A member withdraws a request still pending approval."""
     dep = _lock(deployment_id)
-    _require(dep.tenant, user, Role.MEMBER)
+    _authorized(dep, user, Action.CANCEL)
     transition(dep, State.CANCELLED, actor=user, reason="Cancelled")
     dep.save()
-    if quota_release(owner_type=OWNER, owner_id=dep.pk):
-        dep.reserved_gpus = 0
-        dep.save(update_fields=["reserved_gpus"])
-        _enqueue_reconcile(dep)
+    _release(dep)
     audit(actor=user, action="deployment.cancel", obj=dep, tenant=dep.tenant)
     return dep
 
@@ -167,7 +199,7 @@ def deployment_cancel(*, deployment_id: int, user) -> ModelDeployment:
 def deployment_stop(*, deployment_id: int, user) -> ModelDeployment:
     """Stop serving; the reconciler removes the workload and then releases the GPUs."""
     dep = _lock(deployment_id)
-    _require(dep.tenant, user, Role.MEMBER)
+    _authorized(dep, user, Action.STOP)
     transition(dep, State.STOPPED, actor=user, reason="Stopped", message="Stop requested.")
     dep.save()
     audit(actor=user, action="deployment.stop", obj=dep, tenant=dep.tenant)
@@ -177,76 +209,78 @@ def deployment_stop(*, deployment_id: int, user) -> ModelDeployment:
 
 @transaction.atomic
 def deployment_start(*, deployment_id: int, user) -> ModelDeployment:
-    """Start a stopped or failed deployment again: re-reserve its GPUs (it was approved)."""
+    """Start a stopped deployment again: re-reserve its GPUs. No approval is needed: every change
+    to what runs sends a stopped deployment back to approval, so its spec is the approved one."""
     dep = _lock(deployment_id)
-    _require(dep.tenant, user, Role.MEMBER)
+    _authorized(dep, user, Action.START)
     transition(dep, State.APPROVED, actor=user, reason="Started", message="Start requested.")
     _reserve(dep)
     dep.save()
-    audit(actor=user, action="deployment.start", obj=dep, tenant=dep.tenant)
+    audit(actor=user, action="deployment.start", obj=dep, tenant=dep.tenant,
+          changes={"reserved_gpus": dep.reserved_gpus})
     _enqueue_reconcile(dep)
     return dep
 
 
 @transaction.atomic
 def deployment_scale(*, deployment_id: int, user, min_replicas: int, max_replicas: int) -> ModelDeployment:
-    """Change the replica range; the reservation follows max replicas, re-checked against quota."""
+    """Change the replica range. More GPUs than approved go back to approval (unless the policy
+    covers them); fewer shrink the reservation at once."""
     dep = _lock(deployment_id)
-    _require(dep.tenant, user, Role.MEMBER)
-    if dep.state in (State.DELETING, State.DELETED, State.REJECTED, State.CANCELLED):
-        raise DomainError(f"Cannot scale a deployment that is {dep.get_state_display().lower()}.",
-                          code="invalid_transition")
+    _authorized(dep, user, Action.SCALE)
     if min_replicas < 0 or max_replicas < 1 or max_replicas > 100 or min_replicas > max_replicas:
         raise DomainError("Replicas must satisfy 0 ≤ min ≤ max, 1 ≤ max ≤ 100.", field="max_replicas")
-    before = (dep.min_replicas, dep.max_replicas)
-    dep.min_replicas, dep.max_replicas = min_replicas, max_replicas
-    if dep.state in RUNNING:
-        _reserve(dep)  # resizes the reservation or raises QuotaExceeded
-    dep.generation += 1
-    dep.save()
-    _event(dep, reason="Scaled", actor=user,
-           message=f"Replicas {before[0]}–{before[1]} → {min_replicas}–{max_replicas}.")
-    audit(actor=user, action="deployment.scale", obj=dep, tenant=dep.tenant,
-          changes={"from": list(before), "to": [min_replicas, max_replicas]})
-    if dep.state in RUNNING:
-        _enqueue_reconcile(dep)
-    return dep
+    return _change_spec(dep, user, {"min_replicas": min_replicas, "max_replicas": max_replicas},
+                        action="deployment.scale")
 
 
 @transaction.atomic
 def deployment_update(*, deployment_id: int, user, data: dict) -> ModelDeployment:
-    """Change the spec (bumps generation). A bigger GPU footprint goes back to approval while
-    the current version keeps serving on its current reservation."""
+    """Change the spec (bumps generation). A change to what runs goes back to approval unless the
+    policy covers it, while the current version keeps serving on its current reservation."""
     dep = _lock(deployment_id)
-    _require(dep.tenant, user, Role.MEMBER)
-    if dep.state in (State.DELETING, State.DELETED, State.CANCELLED):
-        raise DomainError(f"Cannot update a deployment that is {dep.get_state_display().lower()}.",
-                          code="invalid_transition")
+    _authorized(dep, user, Action.UPDATE)
+    if "backend" in data and data["backend"] != dep.backend:
+        raise DomainError("The backend is fixed when the deployment is created; request a new deployment "
+                          "to use another backend.", field="backend", code="immutable")
+    return _change_spec(dep, user, data, action="deployment.update")
+
+
+def _change_spec(dep: ModelDeployment, user, data: dict, *, action: str) -> ModelDeployment:
     merged = {k: getattr(dep, k) for k in SPEC_FIELDS} | {k: v for k, v in data.items() if k in SPEC_FIELDS}
     check = check_draft(merged, tenant=dep.tenant, credit_gpus=dep.reserved_gpus)
     if check.errors:
         raise DraftInvalid(check.errors)
-    old_gpus, old_flavor = dep.gpus_needed, dep.flavor_id
     changed = {k: v for k, v in merged.items() if getattr(dep, k) != v}
     if not changed:
         return dep
-    for key, value in merged.items():
+    old_gpus = dep.gpus_needed
+    before = {k: str(getattr(dep, k)) for k in changed}
+    for key, value in changed.items():
         setattr(dep, key, value)
     dep.generation += 1
-    grows = dep.gpus_needed > old_gpus or dep.flavor_id != old_flavor
     _event(dep, reason="SpecUpdated", actor=user,
            message=f"Changed {', '.join(sorted(changed))} (generation {dep.generation}).")
-    if dep.state in RUNNING | {State.FAILED, State.STOPPED, State.REJECTED} and grows:
-        if dep.state in RUNNING and _auto_approvable(dep, check.quota.fit if check.quota else None):
-            _reserve(dep)
-        else:
-            transition(dep, State.PENDING_APPROVAL, actor=user, reason="ApprovalRequired",
-                       message="A larger GPU footprint needs approval; the current version keeps serving.")
+    needs = needs_approval(changed, old_gpus=old_gpus, new_gpus=dep.gpus_needed)
+    covered = _policy_covers(dep, check.quota.fit if check.quota else None)
+    audit(actor=user, action=action, obj=dep, tenant=dep.tenant,
+          changes={"before": before, "after": {k: str(v) for k, v in changed.items()},
+                   "generation": dep.generation, "approval": "required" if needs and not covered else "not required"})
+    if dep.state == State.PENDING_APPROVAL:
+        if covered:
+            _approve_locked(dep, approver=Actor.POLICY, reason=_policy_reason(dep.tenant))
+            return dep
+    elif needs and not covered:
+        serving = "; the current version keeps serving" if dep.state in RUNNING else ""
+        transition(dep, State.PENDING_APPROVAL, actor=user, reason="ApprovalRequired",
+                   message=f"A change to what runs needs a platform admin's approval{serving}.")
     elif dep.state in RUNNING:
-        _reserve(dep)  # same or smaller footprint: shrink the reservation now
+        _reserve(dep)  # resizes the reservation (grows only when the policy covers it)
+        if needs:
+            audit(actor=Actor.POLICY, action="deployment.approve", obj=dep, tenant=dep.tenant,
+                  reason=_policy_reason(dep.tenant), changes={"reserved_gpus": dep.reserved_gpus,
+                                                              "generation": dep.generation})
     dep.save()
-    audit(actor=user, action="deployment.update", obj=dep, tenant=dep.tenant,
-          changes={k: str(v) for k, v in changed.items()})
     _enqueue_reconcile(dep)
     return dep
 
@@ -255,7 +289,7 @@ def deployment_update(*, deployment_id: int, user, data: dict) -> ModelDeploymen
 def deployment_delete(*, deployment_id: int, user) -> ModelDeployment:
     """Delete: requests that never ran go straight to deleted; others are torn down first."""
     dep = _lock(deployment_id)
-    _require(dep.tenant, user, Role.MEMBER)
+    _authorized(dep, user, Action.DELETE)
     if dep.state in (State.PENDING_APPROVAL, State.REJECTED, State.CANCELLED) and dep.observed_generation == 0:
         transition(dep, State.DELETED, actor=user, reason="Deleted")
         quota_release(owner_type=OWNER, owner_id=dep.pk)
@@ -302,8 +336,9 @@ def deployment_observe(*, deployment_id: int, generation: int, state: str | None
         type_ = EventType.WARNING if state in (State.FAILED, State.DEGRADED) else EventType.NORMAL
         transition(dep, state, reason=reason or "Observed", message=message, type_=type_)
         changed = True
-    updates = {"conditions": conditions, "status_message": message,
-               "observed_generation": observed_generation if observed_generation is not None else dep.observed_generation}
+    if observed_generation is None:
+        observed_generation = dep.observed_generation
+    updates = {"conditions": conditions, "status_message": message, "observed_generation": observed_generation}
     for key, value in (("endpoint_url", endpoint_url), ("metrics_url", metrics_url),
                        ("cluster_uid", cluster_uid)):
         if value is not None:

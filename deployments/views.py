@@ -15,9 +15,9 @@ from deployments.filtersets import DeploymentFilterSet
 from deployments.forms import DeploymentForm, ReasonForm, ScaleForm
 from deployments.models import ModelDeployment
 from deployments.presenters import detail_context, latest_samples
+from deployments.states import Action, actions_for, actor_of
 from portal.exceptions import DomainError
-from quotas.choices import Role
-from quotas.models import is_platform_admin
+from portal.redirects import safe_next
 
 
 def _visible(request, pk: int) -> ModelDeployment:
@@ -141,9 +141,15 @@ def deployment_try(request, pk: int):
     return render(request, "deployments/_try_result.html", result)
 
 
+def _approve(dep, user, form):
+    if form.get("generation") is None:
+        raise DomainError("Reload the page and review the request again before approving.")
+    return services.deployment_approve(deployment_id=dep.pk, approver=user, generation=form["generation"],
+                                       reason=form.get("reason", ""))
+
+
 ACTIONS = {
-    "approve": (lambda dep, user, form: services.deployment_approve(
-        deployment_id=dep.pk, approver=user, reason=form.get("reason", "")), "Approved."),
+    "approve": (_approve, "Approved."),
     "reject": (lambda dep, user, form: services.deployment_reject(
         deployment_id=dep.pk, approver=user, reason=form.get("reason", "")), "Rejected."),
     "cancel": (lambda dep, user, form: services.deployment_cancel(deployment_id=dep.pk, user=user), "Cancelled."),
@@ -162,7 +168,7 @@ def deployment_action(request, pk: int, action: str):
         form = ScaleForm(request.POST)
         if not form.is_valid():
             messages.error(request, "Scale: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
-            return redirect("deployment-detail", pk=pk)
+            return redirect(safe_next(request, "deployment-detail", pk=pk))
         call, done = (lambda d, u, f: services.deployment_scale(deployment_id=d.pk, user=u, **form.cleaned_data),
                       "Scaled.")
     elif action in ACTIONS:
@@ -177,26 +183,11 @@ def deployment_action(request, pk: int, action: str):
         messages.error(request, error.message)
     else:
         messages.success(request, done)
-    target = request.POST.get("next")
-    return redirect(target if target in ("approvals",) else "deployment-detail", **({} if target else {"pk": pk}))
+    return redirect(safe_next(request, "deployment-detail", pk=pk))
 
 
 def allowed_actions(user, dep: ModelDeployment) -> list[str]:
-    """Which action buttons this user sees for this deployment."""
-    from deployments.states import RUNNING, can_transition
-
-    acts = []
-    admin = is_platform_admin(user)
-    member = dep.tenant.has_role(user, Role.MEMBER)
-    if admin and dep.state == State.PENDING_APPROVAL:
-        acts += ["approve", "reject"]
-    if member:
-        if dep.state == State.PENDING_APPROVAL:
-            acts.append("cancel")
-        if dep.state in RUNNING or dep.state == State.FAILED:
-            acts.append("stop")
-        if dep.state in (State.STOPPED, State.FAILED) and can_transition(dep.state, State.APPROVED):
-            acts.append("start")
-        if dep.state not in (State.DELETING, State.DELETED):
-            acts.append("delete")
-    return acts
+    """The lifecycle buttons this user sees: the permission table's cells for their role and the
+    deployment's state (scale and update have their own forms)."""
+    actor = actor_of(dep.tenant, user)
+    return [a.value for a in actions_for(actor, dep.state) if a not in (Action.SCALE, Action.UPDATE)]

@@ -131,7 +131,10 @@ class AuditEventSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = AuditEvent
-        fields = ["id", "created", "actor", "action", "tenant", "object_type", "object_id", "reason", "changes"]
+        fields = ["id", "created", "actor", "actor_name", "action", "tenant", "object_type", "object_id", "reason",
+                  "changes"]
+        extra_kwargs = {"actor_name": {"help_text": 'Who acted: the username, "policy" (the tenant\'s auto-approve '
+                                                    'policy) or "system".'}}
 
 
 class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):

@@ -24,6 +24,9 @@ class AuditEvent(models.Model):
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # Who acted, as text: the username, "policy" (a tenant's auto-approve policy) or "system". Kept
+    # when the user row goes, and the only record of actors that are not users.
+    actor_name = models.CharField(max_length=150, blank=True)
     action = models.CharField(max_length=64, db_index=True)  # e.g. "quota_change.approve"
     tenant = models.ForeignKey(
         "quotas.Tenant", null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_events"
@@ -43,9 +46,12 @@ class AuditEvent(models.Model):
 
 def audit(*, actor, action: str, obj, tenant=None, reason: str = "", changes: dict | None = None,
           object_id: str | None = None):
-    """Record one audit event for `obj` (call inside the transaction that made the change)."""
+    """Record one audit event for `obj` (call inside the transaction that made the change).
+    `actor` is a user, a non-user actor's name (e.g. "policy"), or None for the system."""
+    is_user = bool(getattr(actor, "pk", None))
     return AuditEvent.objects.create(
-        actor=actor if getattr(actor, "pk", None) else None,
+        actor=actor if is_user else None,
+        actor_name=actor.get_username() if is_user else str(actor or "system"),
         action=action,
         tenant=tenant,
         object_type=obj._meta.label_lower,

@@ -10,6 +10,7 @@ from django.views.decorators.http import require_POST
 
 from portal.exceptions import DomainError
 from portal.models import AuditEvent
+from portal.redirects import safe_next
 from quotas import services
 from quotas.choices import Role
 from quotas.forms import DecisionForm, QuotaRequestForm
@@ -63,4 +64,4 @@ def quota_request_decide(request, pk: int, decision: str):
         messages.error(request, error.message)
     else:
         messages.success(request, "Quota request approved." if decision == "approve" else "Quota request rejected.")
-    return redirect(request.POST.get("next") or "approvals")
+    return redirect(safe_next(request, "approvals"))

@@ -171,6 +171,13 @@ class ReasonSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
+class ApproveSerializer(ReasonSerializer):
+    generation = serializers.IntegerField(
+        min_value=1, max_value=2_147_483_647,
+        help_text="The deployment's `generation` as shown when you reviewed it. The approval applies to that "
+                  "spec only: if the request changed since, the answer is 409 and nothing changes.")
+
+
 class ScaleSerializer(serializers.Serializer):
     min_replicas = serializers.IntegerField(min_value=0, max_value=100)
     max_replicas = serializers.IntegerField(min_value=1, max_value=100)

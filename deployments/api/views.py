@@ -12,6 +12,7 @@ from deployments import series as series_mod
 from deployments import services
 from deployments.api.serializers import (
     LIST_COLUMNS,
+    ApproveSerializer,
     DeploymentCreateSerializer,
     DeploymentEventSerializer,
     DeploymentSerializer,
@@ -98,21 +99,23 @@ class DeploymentViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins
         dep = self.get_object()
         return self._respond(service(deployment_id=dep.pk, **kwargs))
 
-    def _decide(self, request, service):
+    def _decide(self, request, service, serializer_class):
         """Approve or reject: a platform admin's decision with its (optional / required) reason."""
-        body = ReasonSerializer(data=request.data)
+        body = serializer_class(data=request.data)
         body.is_valid(raise_exception=True)
-        return self._act(service, approver=request.user, reason=body.validated_data["reason"])
+        return self._act(service, approver=request.user, **body.validated_data)
 
-    @extend_schema(request=ReasonSerializer, responses=DeploymentSerializer)
+    @extend_schema(request=ApproveSerializer, responses={200: DeploymentSerializer, 409: dict})
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
-        return self._decide(request, services.deployment_approve)
+        """Approve the generation you reviewed (platform admins only)."""
+        return self._decide(request, services.deployment_approve, ApproveSerializer)
 
     @extend_schema(request=ReasonSerializer, responses=DeploymentSerializer)
     @action(detail=True, methods=["post"])
     def reject(self, request, pk=None):
-        return self._decide(request, services.deployment_reject)
+        """Reject with a reason (platform admins only). Final: a new request is a new deployment."""
+        return self._decide(request, services.deployment_reject, ReasonSerializer)
 
     @extend_schema(request=None, responses=DeploymentSerializer)
     @action(detail=True, methods=["post"])

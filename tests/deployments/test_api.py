@@ -35,7 +35,7 @@ class TestPermissionMatrix:
              "other_member": 400})  # alpha is not one of their tenants: a field error, nothing leaks
 
     def test_approve_is_for_platform_admins_only(self, world, dep):
-        check_matrix(world, lambda c: c.post(f"/api/v1/deployments/{dep.pk}/approve/", {}, format="json"),
+        check_matrix(world, lambda c: c.post(f"/api/v1/deployments/{dep.pk}/approve/", {"generation": 1}, format="json"),
                      {"anonymous": 401, "viewer": 403, "member": 403, "tenant_admin": 403,
                       "platform_admin": 200, "other_member": 404})
 
@@ -71,9 +71,9 @@ class TestBehaviour:
         body = created.json()
         assert body["state"] == "pending_approval" and body["gpus_needed"] == 2
         assert body["resource_name"] == f"llama-chat-{body['id']}"
-        approved = admin.post(f"/api/v1/deployments/{body['id']}/approve/", {"reason": "ok"}, format="json")
+        approved = admin.post(f"/api/v1/deployments/{body['id']}/approve/", {"reason": "ok", "generation": 1}, format="json")
         assert approved.json()["state"] == "approved" and approved.json()["reserved_gpus"] == 2
-        again = admin.post(f"/api/v1/deployments/{body['id']}/approve/", {}, format="json")
+        again = admin.post(f"/api/v1/deployments/{body['id']}/approve/", {"generation": 1}, format="json")
         assert again.status_code == 409
         events = member.get(f"/api/v1/deployments/{body['id']}/events/").json()["results"]
         assert [e["reason"] for e in events] == ["Approved", "Requested"]
@@ -114,7 +114,7 @@ class TestBehaviour:
 
     def test_scaling_beyond_quota_is_refused_with_numbers(self, world, dep):
         admin = world.client("platform_admin")
-        admin.post(f"/api/v1/deployments/{dep.pk}/approve/", {}, format="json")
+        admin.post(f"/api/v1/deployments/{dep.pk}/approve/", {"generation": 1}, format="json")
         response = world.client("member").post(f"/api/v1/deployments/{dep.pk}/scale/",
                                                {"min_replicas": 1, "max_replicas": 13}, format="json")
         assert response.status_code == 400 and "Does not fit" in str(response.json())
@@ -140,7 +140,7 @@ class TestFastListRows:
                                                         **extra}, format="json")
             assert body.status_code == 201, body.content
         dep = ModelDeployment.objects.get(name="row-0")
-        admin.post(f"/api/v1/deployments/{dep.pk}/approve/", {}, format="json")
+        admin.post(f"/api/v1/deployments/{dep.pk}/approve/", {"generation": 1}, format="json")
         ModelDeployment.objects.filter(pk=dep.pk).update(conditions=[{"type": "Ready", "status": "True"}])
         # The derived badge's other branches: a spec not yet converged, and scaled to zero.
         ModelDeployment.objects.filter(name="row-1").update(state="ready", generation=3, observed_generation=2)

@@ -7,6 +7,7 @@ from deployments import services
 from deployments.choices import State
 from deployments.models import ModelDeployment
 from portal.exceptions import Forbidden, QuotaExceeded, TransitionError
+from portal.models import AuditEvent
 from quotas.models import QuotaReservation, TenantQuota
 from tests.deployments.factories import draft
 
@@ -66,7 +67,7 @@ class TestApproveReject:
     def test_approval_reserves_and_enqueues_after_commit(self, world, django_capture_on_commit_callbacks):
         dep = create(world)
         with django_capture_on_commit_callbacks() as callbacks:
-            services.deployment_approve(deployment_id=dep.pk, approver=world.users["platform_admin"])
+            services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=world.users["platform_admin"])
         dep.refresh_from_db()
         assert dep.state == State.APPROVED and dep.reserved_gpus == 2 and reserved(world) == 2
         assert len(callbacks) == 1
@@ -75,9 +76,9 @@ class TestApproveReject:
         first = create(world, name="one", max_replicas=8)
         second = create(world, name="two", max_replicas=8)
         admin = world.users["platform_admin"]
-        services.deployment_approve(deployment_id=first.pk, approver=admin)
+        services.deployment_approve(deployment_id=first.pk, generation=first.generation, approver=admin)
         with pytest.raises(QuotaExceeded):
-            services.deployment_approve(deployment_id=second.pk, approver=admin)
+            services.deployment_approve(deployment_id=second.pk, generation=second.generation, approver=admin)
         second.refresh_from_db()
         assert second.state == State.PENDING_APPROVAL
         assert reserved(world) == 8
@@ -85,7 +86,7 @@ class TestApproveReject:
     def test_members_cannot_approve_and_reject_needs_a_reason(self, world):
         dep = create(world)
         with pytest.raises(Forbidden):
-            services.deployment_approve(deployment_id=dep.pk, approver=world.users["tenant_admin"])
+            services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=world.users["tenant_admin"])
         with pytest.raises(Exception, match="reason"):
             services.deployment_reject(deployment_id=dep.pk, approver=world.users["platform_admin"], reason="")
         services.deployment_reject(deployment_id=dep.pk, approver=world.users["platform_admin"], reason="Use 8B")
@@ -98,25 +99,41 @@ class TestApproveReject:
             services.deployment_stop(deployment_id=dep.pk, user=world.users["member"])
         services.deployment_cancel(deployment_id=dep.pk, user=world.users["member"])
         with pytest.raises(TransitionError):
-            services.deployment_approve(deployment_id=dep.pk, approver=world.users["platform_admin"])
+            services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=world.users["platform_admin"])
 
 
 class TestLifecycleQuota:
     def approved(self, world, **kw):
         dep = create(world, **kw)
-        services.deployment_approve(deployment_id=dep.pk, approver=world.users["platform_admin"])
+        services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=world.users["platform_admin"])
         dep.refresh_from_db()
         return dep
 
-    def test_scale_rechecks_quota_and_resizes_the_reservation(self, world):
+    def test_scaling_up_goes_back_to_approval_keeping_the_old_reservation(self, world):
         dep = self.approved(world)
         services.deployment_scale(deployment_id=dep.pk, user=world.users["member"], min_replicas=1, max_replicas=6)
+        dep.refresh_from_db()
+        assert (dep.state, dep.max_replicas, dep.generation, reserved(world)) == (State.PENDING_APPROVAL, 6, 2, 2)
+
+    def test_scaling_up_within_the_policy_rechecks_quota_and_resizes_the_reservation(self, world):
+        dep = self.approved(world)
+        world.alpha.auto_approve_max_gpus = 8
+        world.alpha.save()
+        services.deployment_scale(deployment_id=dep.pk, user=world.users["member"], min_replicas=1, max_replicas=6)
         assert reserved(world) == 6
-        with pytest.raises(QuotaExceeded):
+        with pytest.raises(services.DraftInvalid):  # beyond nominal + borrowing: refused, nothing changes
             services.deployment_scale(deployment_id=dep.pk, user=world.users["member"], min_replicas=1, max_replicas=13)
         assert reserved(world) == 6
         dep.refresh_from_db()
-        assert dep.max_replicas == 6 and dep.generation == 2
+        assert (dep.state, dep.max_replicas, dep.generation) == (State.APPROVED, 6, 2)
+        assert AuditEvent.objects.filter(action="deployment.approve", actor_name="policy", object_id=str(dep.pk),
+                                         changes__generation=2).count() == 1
+
+    def test_scaling_down_shrinks_the_reservation_without_approval(self, world):
+        dep = self.approved(world, max_replicas=2)
+        services.deployment_scale(deployment_id=dep.pk, user=world.users["member"], min_replicas=1, max_replicas=1)
+        dep.refresh_from_db()
+        assert (dep.state, dep.generation, reserved(world)) == (State.APPROVED, 2, 1)
 
     def test_a_bigger_update_goes_back_to_approval_keeping_the_old_reservation(self, world):
         dep = self.approved(world)
@@ -125,7 +142,7 @@ class TestLifecycleQuota:
         dep.refresh_from_db()
         assert dep.state == State.PENDING_APPROVAL and dep.generation == 2
         assert reserved(world) == 2
-        services.deployment_approve(deployment_id=dep.pk, approver=world.users["platform_admin"])
+        services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=world.users["platform_admin"])
         assert reserved(world) == 4
         assert QuotaReservation.objects.filter(released__isnull=True).count() == 1
 
@@ -171,7 +188,7 @@ class TestConcurrentDecisions:
             close_old_connections()
             try:
                 barrier.wait(timeout=10)
-                services.deployment_approve(deployment_id=dep.pk, approver=user)
+                services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=user)
                 outcomes.append("ok")
             except TransitionError:
                 outcomes.append("conflict")

@@ -39,7 +39,7 @@ def test_local_deployment_serves_tokens_and_reports_metrics(tx_world, tmp_path):
             "flavor": "cpu-local", "backend": "local", "max_model_len": 256, "dtype": "bfloat16"}, format="json")
         assert created.status_code == 201, created.content
         dep_id = created.json()["id"]
-        assert admin.post(f"/api/v1/deployments/{dep_id}/approve/", {}, format="json").status_code == 200
+        assert admin.post(f"/api/v1/deployments/{dep_id}/approve/", {"generation": 1}, format="json").status_code == 200
         detail = lambda: member.get(f"/api/v1/deployments/{dep_id}/").json()  # noqa: E731
         body = wait_for(lambda: (d := detail())["state"] in ("ready", "failed") and d, timeout=420,
                         interval=2, what="the local engine to come up")

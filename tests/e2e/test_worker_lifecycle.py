@@ -19,7 +19,7 @@ def test_approve_to_ready_to_deleted_through_a_real_worker(tx_world, k8s_api, tm
         created = member.post("/api/v1/deployments/", api_draft(tx_world), format="json")
         assert created.status_code == 201, created.content
         dep_id = created.json()["id"]
-        assert admin.post(f"/api/v1/deployments/{dep_id}/approve/", {}, format="json").status_code == 200
+        assert admin.post(f"/api/v1/deployments/{dep_id}/approve/", {"generation": 1}, format="json").status_code == 200
         name = created.json()["resource_name"]
 
         obj = wait_for(lambda: k8s_api.get_object(k8s.RAYSERVICE, name, "alpha"), timeout=60,

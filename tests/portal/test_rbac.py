@@ -51,18 +51,19 @@ def exercise(world, api) -> None:
     for backend in ("kuberay", "kserve"):
         dep = services.deployment_create(tenant=world.alpha, user=member,
                                          data=draft(world, name=f"rbac-{backend}", backend=backend, max_replicas=1))
-        services.deployment_approve(deployment_id=dep.pk, approver=admin)
+        services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=admin)
         for step in range(4):
             dep.refresh_from_db()
             reconcile(dep)
             if step == 0 and backend == "kuberay":
                 obj = api.get_object(__import__("runtime.k8s").k8s.RAYSERVICE, dep.resource_name, "alpha")
                 operators.workload_for(api, obj, {"QuotaReserved": True, "Admitted": True})
-            if step == 1:  # a serve-config change: applied in place
-                services.deployment_update(deployment_id=dep.pk, user=member, data={"max_model_len": 4096})
+            if step == 1:  # a serve-config change: applied in place once approved again
+                dep = services.deployment_update(deployment_id=dep.pk, user=member, data={"max_model_len": 4096})
+                services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=admin)
             if step == 2 and backend == "kuberay":  # a cluster change: the RayService is recreated
-                services.deployment_update(deployment_id=dep.pk, user=member, data={"tensor_parallel_size": 2})
-                services.deployment_approve(deployment_id=dep.pk, approver=admin)
+                dep = services.deployment_update(deployment_id=dep.pk, user=member, data={"tensor_parallel_size": 2})
+                services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=admin)
         sweep()
         if backend == "kuberay":  # the metrics cycle lists the Ray pods (no PROMETHEUS_URL here)
             type(dep).objects.filter(pk=dep.pk).update(state="ready")

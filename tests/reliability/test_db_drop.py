@@ -79,7 +79,7 @@ class TestConnectionDroppedMidRequest:
             if pending is None:
                 answer["r"] = member.post("/api/v1/deployments/", draft("dropped"))
             else:
-                answer["r"] = admin.post(f"/api/v1/deployments/{pending.pk}/approve/", {"reason": "x"})
+                answer["r"] = admin.post(f"/api/v1/deployments/{pending.pk}/approve/", {"reason": "x", "generation": 1})
 
         thread = threading.Thread(target=call)
         thread.start()
@@ -105,6 +105,6 @@ class TestConnectionDroppedMidRequest:
 
         # The server recovered: the next request gets a fresh connection and succeeds.
         retry = (member.post("/api/v1/deployments/", draft("dropped")) if pending is None
-                 else admin.post(f"/api/v1/deployments/{pending.pk}/approve/", {"reason": "x"}))
+                 else admin.post(f"/api/v1/deployments/{pending.pk}/approve/", {"reason": "x", "generation": 1}))
         assert retry.status_code in (200, 201), retry.text[:300]
         assert deployment_pair_violations() == [] and quota_violations() == []

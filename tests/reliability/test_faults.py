@@ -59,7 +59,7 @@ def beat(tmp_path, env: dict[str, str]):
 def _create_and_approve(world, name: str, **overrides) -> ModelDeployment:
     dep = services.deployment_create(tenant=world.alpha, user=world.users["member"],
                                      data={**draft(name, **overrides), "flavor": world.h100})
-    return services.deployment_approve(deployment_id=dep.pk, approver=world.users["platform_admin"])
+    return services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=world.users["platform_admin"])
 
 
 class TestKubernetesApiFaults:
@@ -149,7 +149,7 @@ class TestBrokerRestart:
             def request_and_approve(name: str):
                 created = member.post("/api/v1/deployments/", draft(name))
                 assert created.status_code == 201, created.text[:300]
-                approved = admin.post(f"/api/v1/deployments/{created.json()['id']}/approve/", {"reason": name})
+                approved = admin.post(f"/api/v1/deployments/{created.json()['id']}/approve/", {"reason": name, "generation": 1, "generation": 1})
                 return created.json()["id"], approved
 
             before_id, approved = request_and_approve("before-outage")

@@ -67,7 +67,7 @@ class TestConcurrentRequestsAndApprovals:
             out.append(("create", created))
             if created.status_code == 201:
                 approved = admins[i % 2].post(f"/api/v1/deployments/{created.json()['id']}/approve/",
-                                              {"reason": f"load {i}"})
+                                              {"reason": f"load {i}", "generation": 1})
                 out.append(("approve", approved))
             latencies.append(time.perf_counter() - started)
             return out
@@ -107,7 +107,7 @@ class TestConcurrentRequestsAndApprovals:
 
             def approve(api: Api, dep_id=dep.pk, barrier=barrier):
                 barrier.wait()
-                return api.post(f"/api/v1/deployments/{dep_id}/approve/", {"reason": "race"})
+                return api.post(f"/api/v1/deployments/{dep_id}/approve/", {"reason": "race", "generation": 1})
 
             with ThreadPoolExecutor(2) as pool:
                 answers = list(pool.map(approve, admins))
@@ -155,7 +155,7 @@ class TestQuotaChangesRacingReservations:
 
                 def approve_dep(dep, barrier=barrier):
                     barrier.wait()
-                    return deploy_admin.post(f"/api/v1/deployments/{dep.pk}/approve/", {})
+                    return deploy_admin.post(f"/api/v1/deployments/{dep.pk}/approve/", {"generation": 1})
 
                 with ThreadPoolExecutor(1 + len(deps)) as pool:
                     change_answer = pool.submit(approve_change)

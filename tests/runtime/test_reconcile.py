@@ -17,7 +17,7 @@ from tests.deployments.factories import draft
 
 def approved(world, **kw):
     dep = services.deployment_create(tenant=world.alpha, user=world.users["member"], data=draft(world, **kw))
-    services.deployment_approve(deployment_id=dep.pk, approver=world.users["platform_admin"])
+    services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=world.users["platform_admin"])
     dep.refresh_from_db()
     return dep
 
@@ -158,6 +158,8 @@ class TestLifecycle:
         dep = approved(world)
         run(dep)
         uid = rayservice(cluster_api, dep)["metadata"]["uid"]
+        world.alpha.auto_approve_max_gpus = 8  # the policy covers both changes: no second approval
+        world.alpha.save()
         services.deployment_scale(deployment_id=dep.pk, user=world.users["member"], min_replicas=1, max_replicas=3)
         run(dep)
         obj = rayservice(cluster_api, dep)

@@ -94,5 +94,5 @@ class Command(BaseCommand):
                     "flavor": GpuFlavor.objects.get(name=sample["flavor"])}
             dep = services.deployment_create(tenant=search, user=member, data=data)
             if approve:
-                services.deployment_approve(deployment_id=dep.pk, approver=admin,
+                services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=admin,
                                             reason="Demo: approved by the platform team.")

@@ -44,7 +44,8 @@ class Command(BaseCommand):
                 "flavor": GpuFlavor.objects.get(name="cpu-local"), "backend": "local", "max_replicas": 1,
                 "min_replicas": 1, "max_model_len": 512, "dtype": "bfloat16", "quantization": ""})
             if dep.state == State.PENDING_APPROVAL:
-                services.deployment_approve(deployment_id=dep.pk, approver=User.objects.get(username="admin"),
+                services.deployment_approve(deployment_id=dep.pk, generation=dep.generation,
+                                            approver=User.objects.get(username="admin"),
                                             reason="Demo: the local tiny model.")
         self.stdout.write(self.style.SUCCESS(
             f"Requested {NAME} (deployment {dep.pk}); the worker starts vLLM on this machine (~1–2 min)."))
