@@ -64,15 +64,17 @@ def reconcile(dep: ModelDeployment) -> str:
     spec = deployment_spec(dep)
     try:
         if dep.state in RUNNING:
+            if dep.observed_generation != dep.generation:  # a new spec: the moment strays could appear
+                _remove_strays(dep, spec)
             return _converge_running(dep, backend, spec)
         if dep.state == State.DELETING:
-            if backend.remove(spec):
+            if _remove_strays(dep, spec) and backend.remove(spec):
                 services.deployment_mark_deleted(deployment_id=dep.pk)
                 return "deleted"
             _requeue(dep.pk)
             return "deleting"
         if dep.state in TEAR_DOWN or (dep.state == State.PENDING_APPROVAL and dep.reserved_gpus == 0):
-            if backend.remove(spec):
+            if _remove_strays(dep, spec) and backend.remove(spec):
                 if dep.reserved_gpus or dep.state in TEAR_DOWN:
                     services.deployment_release_quota(deployment_id=dep.pk, reason=(
                         f"Workload removed ({dep.get_state_display().lower()}); GPUs released."))
@@ -90,6 +92,25 @@ def reconcile(dep: ModelDeployment) -> str:
         log.warning("reconcile %s: permanent cluster error: %s", dep.pk, error)
         _record_error(dep, error)
         return "error"
+
+
+def _remove_strays(dep: ModelDeployment, spec) -> bool:
+    """Remove this deployment's objects from every backend it does not use; True once none is left.
+
+    The backend is fixed at creation, but rows from before that rule may have switched: their old
+    RayService (or InferenceService) would otherwise keep running outside the quota, and survive
+    the deployment's deletion. A backend that cannot be reached (no cluster configured) holds none.
+    """
+    gone = True
+    for name in settings.RUNTIME_BACKENDS:
+        if name == dep.backend:
+            continue
+        try:
+            other = get_backend(name)
+        except k8s.PermanentClusterError:
+            continue
+        gone = other.remove(spec) and gone
+    return gone
 
 
 def get_backend_or_none(dep: ModelDeployment):

@@ -324,3 +324,31 @@ class TestRequeueBackoff:
         assert _backoff(dep) == pytest.approx(30, abs=1)
         dep.updated = timezone.now() - timedelta(hours=1)
         assert _backoff(dep) == 120  # capped; the sweep still sees changes within its period
+
+
+class TestStrayBackends:
+    """Rows from before the backend was fixed at creation may have switched backends: the old
+    object must not keep running outside the quota, nor outlive the deployment."""
+
+    def switch_to_kserve(self, dep):
+        type(dep).objects.filter(pk=dep.pk).update(backend="kserve", generation=dep.generation + 1)
+
+    def test_a_new_spec_removes_the_object_of_the_backend_no_longer_used(self, world, cluster_api):
+        dep = approved(world, max_replicas=1)
+        run(dep)
+        assert rayservice(cluster_api, dep) is not None
+        self.switch_to_kserve(dep)
+        run(dep)
+        assert rayservice(cluster_api, dep) is None
+        assert cluster_api.get_object(k8s.INFERENCESERVICE, dep.resource_name, "alpha") is not None
+
+    def test_delete_removes_objects_of_every_backend_before_releasing_the_gpus(self, world, cluster_api):
+        dep = approved(world, max_replicas=1)
+        run(dep)
+        type(dep).objects.filter(pk=dep.pk).update(backend="kserve")  # the stray RayService stays
+        services.deployment_delete(deployment_id=dep.pk, user=world.users["member"])
+        for _ in range(3):
+            run(dep)
+        assert dep.state == State.DELETED and reserved(world) == 0
+        assert rayservice(cluster_api, dep) is None
+        assert cluster_api.get_object(k8s.INFERENCESERVICE, dep.resource_name, "alpha") is None
