@@ -6,4 +6,4 @@ class PortalConfig(AppConfig):
     verbose_name = "Portal"
 
     def ready(self) -> None:
-        from portal import schema  # noqa: F401  registers the OpenAPI token-auth extension
+        from portal import checks, schema  # noqa: F401  registers system checks, the OpenAPI token-auth extension

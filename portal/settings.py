@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "django_filters",
     "django_htmx",
     "django_celery_beat",
+    "axes",
     "portal",
     "quotas",
     "deployments",
@@ -67,6 +68,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "portal.observability.MetricsMiddleware",
+    # Last, as axes asks: it turns a request it flagged as locked out into the 429 answer.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -147,6 +150,23 @@ SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 12 * 3600, minimum=60)
 X_FRAME_OPTIONS = "DENY"
 
+# --- failed sign-ins (django-axes): browser form, /admin/ and API tokens ------------------------
+# Reverse proxies in front of the portal that each append the address they saw to X-Forwarded-For.
+# 0: the client is REMOTE_ADDR and a client-sent X-Forwarded-For is ignored (it is forgeable).
+TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0, minimum=0, maximum=10)
+if env_str("THROTTLE_LOGIN"):
+    raise ImproperlyConfigured("THROTTLE_LOGIN is gone: use LOGIN_FAILURE_LIMIT and LOGIN_COOLOFF_SECONDS")
+AXES_HANDLER = "axes.handlers.cache.AxesCacheHandler"  # counts live in CACHE_URL (Redis), shared by all web pods
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 20, minimum=1)  # the Nth failure locks the address out
+# The lockout lasts this long after the address's last failure; failing during it starts it again.
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("LOGIN_COOLOFF_SECONDS", 300, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["ip_address"]  # per address: a guesser cannot lock a named user out from afar
+AXES_CLIENT_IP_CALLABLE = "portal.login.client_ip"  # TRUSTED_PROXY_COUNT; axes' ipware path needs a package
+AXES_LOCKOUT_CALLABLE = "portal.login.lockout_response"  # 429, JSON for API clients
+# axes.W001 says the same as portal.W001 (portal/checks.py) but on every `runserver` and `migrate` of
+# the demo and the tests, whose one process is fine with a local cache; ours speaks under --deploy.
+SILENCED_SYSTEM_CHECKS = ["axes.W001"]
+
 # --- REST API ----------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -166,10 +186,12 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {
         "user": env_str("THROTTLE_USER", "6000/min"),
         "anon": env_str("THROTTLE_ANON", "120/min"),
-        "login": env_str("THROTTLE_LOGIN", "20/min"),
         "writes": env_str("THROTTLE_WRITES", "1200/min"),
     },
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
+    # DRF's per-address throttles read the client address as axes does (portal.login.client_ip);
+    # left unset, DRF would trust whatever X-Forwarded-For a client sends.
+    "NUM_PROXIES": TRUSTED_PROXY_COUNT,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "LLM Serving Portal API",
@@ -192,10 +214,10 @@ REST_KNOX = {
 
 # --- OIDC (optional, purely by environment) ----------------------------------------------------
 OIDC_ENABLED = bool(env_str("OIDC_OP_DISCOVERY_ISSUER") or env_str("OIDC_RP_CLIENT_ID"))
-AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 if OIDC_ENABLED:
     INSTALLED_APPS.append("mozilla_django_oidc")
-    AUTHENTICATION_BACKENDS.insert(0, "mozilla_django_oidc.auth.OIDCAuthenticationBackend")
+    AUTHENTICATION_BACKENDS.insert(1, "mozilla_django_oidc.auth.OIDCAuthenticationBackend")  # after axes
     OIDC_RP_CLIENT_ID = env_str("OIDC_RP_CLIENT_ID", required=True)
     OIDC_RP_CLIENT_SECRET = env_str("OIDC_RP_CLIENT_SECRET", required=True)
     OIDC_RP_SIGN_ALGO = env_choice("OIDC_RP_SIGN_ALGO", "RS256", {"RS256", "HS256", "ES256"})

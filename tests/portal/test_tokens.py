@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 import pytest
+from django.core.cache import cache
 from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -11,9 +12,16 @@ from portal.api import token_create
 from portal.models import ApiToken, AuditEvent
 
 
-def bearer(secret: str) -> APIClient:
+@pytest.fixture(autouse=True)
+def _fresh_sign_in_counts():
+    cache.clear()  # axes' failed sign-in counts: refused tokens here must not lock out another test
+    yield
+    cache.clear()
+
+
+def bearer(secret: str, scheme: str = "Token") -> APIClient:
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {secret}")
+    client.credentials(HTTP_AUTHORIZATION=f"{scheme} {secret}")
     return client
 
 
@@ -26,6 +34,16 @@ class TestTokens:
             rows = cursor.fetchall()
         assert len(rows) == 1 and secret not in rows[0][0] and len(rows[0][0]) == 128
         assert secret.startswith(rows[0][1])  # only the public prefix is kept in clear
+
+    @pytest.mark.parametrize("scheme", ["Bearer", "bearer"])
+    def test_openai_style_bearer_works_beside_token(self, world, scheme):
+        _, secret = token_create(user=world.users["member"], name="openai-client")
+        me = bearer(secret, scheme).get("/api/v1/me/")
+        assert (me.status_code, me.json()["username"]) == (200, "alpha-member")
+        assert bearer(secret[:-4] + "beef", scheme).get("/api/v1/me/").status_code == 401
+
+    def test_a_token_that_is_not_utf8_is_401_not_a_server_error(self, world):
+        assert bearer("llmp_\xff\xfe").get("/api/v1/me/").status_code == 401
 
     def test_revoked_token_is_refused(self, world):
         client = world.client("member")

@@ -1,7 +1,8 @@
 """Security: a permission matrix over every API endpoint (listed from the router, so a new one
-cannot be forgotten), tenant isolation, throttling of writes and of failed sign-ins (API tokens
-and the browser form), CSRF on browser forms, `check --deploy`, tokens hashed at rest and never
-logged, and audit entries for every decision."""
+cannot be forgotten), tenant isolation, throttling of writes, lockout after failed sign-ins (API
+tokens, the browser form, the admin's form; django-axes), the client address behind proxies, CSRF
+on browser forms, `check --deploy`, tokens hashed at rest and never logged, and audit entries for
+every decision."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.db import connection
 from django.test import Client
@@ -27,20 +29,21 @@ from rest_framework.throttling import SimpleRateThrottle
 from deployments import services as deployment_services
 from deployments.models import ModelDeployment
 from portal.api import ApiToken, token_create
+from portal.login import LOCKED_OUT
 from portal.models import AuditEvent
 from quotas import services as quota_services
 from quotas.choices import QuotaChangeStatus
 from quotas.models import GpuFlavor, QuotaChangeRequest, TenantQuota
 from tests.deployments.factories import draft as model_draft
 from tests.shared import PROJECT_ROOT
-from tests.world import ROLES, check_matrix
+from tests.world import PASSWORD, ROLES, check_matrix
 
 _names = itertools.count()
 
 
 @pytest.fixture(autouse=True)
 def _fresh_throttles():
-    cache.clear()  # throttle histories live in the cache
+    cache.clear()  # throttle histories and axes' failed sign-in counts live in the cache
     yield
     cache.clear()
 
@@ -53,7 +56,8 @@ def _dep(world, state: str = "pending") -> ModelDeployment:
         tenant=world.alpha, user=world.users["member"],
         data=model_draft(world, name=f"m{next(_names)}", max_replicas=1))
     if state in ("approved", "stopped"):
-        deployment_services.deployment_approve(deployment_id=dep.pk, approver=world.users["platform_admin"])
+        deployment_services.deployment_approve(deployment_id=dep.pk, generation=dep.generation,
+                                               approver=world.users["platform_admin"])
     if state == "stopped":
         deployment_services.deployment_stop(deployment_id=dep.pk, user=world.users["member"])
     return dep
@@ -168,7 +172,7 @@ MATRIX = {
     ("deployment-events", "get"): (lambda w, c: c.get(f"{D}/{_dep(w).pk}/events/"), ALPHA_READ),
     ("deployment-metrics", "get"): (lambda w, c: c.get(f"{D}/{_dep(w).pk}/metrics/"), ALPHA_READ),
     ("deployment-summary", "get"): (lambda w, c: c.get(f"{D}/{_dep(w).pk}/summary/"), ALPHA_READ),
-    ("deployment-approve", "post"): (lambda w, c: c.post(f"{D}/{_dep(w).pk}/approve/", {}), ADMIN_ONLY),
+    ("deployment-approve", "post"): (lambda w, c: c.post(f"{D}/{_dep(w).pk}/approve/", {"generation": 1}), ADMIN_ONLY),
     ("deployment-reject", "post"): (lambda w, c: c.post(f"{D}/{_dep(w).pk}/reject/", {"reason": "no"}), ADMIN_ONLY),
     ("deployment-cancel", "post"): (lambda w, c: c.post(f"{D}/{_dep(w).pk}/cancel/"), MEMBER_WRITE),
     ("deployment-stop", "post"): (lambda w, c: c.post(f"{D}/{_dep(w, 'approved').pk}/stop/"), MEMBER_WRITE),
@@ -251,7 +255,7 @@ class TestThrottling:
         classes = api_settings.DEFAULT_THROTTLE_CLASSES
         names = {c.__name__ if isinstance(c, type) else c.rsplit(".", 1)[-1] for c in classes}
         assert {"UserRateThrottle", "AnonRateThrottle"} <= names
-        assert {"user", "anon", "writes", "login"} <= set(api_settings.DEFAULT_THROTTLE_RATES)
+        assert {"user", "anon", "writes"} <= set(api_settings.DEFAULT_THROTTLE_RATES)
 
     def test_writes_beyond_the_rate_get_429_while_reads_go_on(self, world, monkeypatch):
         _rate(monkeypatch, "writes", "3/min")
@@ -265,38 +269,100 @@ class TestThrottling:
         assert _token_client(world.users["tenant_admin"]).post(
             "/api/v1/deployments/preview/", body).status_code == 200  # per user
 
-    def test_failed_token_attempts_beyond_the_rate_get_429(self, world, monkeypatch):
-        _rate(monkeypatch, "login", "3/min")
+    def test_failed_tokens_lock_the_address_out_with_a_json_429(self, world, settings):
+        settings.AXES_FAILURE_LIMIT = 3
         guesser = APIClient(REMOTE_ADDR="10.0.0.66")
         guesser.credentials(HTTP_AUTHORIZATION=f"Token llmp_{secrets.token_hex(32)}")
-        codes = [guesser.get("/api/v1/me/").status_code for _ in range(4)]
-        assert codes == [401, 401, 401, 429]
-        # The address is blocked for token sign-in, even with a real token…
+        responses = [guesser.get("/api/v1/me/") for _ in range(5)]
+        assert [r.status_code for r in responses] == [401, 401, 429, 429, 429]  # the 3rd failure locks
+        assert responses[-1].json() == {"detail": LOCKED_OUT}
+        assert responses[-1]["Retry-After"] == str(int(settings.AXES_COOLOFF_TIME.total_seconds()))
+        # Another address is not slowed down by this one's failures.
+        elsewhere = APIClient(REMOTE_ADDR="10.0.0.7")
+        elsewhere.credentials(HTTP_AUTHORIZATION=f"Token llmp_{secrets.token_hex(32)}")
+        assert elsewhere.get("/api/v1/me/").status_code == 401
+
+    def test_a_flood_of_bad_tokens_never_locks_out_a_valid_token_from_that_address(self, world, settings):
+        settings.AXES_FAILURE_LIMIT = 3
+        shared = APIClient(REMOTE_ADDR="10.0.0.66")  # e.g. one NAT address for a whole office
+        shared.credentials(HTTP_AUTHORIZATION=f"Bearer llmp_{secrets.token_hex(32)}")
+        assert [shared.get("/api/v1/me/").status_code for _ in range(10)] == [401, 401] + [429] * 8
         good = token_create(user=world.users["member"], name="t")[1]
-        guesser.credentials(HTTP_AUTHORIZATION=f"Token {good}")
-        assert guesser.get("/api/v1/me/").status_code == 429
-        # …but other addresses and successful tokens are not slowed down.
-        ok = APIClient(REMOTE_ADDR="10.0.0.7")
-        ok.credentials(HTTP_AUTHORIZATION=f"Token {good}")
-        assert [ok.get("/api/v1/me/").status_code for _ in range(5)] == [200] * 5
+        for scheme in ("Token", "Bearer"):
+            shared.credentials(HTTP_AUTHORIZATION=f"{scheme} {good}")
+            me = shared.get("/api/v1/me/")
+            assert (me.status_code, me.json()["username"]) == (200, "alpha-member"), scheme
+        # The valid token neither reset the count nor lifted the lockout for the guesses.
+        shared.credentials(HTTP_AUTHORIZATION=f"Token llmp_{secrets.token_hex(32)}")
+        assert shared.get("/api/v1/me/").status_code == 429
+
+
+def _staff(username: str = "ops") -> User:
+    return User.objects.create_user(username, password=PASSWORD, is_staff=True)
+
+
+WRONG = {"username": "alpha-member", "password": "wrong"}
+RIGHT = {"username": "alpha-member", "password": PASSWORD}
 
 
 class TestBrowserLogin:
-    def test_failed_sign_ins_beyond_the_rate_get_429_even_with_the_right_password(self, world, monkeypatch):
-        _rate(monkeypatch, "login", "3/min")
+    def test_failed_sign_ins_lock_the_address_out_even_for_the_right_password(self, world, settings):
+        settings.AXES_FAILURE_LIMIT = 3
         browser = Client(REMOTE_ADDR="10.0.0.66")
-        wrong = {"username": "alpha-member", "password": "wrong"}
-        assert [browser.post("/accounts/login/", wrong).status_code for _ in range(3)] == [200] * 3
-        right = {"username": "alpha-member", "password": "correct-horse-battery"}
-        blocked = browser.post("/accounts/login/", right)
+        assert [browser.post("/accounts/login/", WRONG).status_code for _ in range(3)] == [200, 200, 429]
+        blocked = browser.post("/accounts/login/", RIGHT)
         assert blocked.status_code == 429 and "_auth_user_id" not in browser.session
-        assert Client(REMOTE_ADDR="10.0.0.7").post("/accounts/login/", right).status_code == 302
+        assert blocked["Content-Type"] == "text/plain; charset=utf-8" and blocked.content.decode() == LOCKED_OUT
+        assert blocked["Retry-After"] == str(int(settings.AXES_COOLOFF_TIME.total_seconds()))
+        assert Client(REMOTE_ADDR="10.0.0.7").post("/accounts/login/", RIGHT).status_code == 302
 
-    def test_successful_sign_ins_are_not_counted(self, world, monkeypatch):
-        _rate(monkeypatch, "login", "2/min")
-        right = {"username": "alpha-member", "password": "correct-horse-battery"}
-        assert [Client(REMOTE_ADDR="10.0.0.8").post("/accounts/login/", right).status_code
+    def test_the_admin_login_locks_out_too_and_shares_the_count(self, world, settings):
+        settings.AXES_FAILURE_LIMIT = 3
+        _staff()
+        admin = Client(REMOTE_ADDR="10.0.0.66")
+        wrong = {"username": "ops", "password": "wrong", "next": "/admin/"}
+        assert [admin.post("/admin/login/", wrong).status_code for _ in range(3)] == [200, 200, 429]
+        right = {"username": "ops", "password": PASSWORD, "next": "/admin/"}
+        assert admin.post("/admin/login/", right).status_code == 429 and "_auth_user_id" not in admin.session
+        assert Client(REMOTE_ADDR="10.0.0.7").post("/admin/login/", right).status_code == 302
+        # One count per address: failures at the portal's form lock the admin's form, and back.
+        portal_form = Client(REMOTE_ADDR="10.0.0.67")
+        assert [portal_form.post("/accounts/login/", WRONG).status_code for _ in range(3)] == [200, 200, 429]
+        assert portal_form.post("/admin/login/", right).status_code == 429
+
+    def test_successful_sign_ins_are_not_counted(self, world, settings):
+        settings.AXES_FAILURE_LIMIT = 2
+        assert [Client(REMOTE_ADDR="10.0.0.8").post("/accounts/login/", RIGHT).status_code
                 for _ in range(4)] == [302] * 4
+
+
+class TestClientAddress:
+    def test_a_client_sent_x_forwarded_for_is_ignored_by_default(self, world, settings):
+        settings.AXES_FAILURE_LIMIT = 3
+        browser = Client(REMOTE_ADDR="10.0.0.66")
+        # A new forged address on every guess does not spread the failures over many counts…
+        codes = [browser.post("/accounts/login/", WRONG, HTTP_X_FORWARDED_FOR=f"203.0.113.{n}").status_code
+                 for n in range(3)]
+        assert codes == [200, 200, 429]
+        # …and a locked client cannot walk out under another one.
+        assert browser.post("/accounts/login/", RIGHT, HTTP_X_FORWARDED_FOR="198.51.100.1").status_code == 429
+        token = APIClient(REMOTE_ADDR="10.0.0.66", HTTP_X_FORWARDED_FOR="198.51.100.1")
+        token.credentials(HTTP_AUTHORIZATION=f"Token llmp_{secrets.token_hex(32)}")
+        assert token.get("/api/v1/me/").status_code == 429
+
+    def test_behind_one_trusted_proxy_its_x_forwarded_for_entry_is_the_client(self, world, settings):
+        settings.AXES_FAILURE_LIMIT = 3
+        settings.TRUSTED_PROXY_COUNT = 1
+        proxy = Client(REMOTE_ADDR="10.0.0.1")  # the ingress: every client arrives from its address
+        codes = [proxy.post("/accounts/login/", WRONG, HTTP_X_FORWARDED_FOR="198.51.100.7").status_code
+                 for _ in range(3)]
+        assert codes == [200, 200, 429]
+        # Another client behind the same proxy is not locked out…
+        assert proxy.post("/accounts/login/", RIGHT, HTTP_X_FORWARDED_FOR="198.51.100.8").status_code == 302
+        # …and the locked one cannot escape by writing its own entry before the proxy's.
+        forged = "198.51.100.9, 198.51.100.7"
+        assert Client(REMOTE_ADDR="10.0.0.1").post("/accounts/login/", RIGHT,
+                                                   HTTP_X_FORWARDED_FOR=forged).status_code == 429
 
 
 class TestCsrf:
@@ -312,32 +378,48 @@ class TestCsrf:
         dep = _dep(world)
         admin = Client(enforce_csrf_checks=True)
         admin.force_login(world.users["platform_admin"])
-        assert admin.post(f"/deployments/{dep.pk}/approve/", {"reason": "csrf"}).status_code == 403
+        assert admin.post(f"/deployments/{dep.pk}/approve/", {"reason": "csrf", "generation": 1}).status_code == 403
         member = Client(enforce_csrf_checks=True)
         member.force_login(world.users["member"])
         assert member.post("/deployments/new/", {"name": "x"}).status_code == 403
         session_api = APIClient(enforce_csrf_checks=True)
         session_api.force_login(world.users["platform_admin"])
-        assert session_api.post(f"/api/v1/deployments/{dep.pk}/approve/", {}).status_code == 403
+        assert session_api.post(f"/api/v1/deployments/{dep.pk}/approve/", {"generation": 1}).status_code == 403
         dep.refresh_from_db()
         assert dep.state == "pending_approval"
         # Tokens are not ambient credentials a foreign page could ride on: no CSRF token needed.
         token_api = _token_client(world.users["platform_admin"])
-        assert token_api.post(f"/api/v1/deployments/{dep.pk}/approve/", {}).status_code == 200
+        assert token_api.post(f"/api/v1/deployments/{dep.pk}/approve/", {"generation": 1}).status_code == 200
+
+
+# Production as the k8s overlay sets it, with the shared Redis cache (check --deploy connects to nothing).
+PRODUCTION = {"DEBUG": "false", "HTTPS": "true", "SECRET_KEY": secrets.token_urlsafe(64),
+              "ALLOWED_HOSTS": "portal.example.com", "CSRF_TRUSTED_ORIGINS": "https://portal.example.com",
+              "CACHE_URL": "redis://127.0.0.1:6379/11"}
+
+
+def _check_deploy(**overrides: str) -> str:
+    """`manage.py check --deploy --fail-level WARNING` with production settings; its exit code and output."""
+    # DJANGO_ALLOW_ASYNC_UNSAFE is the browser tests' (session-wide, for Playwright's loop);
+    # a production environment never has it and check --deploy rightly warns about it.
+    inherited = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    done = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+                          cwd=PROJECT_ROOT, env={**inherited, **PRODUCTION, **overrides},
+                          capture_output=True, text=True, timeout=120)
+    return f"exit {done.returncode}\n{done.stdout}{done.stderr}"
 
 
 class TestDeployCheck:
     def test_check_deploy_with_production_settings_prints_no_warnings(self):
-        # DJANGO_ALLOW_ASYNC_UNSAFE is the browser tests' (session-wide, for Playwright's loop);
-        # a production environment never has it and check --deploy rightly warns about it.
-        inherited = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
-        env = {**inherited, "DEBUG": "false", "HTTPS": "true", "SECRET_KEY": secrets.token_urlsafe(64),
-               "ALLOWED_HOSTS": "portal.example.com", "CSRF_TRUSTED_ORIGINS": "https://portal.example.com"}
-        done = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-                              cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=120)
-        output = done.stdout + done.stderr
-        assert done.returncode == 0, output
+        output = _check_deploy()
+        assert output.startswith("exit 0\n"), output
         assert "System check identified no issues" in output and "WARNING" not in output, output
+
+    def test_failed_sign_ins_counted_in_a_per_process_cache_are_a_warning(self):
+        output = _check_deploy(CACHE_URL="locmem://")
+        assert output.startswith("exit 1\n"), output
+        assert "(portal.W001) Failed sign-ins are counted in the 'default' cache, a LocMemCache" in output, output
+        assert "System check identified 1 issue" in output, output
 
 
 # --- tokens and the audit log -------------------------------------------------------------------
@@ -378,7 +460,7 @@ class TestAuditLog:
     def test_decisions_quota_changes_and_tokens_are_audited_with_actor_and_reason(self, world):
         admin, admin_user = world.client("platform_admin"), world.users["platform_admin"]
         approved, rejected = _dep(world), _dep(world)
-        assert admin.post(f"{D}/{approved.pk}/approve/", {"reason": "capacity ok"}).status_code == 200
+        assert admin.post(f"{D}/{approved.pk}/approve/", {"reason": "capacity ok", "generation": 1}).status_code == 200
         assert admin.post(f"{D}/{rejected.pk}/reject/", {"reason": "too big"}).status_code == 200
         qa = _quota_request(world)
         assert admin.post(f"/api/v1/quota-requests/{qa.pk}/approve/", {"comment": "budget ok"}).status_code == 200
