@@ -17,6 +17,7 @@ from quotas.choices import Fit
 from quotas.models import GpuFlavor, Tenant
 from quotas.services import QuotaPreview, quota_preview
 from quotas.validators import DNS1123_LABEL
+from runtime.local import confined_model_path
 from runtime.spec import RAYSERVICE_NAME_MAX
 
 NAME_MAX = 40  # "<name>-<id>" must stay within RAYSERVICE_NAME_MAX for ids below 10^6
@@ -24,6 +25,7 @@ HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{
 S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._/=-]*)?$")
 PVC_URI = re.compile(r"^pvc://([a-z0-9]([-a-z0-9]*[a-z0-9])?)(/[A-Za-z0-9._/-]*)?$")
 LOCAL_PATH = re.compile(r"^/[A-Za-z0-9._/-]+$")
+_SOURCE_FORMS = "Use a Hugging Face id (org/model), an s3://bucket/path URI or pvc://claim/path"
 SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
@@ -59,14 +61,44 @@ def _name_errors(name: str) -> str | None:
 
 
 def _source_error(source: str, backend: str) -> str | None:
+    """Why `source` cannot be a model source for `backend`, or None.
+
+    A source becomes a path somewhere: `pvc://claim/p` is mounted at /models/claim/p in the
+    worker pod, an s3:// key is downloaded under the engine's model directory, a local path is
+    what the local engine opens. So no segment may climb (`..`), stand still (`.`) or be empty
+    (`//`, which also makes the rest absolute: pvc://claim//etc), and nothing may be spelled
+    in a way a later layer decodes into one of those (percent-encoding, backslashes). Local
+    paths must also resolve, symlinks included, inside LOCAL_MODEL_ROOT.
+    """
     if not source:
         return "Enter a model source."
+    if any(not 0x20 < ord(char) < 0x7F for char in source):
+        return "No spaces, control characters or non-ASCII in a model source."
+    if "%" in source:
+        return "No percent-encoding in a model source: write the path as it is."
+    if "\\" in source:
+        return "No backslashes in a model source: separate path segments with '/'."
+    scheme, has_scheme, path = source.partition("://")
+    if has_scheme and scheme not in ("s3", "pvc"):
+        return _accepted_forms(backend)
+    segments = (path if has_scheme else source).removesuffix("/").split("/")  # a trailing "/" is harmless
+    if source.startswith("/"):
+        segments = segments[1:]  # an absolute path's leading root
+    if ".." in source or any(segment in ("", ".") for segment in segments):
+        return "A model source may not contain '..', or empty or '.' path segments."
     if HF_ID.fullmatch(source) or S3_URI.fullmatch(source) or PVC_URI.fullmatch(source):
         return None
-    if backend == "local" and LOCAL_PATH.fullmatch(source) and ".." not in source:
+    if backend == "local" and LOCAL_PATH.fullmatch(source):
+        try:
+            confined_model_path(source, settings.LOCAL_MODEL_ROOT)
+        except ValueError as error:
+            return str(error)
         return None
-    return ("Use a Hugging Face id (org/model), an s3://bucket/path URI or pvc://claim/path"
-            + (" or an absolute local path." if backend == "local" else "."))
+    return _accepted_forms(backend)
+
+
+def _accepted_forms(backend: str) -> str:
+    return _SOURCE_FORMS + (f" or a path under {settings.LOCAL_MODEL_ROOT}." if backend == "local" else ".")
 
 
 def check_draft(data: dict, *, tenant: Tenant | None, credit_gpus: int = 0,

@@ -59,6 +59,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Before anything reads request.GET/POST: a charset nothing can decode is a 400, not a 500.
+    "portal.middleware.RequestFramingMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -175,6 +177,12 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # DRF's parsers, hardened: nesting limit, strict encodings, no silent empty multipart.
+    "DEFAULT_PARSER_CLASSES": [
+        "portal.parsers.JSONParser",
+        "portal.parsers.FormParser",
+        "portal.parsers.MultiPartParser",
+    ],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
@@ -327,3 +335,8 @@ LOCAL_ENGINE_PYTHON = env_str("LOCAL_ENGINE_PYTHON", None)
 LOCAL_KVCACHE_GIB = env_int("LOCAL_KVCACHE_GIB", 1, minimum=1)  # VLLM_CPU_KVCACHE_SPACE
 LOCAL_ENGINE_THREADS = env_int("LOCAL_ENGINE_THREADS", 2, minimum=1)  # OMP threads per engine
 LOCAL_STOP_TIMEOUT_SECONDS = env_float("LOCAL_STOP_TIMEOUT_SECONDS", 20.0, minimum=0.1)
+# A local deployment's model_source must resolve (symlinks included) to a directory under this one;
+# `manage.py make_tiny_model` and demo_local put the demo's tiny model in VAR_DIR/models/tiny-llama.
+LOCAL_MODEL_ROOT = Path(env_str("LOCAL_MODEL_ROOT", str(VAR_DIR / "models")))
+if not LOCAL_MODEL_ROOT.is_absolute():
+    raise ImproperlyConfigured(f"LOCAL_MODEL_ROOT={LOCAL_MODEL_ROOT} must be an absolute path")

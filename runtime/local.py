@@ -28,6 +28,11 @@ restart, finds what it owns there. Removal signals the whole *session*, not just
 group: Ray puts each actor (and vLLM's engine core under it) in a process group of its own
 inside the launcher's session, and killing only the leader's group orphans them (seen).
 
+Isolation: the engine runs code that ships with a model, so its environment is an allow-list
+(`engine_environment`: no SECRET_KEY, database, broker or cloud credentials), and it is only
+ever pointed at a local path that resolves, symlinks included, inside LOCAL_MODEL_ROOT
+(`engine_model_source`); deployments.validation refuses such sources before they are saved.
+
 Nothing here imports vllm, ray or torch at module level; `python -m runtime.local ray-serve`
 is the Ray launcher and imports Ray only when run.
 """
@@ -50,6 +55,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -118,6 +124,87 @@ def vllm_server_args(config: dict[str, Any]) -> list[str]:
 def digest(value: Any) -> str:
     """A short stable hash of JSON-able data (the spec hash in the state file)."""
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------
+# What the engine may open, and what it may see
+# ---------------------------------------------------------------------------------------------
+
+
+def confined_model_path(path: str, root: str | os.PathLike[str] | None) -> str:
+    """`path` resolved and proven to lie inside `root`; ValueError, saying why, otherwise.
+
+    os.path.realpath resolves symlinks as well as `..`, so a link under the root that points
+    out of it is refused like a literal `../`; commonpath compares whole segments, so
+    /models-evil is not under /models. deployments.validation refuses such sources up front;
+    this is the check where the path is actually handed to the engine.
+    """
+    if root is None:
+        raise ValueError("No model root is configured (LOCAL_MODEL_ROOT): local paths are refused.")
+    if "\x00" in path or not os.path.isabs(path):
+        raise ValueError(f"{path!r} is not an absolute path.")
+    real_root, real = os.path.realpath(root), os.path.realpath(path)
+    if real == real_root:
+        raise ValueError(f"{path} is the model root itself, not a model inside it.")
+    if os.path.commonpath([real_root, real]) != real_root:
+        raise ValueError(f"{path} is outside the model root {root}.")
+    return real
+
+
+def engine_model_source(source: str, root: str | os.PathLike[str] | None) -> str:
+    """Check what the engine is told to load (`--model`); returns it, or raises ValueError.
+
+    vLLM opens `--model` as a directory when one exists there and asks the hub otherwise: an
+    absolute path must be inside the model root, a relative one (a hub id) is read against the
+    engine's run directory and may not climb out of it, and nothing spelled for another layer
+    to decode (`~`, `file:`, backslashes) is passed on.
+    """
+    if "\x00" in source or "\\" in source or source.startswith(("~", "file:")):
+        raise ValueError(f"{source!r} is neither a hub id nor a path the local engine may open.")
+    if source.startswith("/"):
+        return confined_model_path(source, root)
+    if ".." in source.split("/"):
+        raise ValueError(f"{source!r} climbs out of the engine's directory.")
+    return source
+
+
+# The engine runs code that ships with a model (tokenizers, configs), so it sees only what it
+# needs: no SECRET_KEY, database or broker URL, cloud or hub credentials. Exact names, then
+# prefixes for the engines' own knobs; a name carrying a credential word is dropped even then.
+ENGINE_ENV_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP", "PYTHONPATH",
+    "VIRTUAL_ENV", "LD_LIBRARY_PATH", "LD_PRELOAD", "CUDA_VISIBLE_DEVICES", "HF_HOME", "HF_HUB_CACHE",
+    "XDG_CACHE_HOME", "TORCH_HOME", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
+    "CC", "CXX",  # torch.compile builds its CPU kernels with the system compiler
+})
+ENGINE_ENV_PREFIXES = ("LC_", "VLLM_", "RAY_", "OMP_", "KMP_", "MKL_")
+CREDENTIAL_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "URL", "URI", "DSN")
+
+
+def _engine_may_see(name: str) -> bool:
+    upper = name.upper()
+    allowed = upper in ENGINE_ENV_NAMES or upper.startswith(ENGINE_ENV_PREFIXES)
+    return allowed and not any(word in upper for word in CREDENTIAL_WORDS)
+
+
+def engine_environment(environ: Mapping[str, str], *, kvcache_gib: int, threads: int) -> dict[str, str]:
+    """The engine process's whole environment: the allow-listed part of `environ`, plus its settings."""
+    env = {name: value for name, value in environ.items() if _engine_may_see(name)}
+    env.update({
+        "VLLM_CPU_KVCACHE_SPACE": str(kvcache_gib),
+        # Modest threading: a 2-core box also runs the portal, its worker and the database.
+        "OMP_NUM_THREADS": str(threads),
+        "TOKENIZERS_PARALLELISM": "false",
+        # No hub access here; fail fast on a missing local model instead of hanging on DNS.
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "DO_NOT_TRACK": "1",
+        "PYTHONUNBUFFERED": "1",
+        # `python -m runtime.local ray-serve` is this project's module.
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")])),
+    })
+    return env
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,8 +492,10 @@ class LocalBackend:
     _instance_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, root: Path, *, engine: Engine | None = None, python: str | None = None,
-                 kvcache_gib: int = 1, threads: int = 2, stop_timeout: float = 20.0):
+                 kvcache_gib: int = 1, threads: int = 2, stop_timeout: float = 20.0,
+                 model_root: Path | None = None):
         self.root = Path(root)
+        self.model_root = model_root  # None: no local path is allowed, only hub ids
         self.engine: Engine = engine or VllmServer()
         self.python = python or sys.executable
         self.kvcache_gib = kvcache_gib
@@ -427,7 +516,8 @@ class LocalBackend:
                 cls._instance = cls(
                     settings.LOCAL_RUNTIME_DIR, engine=ENGINES[settings.LOCAL_ENGINE](),
                     python=settings.LOCAL_ENGINE_PYTHON, kvcache_gib=settings.LOCAL_KVCACHE_GIB,
-                    threads=settings.LOCAL_ENGINE_THREADS, stop_timeout=settings.LOCAL_STOP_TIMEOUT_SECONDS)
+                    threads=settings.LOCAL_ENGINE_THREADS, stop_timeout=settings.LOCAL_STOP_TIMEOUT_SECONDS,
+                    model_root=settings.LOCAL_MODEL_ROOT)
             return cls._instance
 
     # --- state ----------------------------------------------------------------------------------
@@ -461,7 +551,7 @@ class LocalBackend:
         # symlink to this very binary and still see different site-packages.
         check = "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in sys.argv[1:]))"
         result = subprocess.run([self.python, "-c", check, *self.engine.required_modules],
-                                capture_output=True, timeout=60, check=False)
+                                capture_output=True, timeout=60, check=False, env=self._env())
         missing = result.returncode != 0
         self._installed = not missing
         return self._installed
@@ -495,6 +585,11 @@ class LocalBackend:
         with self._lock, self._deployment_lock(spec.deployment_id):
             if not self.engine_installed():
                 return _failed("EngineNotInstalled", ENGINE_NOT_INSTALLED)
+            try:
+                engine_model_source(local_llm_config(spec)["model_loading_config"]["model_source"],
+                                    self.model_root)
+            except ValueError as refused:
+                return _failed("ModelSourceRefused", str(refused))
             state, want = self.load_state(spec.deployment_id), self.spec_hash(spec)
             events: list[tuple[str, str, str]] = []
             if state is not None and state.spec_hash != want:
@@ -550,21 +645,7 @@ class LocalBackend:
     # --- internals ------------------------------------------------------------------------------
 
     def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update({
-            "VLLM_CPU_KVCACHE_SPACE": str(self.kvcache_gib),
-            # Modest threading: a 2-core box also runs the portal, its worker and the database.
-            "OMP_NUM_THREADS": str(self.threads),
-            "TOKENIZERS_PARALLELISM": "false",
-            # No hub access here; fail fast on a missing local model instead of hanging on DNS.
-            "HF_HUB_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1",
-            "RAY_USAGE_STATS_ENABLED": "0",
-            "DO_NOT_TRACK": "1",
-            "PYTHONUNBUFFERED": "1",
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")])),
-        })
-        return env
+        return engine_environment(os.environ, kvcache_gib=self.kvcache_gib, threads=self.threads)
 
     def _start(self, spec: DeploymentSpec, spec_hash: str) -> EngineState:
         run_dir = self.run_dir(spec.deployment_id)

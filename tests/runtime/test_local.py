@@ -109,6 +109,7 @@ def backends(tmp_path):
     made: list[LocalBackend] = []
 
     def make(**kwargs: Any) -> LocalBackend:
+        kwargs.setdefault("model_root", Path("/models"))  # make_spec's /models/tiny is inside
         backend = LocalBackend(tmp_path / "runtime", stop_timeout=5, **kwargs)
         made.append(backend)
         return backend
@@ -301,3 +302,104 @@ def test_stop_all_stops_every_recorded_engine(backends):
     assert all(not gone(pid) for pid in pids)
     assert backend.stop_all() == 2
     wait_for(lambda: all(gone(pid) for pid in pids))
+
+
+# --- what the engine may open ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def model_root(tmp_path):
+    """A model root with one model, a symlink out of it and a secret next to it."""
+    root = tmp_path / "models"
+    (root / "tiny").mkdir(parents=True)
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "key").write_text("do not load me")
+    (root / "evil").symlink_to(tmp_path / "secrets")
+    return root
+
+
+class TestModelSource:
+    @pytest.mark.parametrize("source", [
+        "/etc", "/etc/passwd", "{root}/../secrets", "{root}/tiny/../../secrets", "{root}/evil",
+        "{root}/evil/key", "{root}", "{root}-evil/tiny", "{root}/tiny\x00", "file://{root}/tiny", "~/tiny",
+        "{root}\\..\\secrets", "../../secrets", "org/../../../secrets",
+        "pvc://models/tiny",  # mounted at /models/models/tiny in a pod: outside this machine's root
+    ])
+    def test_the_engine_is_never_started_on_a_path_outside_the_model_root(self, backends, model_root, source):
+        backend = backends(engine=StandInEngine(), model_root=model_root)
+
+        obs = backend.ensure(make_spec(model_source=source.format(root=model_root)))
+
+        assert (obs.state, obs.reason) == ("failed", "ModelSourceRefused"), obs.message
+        assert backend.load_state(7) is None  # nothing was started
+
+    def test_without_a_model_root_no_local_path_is_opened(self, backends, model_root):
+        obs = backends(engine=StandInEngine(), model_root=None).ensure(make_spec(model_source=f"{model_root}/tiny"))
+        assert (obs.reason, obs.message) == ("ModelSourceRefused", "No model root is configured (LOCAL_MODEL_ROOT): "
+                                                                   "local paths are refused.")
+
+    @pytest.mark.parametrize("source", ["{root}/tiny", "{root}/tiny/", "{root}/not-there-yet", "Qwen/Qwen2.5-0.5B"])
+    def test_paths_under_the_root_and_hub_ids_start(self, backends, model_root, source):
+        backend = backends(engine=StandInEngine(), model_root=model_root)
+        obs = backend.ensure(make_spec(model_source=source.format(root=model_root)))
+        assert obs.state in ("provisioning", "ready"), obs.message
+
+    def test_the_root_is_compared_resolved_so_a_symlinked_root_still_works(self, backends, model_root, tmp_path):
+        (tmp_path / "link-to-models").symlink_to(model_root)
+        backend = backends(engine=StandInEngine(), model_root=tmp_path / "link-to-models")
+        assert backend.ensure(make_spec(model_source=f"{model_root}/tiny")).state in ("provisioning", "ready")
+
+    def test_the_backend_built_from_settings_uses_local_model_root(self, settings, tmp_path):
+        settings.LOCAL_RUNTIME_DIR, settings.LOCAL_MODEL_ROOT = tmp_path / "runtime", tmp_path / "models"
+        LocalBackend._instance = None
+        try:
+            assert LocalBackend.instance().model_root == tmp_path / "models"
+        finally:
+            LocalBackend._instance = None
+
+
+# --- what the engine may see ----------------------------------------------------------------------
+
+PORTAL_SECRETS = {
+    "SECRET_KEY": "django-secret", "DATABASE_URL": "postgres://portal:pw@db/portal",
+    "CELERY_BROKER_URL": "redis://:pw@redis:6379/0", "CACHE_URL": "redis://:pw@redis:6379/1",
+    "AWS_ACCESS_KEY_ID": "AKIA0000", "AWS_SECRET_ACCESS_KEY": "aws-secret", "AWS_SESSION_TOKEN": "aws-session",
+    "HF_TOKEN": "hf_portal", "HUGGING_FACE_HUB_TOKEN": "hf_portal_old", "METRICS_TOKEN": "metrics-bearer",
+    "OIDC_RP_CLIENT_SECRET": "oidc-secret", "KUBECONFIG": "/home/portal/.kube/config",
+    "GOOGLE_APPLICATION_CREDENTIALS": "/secrets/gcp.json", "AZURE_STORAGE_KEY": "azure",
+    "VLLM_API_KEY": "would-lock-the-health-check", "RAY_REDIS_PASSWORD": "ray-secret",
+    "SENTRY_DSN": "https://key@sentry/1", "DJANGO_SETTINGS_MODULE": "portal.settings", "SOMETHING_ELSE": "x",
+}
+ENGINE_NEEDS = {
+    "PATH": "/usr/bin:/bin", "HOME": "/home/portal", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TMPDIR": "/tmp",
+    "VLLM_CPU_OMP_THREADS_BIND": "0-1", "RAY_memory_monitor_refresh_ms": "0", "CUDA_VISIBLE_DEVICES": "",
+    "HF_HOME": "/var/cache/hf", "PYTHONPATH": "/opt/extra",
+}
+
+
+class TestEngineEnvironment:
+    def test_it_carries_what_the_engine_needs_and_none_of_the_portals_secrets(self):
+        from runtime.local import PROJECT_ROOT, engine_environment
+
+        env = engine_environment({**PORTAL_SECRETS, **ENGINE_NEEDS}, kvcache_gib=3, threads=2)
+
+        assert not set(PORTAL_SECRETS) & set(env)
+        assert not any(secret in value for value in env.values() for secret in PORTAL_SECRETS.values()
+                       if len(secret) > 1)
+        assert {k: env[k] for k in ENGINE_NEEDS if k != "PYTHONPATH"} == {
+            k: v for k, v in ENGINE_NEEDS.items() if k != "PYTHONPATH"}
+        assert env["PYTHONPATH"] == f"{PROJECT_ROOT}:/opt/extra"  # the Ray launcher is runtime.local
+        assert (env["VLLM_CPU_KVCACHE_SPACE"], env["OMP_NUM_THREADS"], env["HF_HUB_OFFLINE"]) == ("3", "2", "1")
+
+    def test_the_started_engine_process_sees_no_secret(self, backends, monkeypatch):
+        for name, value in PORTAL_SECRETS.items():
+            monkeypatch.setenv(name, value)
+        backend = backends(engine=StandInEngine())
+
+        backend.ensure(make_spec())
+
+        pid = backend.load_state(7).pid
+        environ = dict(item.split("=", 1) for item in
+                       Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in item)
+        assert not set(PORTAL_SECRETS) & set(environ), sorted(set(PORTAL_SECRETS) & set(environ))
+        assert environ["PATH"] and environ["OMP_NUM_THREADS"] == "2" and environ["HF_HUB_OFFLINE"] == "1"
