@@ -47,6 +47,8 @@ INSTALLED_APPS = [
     "rest_framework",
     "knox",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "csp",
     "django_filters",
     "django_htmx",
     "django_celery_beat",
@@ -62,6 +64,7 @@ MIDDLEWARE = [
     # Before anything reads request.GET/POST: a charset nothing can decode is a 400, not a 500.
     "portal.middleware.RequestFramingMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -151,6 +154,29 @@ SECURE_REFERRER_POLICY = "same-origin"
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 12 * 3600, minimum=60)
 X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy (django-csp 4): every script, style, image and request is the portal's own,
+# and nothing is 'unsafe-inline' or 'unsafe-eval'. The UI has no inline <script>, event-handler or
+# style attribute: behaviour lives in static/portal/*.js, data in data-* attributes and json_script.
+# htmx runs with allowEval and allowScriptTags off and injects no indicator <style> (templates/base.html);
+# plotly.js finds the <style> elements it would inject already stood in for (templates/portal/_plotly.html).
+# The API docs pages add a nonce and, for Redoc, two style hashes and blob: workers (portal/urls.py).
+# tests/browser/test_csp.py visits every page in Chromium and fails on any violation.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        # data: the SVG favicon and Swagger UI's CSS icons; blob: Plotly's "Download plot as a PNG", which
+        # draws the chart as an image from a blob: URL (only a script of the page can make one).
+        "img-src": ["'self'", "data:", "blob:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
 
 # --- failed sign-ins (django-axes): browser form, /admin/ and API tokens ------------------------
 # Reverse proxies in front of the portal that each append the address they saw to X-Forwarded-For.
@@ -210,6 +236,12 @@ SPECTACULAR_SETTINGS = {
     "SCHEMA_PATH_PREFIX": r"/api/v1",
     # Deployment state and event from/to states share one choice set: one enum, not three names.
     "ENUM_NAME_OVERRIDES": {"DeploymentStateEnum": "deployments.choices.State"},
+    # Swagger UI and Redoc come from the pinned drf-spectacular-sidecar package: no CDN, works offline.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    # Swagger UI's default validatorUrl sends the schema URL to validator.swagger.io for a badge.
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
 }
 KNOX_TOKEN_MODEL = "portal.ApiToken"
 REST_KNOX = {

@@ -1,14 +1,16 @@
 // Deployment dashboard: fetch the server-built Plotly figures for a window, redraw in place
-// every 15 s and when the range changes (no page reload).
-function portalDashboard(deploymentId) {
+// every 15 s and when the range changes (no page reload). Started by the page's
+// <div id="charts" data-charts-url="…">: no inline script (Content-Security-Policy).
+function portalDashboard(chartsUrl) {
   let current = "1h";
   const note = document.getElementById("chart-note");
   const charts = document.getElementById("charts");
   async function draw() {
     let figures;
     try {
-      const response = await fetch(`/deployments/${deploymentId}/charts/?window=${current}`,
-                                   {credentials: "same-origin"});
+      const url = new URL(chartsUrl, document.baseURI);
+      url.searchParams.set("window", current);
+      const response = await fetch(url, {credentials: "same-origin"});
       if (!response.ok) throw new Error(String(response.status));
       figures = await response.json();
     } catch (error) {
@@ -46,3 +48,6 @@ function portalDashboard(deploymentId) {
   draw();
   setInterval(draw, 15000);
 }
+
+const chartsElement = document.getElementById("charts");
+if (chartsElement && chartsElement.dataset.chartsUrl) portalDashboard(chartsElement.dataset.chartsUrl);

@@ -1,6 +1,12 @@
-"""Every browser page × every role: who gets a page, who is sent to sign in, who gets 403/404."""
+"""Every browser page × every role: who gets a page, who is sent to sign in, who gets 403/404; and the
+Content-Security-Policy every page is sent with."""
+
+import re
+from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
+from django.conf import settings
 
 from deployments import services
 from tests.deployments.factories import draft
@@ -213,3 +219,146 @@ class TestTryIt:
 def test_viewers_are_not_offered_the_request_form_in_the_navigation(world):
     assert "/deployments/new/" not in world.browser("viewer").get("/").content.decode()
     assert 'href="/deployments/new/"' in world.browser("member").get("/").content.decode()
+
+
+# --- Content-Security-Policy: what the server sends (the browser side: tests/browser/test_csp.py) ---
+
+
+def policy(response) -> dict[str, list[str]]:
+    """The Content-Security-Policy header as {directive: [sources]}."""
+    header = response.headers.get("Content-Security-Policy")
+    assert header, f"no Content-Security-Policy on {response.request['PATH_INFO']}"
+    return {name: values for name, *values in (part.split() for part in header.split(";") if part.strip())}
+
+
+STRICT = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": ["'self'"],
+    "img-src": ["'self'", "data:", "blob:"],
+    "font-src": ["'self'"],
+    "connect-src": ["'self'"],
+    "object-src": ["'none'"],
+    "base-uri": ["'self'"],
+    "form-action": ["'self'"],
+    "frame-ancestors": ["'none'"],
+}
+
+
+class InlineCode(HTMLParser):
+    """Everything in a page the strict policy would block: inline <script> (JSON data blocks are not
+    run and are fine), <style> elements, event-handler and style attributes, hx-on, javascript: URLs."""
+
+    def __init__(self):
+        super().__init__()
+        self.found: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "script" and not attrs.get("src") and attrs.get("type") != "application/json":
+            self.found.append(f"inline <script> at line {self.getpos()[0]}")
+        if tag == "style":
+            self.found.append(f"<style> at line {self.getpos()[0]}")
+        for name, value in attrs.items():
+            if name.startswith(("on", "hx-on")) or name == "style":
+                self.found.append(f"<{tag} {name}=…> at line {self.getpos()[0]}")
+            url = (value or "").strip().lower()
+            if name in {"href", "src", "action", "formaction"} and url.startswith("javascript:"):
+                self.found.append(f"<{tag} {name}={value}> at line {self.getpos()[0]}")
+
+
+def inline_code(html: str) -> list[str]:
+    parser = InlineCode()
+    parser.feed(html)
+    return parser.found
+
+
+class TestContentSecurityPolicy:
+    def test_every_page_and_fragment_has_the_strict_policy_and_no_inline_code(self, world, dep):
+        from deployments.models import ModelDeployment
+
+        # A stopped deployment offers Delete, whose confirmation used to be an onclick handler.
+        stopped = services.deployment_create(
+            tenant=world.alpha, user=world.users["member"], data=draft(world, name="stopped-one")
+        )
+        ModelDeployment.objects.filter(pk=stopped.pk).update(state="stopped")
+        gets = [url for url, expected in pages(dep).items() if expected["platform_admin"] == 200]
+        gets += ["/quotas/", f"/deployments/{dep.pk}/badge/", f"/deployments/{stopped.pk}/"]
+        posts = {
+            "/deployments/preview/": {"tenant": world.alpha.pk, "max_replicas": 2},
+            f"/deployments/{dep.pk}/try/": {"prompt": "hi"},  # not ready: an error fragment
+            "/tokens/": {"name": "ci", "expires_in_days": 7},
+        }
+        failures = []
+        for role in ("member", "platform_admin"):
+            client = world.browser(role)
+            responses = [client.get(url) for url in gets] + [client.post(url, data) for url, data in posts.items()]
+            for response in responses:
+                url = response.request["PATH_INFO"]
+                if response.status_code != 200 or not response["Content-Type"].startswith("text/html"):
+                    continue
+                if policy(response) != STRICT:
+                    failures.append(f"{url} as {role}: {response.headers['Content-Security-Policy']}")
+                failures += [f"{url} as {role}: {found}" for found in inline_code(response.content.decode())]
+        anonymous = world.browser("anonymous").get("/accounts/login/")
+        assert policy(anonymous) == STRICT and inline_code(anonymous.content.decode()) == []
+        assert not failures, "\n".join(failures)
+
+    def test_no_template_has_inline_code(self):
+        """Every branch of every template, also those the page test does not render."""
+        root = Path(settings.BASE_DIR) / "templates"
+        found = []
+        for path in sorted(root.rglob("*.html")):
+            if path.parts[-2] == "drf_spectacular":
+                continue  # the docs pages' nonce'd init script: tests/portal/test_docs.py
+            text = re.sub(r"{%\s*comment\s*%}.*?{%\s*endcomment\s*%}|{#.*?#}", "", path.read_text(), flags=re.S)
+            # Template tags inside a tag (`{% if %}onclick=…{% endif %}`) hide attributes from an HTML
+            # parser: read the text with each tag replaced by a space.
+            text = re.sub(r"{%.*?%}", " ", text)
+            found += [f"{path.relative_to(root)}: {f}" for f in inline_code(text)]
+        assert found == []
+
+    def test_the_parser_finds_what_the_policy_blocks(self):
+        page = (
+            '<script>x()</script><script type="application/json">{}</script><script src="/a.js"></script>'
+            '<style>p{}</style><p style="color:red" onclick="x()" hx-on:click="x()"><a href="javascript:x()">'
+        )
+        assert len(inline_code(page)) == 6
+
+
+def plotly_js() -> str:
+    import plotly
+
+    return (Path(plotly.__file__).parent / "package_data" / "plotly.min.js").read_text()
+
+
+def plotly_global_rules(source: str) -> list[str]:
+    """plotly.js's global style rules as CSS, in the order plotly.js inserts them (each at index 0)."""
+    found = re.search(r'=(\{"X,X div":.*?\});for\(\w+ in ', source)
+    assert found, 'plotly.min.js no longer holds its style rules as {"X,X div": ...}: see portal/_plotly.html'
+    pair = r'(?:"((?:[^"\\]|\\.)*)"|([A-Za-z_$][\w$]*)):(?:\'((?:[^\'\\]|\\.)*)\'|"((?:[^"\\]|\\.)*)")'
+    rules = []
+    for quoted, bare, single, double in re.findall(pair, found.group(1)):
+        selector = re.sub(r"^,", " ,", quoted or bare).replace("X", ".js-plotly-plot .plotly")
+        rules.append(f"{selector.replace('Y', '.plotly-notifier')} {{{single or double}}}")
+    return rules[::-1]
+
+
+class TestPlotlyUnderThePolicy:
+    def test_plotly_css_holds_exactly_the_rules_plotly_js_would_inject(self):
+        """static/portal/plotly.css stands in for the <style> plotly.js may not inject; after a plotly
+        upgrade, regenerate it: the file's rules are plotly_global_rules(plotly_js()), one a line."""
+        css = (Path(settings.BASE_DIR) / "static" / "portal" / "plotly.css").read_text()
+        rules = [line for line in css.splitlines() if line and not line.startswith(("/*", "   "))]
+        assert rules == plotly_global_rules(plotly_js())
+
+    def test_the_pages_mark_every_style_plotly_js_would_inject(self):
+        from django.template.loader import render_to_string
+
+        source, page = plotly_js(), render_to_string("portal/_plotly.html")
+        # Each <style> plotly.js makes is skipped when an element with its id is already there.
+        injected = set(re.findall(r'document\.getElementById\("([0-9a-f]{64})"\)', source))
+        injected |= {"plotly.js-style-global"} if '"plotly.js-style-"+' in source else set()
+        ids = set(re.findall(r'\bid="([^"]+)"', page))
+        assert injected and injected <= ids
+        assert 'id="plotly.js-style-global" class="no-inline-styles"' in page
