@@ -65,7 +65,7 @@ class TestPagePermissions:
         assert status_of(world, "other_member", f"/deployments/{dep.pk}/cancel/", "post") == 404
         client = world.browser("viewer")
         response = client.post(f"/deployments/{dep.pk}/cancel/", follow=True)
-        assert "does not allow" in response.content.decode()
+        assert "Only members of the tenant may cancel a deployment." in response.content.decode()
         dep.refresh_from_db()
         assert dep.state == "pending_approval"
 
@@ -112,7 +112,7 @@ class TestApprovalsAndQuotaFlows:
     def test_admin_approves_from_the_inbox(self, world, dep):
         client = world.browser("platform_admin")
         assert dep.name in client.get("/approvals/").content.decode()
-        client.post(f"/deployments/{dep.pk}/approve/", {"next": "approvals"})
+        client.post(f"/deployments/{dep.pk}/approve/", {"next": "/approvals/", "generation": 1})
         dep.refresh_from_db()
         assert dep.state == "approved"
 
