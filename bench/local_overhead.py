@@ -144,7 +144,7 @@ def start_portal(engine: str, number: int, model: Path, workdir: Path) -> Varian
                           flavor=FlavorSpec(name="cpu", gpu_model="CPU", accelerator_type="",
                                             gpu_memory_gib=0, gpus_per_node=1),
                           engine=EngineOptions(max_model_len=MAX_MODEL_LEN))
-    backend = LocalBackend(workdir / "local", engine=ENGINES[engine](),
+    backend = LocalBackend(workdir / "local", engine=ENGINES[engine](), model_root=model.parent,
                            kvcache_gib=settings.LOCAL_KVCACHE_GIB, threads=settings.LOCAL_ENGINE_THREADS)
     obs = backend.ensure(spec)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 
+from django.db import DataError
 from django.http import HttpResponse
 from django.utils.http import parse_header_parameters
 
@@ -68,3 +69,21 @@ class CharsetGuard:
         body, content_type = _body(message, environ.get("PATH_INFO", ""))
         start_response("400 Bad Request", [("Content-Type", content_type), ("Content-Length", str(len(body)))])
         return [body]
+
+
+class DataErrorMiddleware:
+    """A value PostgreSQL cannot hold or compare (a NUL byte in a path or a filter, a number past
+    its column) is the request's fault: 400, not a 500. The API answers the same through
+    portal.exceptions.api_exception_handler; this covers the browser views."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        if isinstance(exception, DataError):
+            body, content_type = _body("A value in the request cannot be stored or looked up.", request.path)
+            return HttpResponse(body, status=400, content_type=content_type)
+        return None

@@ -73,6 +73,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "portal.observability.MetricsMiddleware",
+    "portal.middleware.DataErrorMiddleware",
     # Last, as axes asks: it turns a request it flagged as locked out into the 429 answer.
     "axes.middleware.AxesMiddleware",
 ]

@@ -141,7 +141,12 @@ def _parse_pvc_source(model_source: str) -> tuple[str, str]:
     claim, _, path = model_source.removeprefix("pvc://").partition("/")
     if not _DNS1123_LABEL.match(claim):
         raise ValueError(f"model source {model_source!r} does not name a valid PVC")
-    return claim, path.strip("/")
+    path = path.strip("/")
+    # Defence in depth (deployments.validation refuses these first): the path must stay inside the
+    # claim's mount, so no "..", ".", empty segments, backslashes or encodings that hide them.
+    if (path and any(part in ("", ".", "..") for part in path.split("/"))) or any(c in path for c in "\\%\x00"):
+        raise ValueError(f"model source {model_source!r} leaves its volume")
+    return claim, path
 
 
 def pvc_model_path(model_source: str) -> str | None:

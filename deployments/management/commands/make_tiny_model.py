@@ -106,7 +106,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--output", type=Path, default=None,
-                            help="target directory (default: VAR_DIR/models/tiny-llama)")
+                            help="target directory (default: LOCAL_MODEL_ROOT/tiny-llama)")
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--vocab-size", type=int, default=1024)
 
@@ -116,7 +116,7 @@ class Command(BaseCommand):
             import transformers  # noqa: F401
         except ImportError as exc:
             raise CommandError(f"{exc.name} is missing: pip install '.[local]'") from exc
-        target = Path(output or settings.VAR_DIR / "models" / "tiny-llama")
+        target = Path(output or Path(settings.LOCAL_MODEL_ROOT) / "tiny-llama")
         started = time.monotonic()
         tokenizer = build_tokenizer(seed, vocab_size)
         model = build_model(seed, tokenizer)

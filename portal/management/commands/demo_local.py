@@ -8,6 +8,7 @@ Celery worker starts the engine and the dashboard fills as the beat scrapes it.
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -31,7 +32,7 @@ class Command(BaseCommand):
             raise CommandError("engine not installed: pip install '.[local]' (or LOCAL_ENGINE=1 ./scripts/demo)")
         if "local" not in settings.RUNTIME_BACKENDS:
             raise CommandError("the local backend is not offered (RUNTIME_BACKENDS)")
-        model_dir = settings.VAR_DIR / "models" / "tiny-llama"
+        model_dir = Path(settings.LOCAL_MODEL_ROOT) / "tiny-llama"
         if not (model_dir / "config.json").exists():
             call_command("make_tiny_model", output=model_dir)
         tenant = Tenant.objects.get(slug="search")

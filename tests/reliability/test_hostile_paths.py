@@ -1,0 +1,47 @@
+"""Hostile paths, query strings and headers: never a server error, on the API or in the browser."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+BIG = "9" * 20  # past PostgreSQL's bigint
+PATHS = [
+    f"/deployments/{BIG}/", f"/deployments/{BIG}/status/", f"/deployments/{BIG}/charts/", f"/deployments/{BIG}/stop/",
+    "/deployments/1/charts/?window=%00", "/quotas/%00/", "/quotas/" + "a" * 300 + "/", "/tokens/%00/revoke/",
+    f"/quota-requests/{BIG}/approve/", "/deployments/?state=%00&search=%00", "/deployments/?tenant=%00",
+    f"/api/v1/deployments/{BIG}/", "/api/v1/tenants/%00/", "/api/v1/deployments/?state=%00",
+    f"/api/v1/deployments/?limit={BIG}", "/api/v1/deployments/?offset=-1", "/api/v1/deployments/?ordering=%00",
+    "/api/v1/audit/?object_id=%00", "/api/v1/deployments/?tenant=%00", "/api/v1/deployments/?search=%00",
+    "/api/v1/deployments/1/metrics/?window=%00", "/api/v1/tokens/%00/",
+]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_hostile_path_is_never_a_server_error(world, path):
+    for role in ("member", "platform_admin"):
+        client = world.browser(role)
+        for method in ("get", "post"):
+            response = getattr(client, method)(path)
+            assert response.status_code < 500, (role, method, response.status_code)
+
+
+def test_a_nul_byte_in_a_browser_path_is_a_400_naming_the_problem(world):
+    response = world.browser("member").post("/tokens/%00/revoke/")
+    assert response.status_code == 400 and b"cannot be stored or looked up" in response.content
+
+
+HEADERS = [
+    {"HTTP_AUTHORIZATION": "Token \x00"}, {"HTTP_AUTHORIZATION": "Bearer"}, {"HTTP_AUTHORIZATION": "Token " + "a" * 10_000},
+    {"HTTP_AUTHORIZATION": "Token a b"}, {"HTTP_AUTHORIZATION": "Basic Zm9vOmJhcg=="}, {"HTTP_AUTHORIZATION": "Token é"},
+    {"HTTP_ACCEPT": "application/x-evil"}, {"HTTP_HOST": "evil..com"}, {"HTTP_X_FORWARDED_FOR": "not-an-ip"},
+    {"HTTP_HX_REQUEST": "true", "HTTP_HX_CURRENT_URL": "javascript:x"}, {"HTTP_ACCEPT_LANGUAGE": "\x00" * 50},
+    {"HTTP_COOKIE": "sessionid=\x00; csrftoken=" + "x" * 5000},
+]
+
+
+@pytest.mark.parametrize("headers", HEADERS, ids=range(len(HEADERS)))
+def test_a_hostile_header_is_never_a_server_error(world, headers):
+    for path in ("/api/v1/deployments/", "/api/v1/me/", "/deployments/", "/readyz", "/accounts/login/"):
+        assert Client().get(path, **headers).status_code < 500, path
+        assert Client().post(path, "{}", content_type="application/json", **headers).status_code < 500, path
