@@ -178,10 +178,12 @@ def deployment_action(request, pk: int, action: str):
     reason = ReasonForm(request.POST)
     reason.is_valid()
     try:
-        call(dep, request.user, reason.cleaned_data)
+        result = call(dep, request.user, reason.cleaned_data)
     except DomainError as error:
         messages.error(request, error.message)
     else:
+        if action == "scale" and result.state == State.PENDING_APPROVAL:
+            done = "Scaled: more GPUs need a platform admin's approval; the approved version keeps serving."
         messages.success(request, done)
     return redirect(safe_next(request, "deployment-detail", pk=pk))
 

@@ -216,3 +216,11 @@ class TestRedirectTargets:
         response = world.browser("platform_admin").post(f"/quota-requests/{qcr.pk}/reject/",
                                                          {"next": target, "comment": "no"})
         assert response.status_code == 302 and response["Location"] == "/approvals/"
+
+
+def test_the_ui_says_when_scaling_up_waits_for_approval(world):
+    body = approve(world, request_one(world))
+    response = world.browser("member").post(f"/deployments/{body['id']}/scale/", {"min_replicas": 1, "max_replicas": 4},
+                                            follow=True)
+    assert "Scaled: more GPUs need a platform admin" in response.content.decode()
+    assert ModelDeployment.objects.get(pk=body["id"]).state == State.PENDING_APPROVAL
