@@ -182,9 +182,16 @@ def seed_flavor():
 
     from quotas.models import GpuFlavor
 
-    return GpuFlavor.objects.create(name="h100-sxm5", gpu_model="H100 SXM5", accelerator_type="H100",
-                                    gpu_memory_gib=80, gpus_per_node=8, cpu_per_gpu=12,
-                                    memory_gib_per_gpu=120, price_per_gpu_hour=Decimal("3.90"))
+    return GpuFlavor.objects.create(
+        name="h100-sxm5",
+        gpu_model="H100 SXM5",
+        accelerator_type="H100",
+        gpu_memory_gib=80,
+        gpus_per_node=8,
+        cpu_per_gpu=12,
+        memory_gib_per_gpu=120,
+        price_per_gpu_hour=Decimal("3.90"),
+    )
 
 
 def seed_tenants(prefix: str, flavor):
@@ -211,10 +218,22 @@ def create_deployments(tenants, members, flavor, count: int, prefix: str) -> lis
     ids = []
     for k in range(count):
         i = k % len(tenants)
-        data = {"name": f"{prefix}-{k:04d}", "model_source": "meta-llama/Meta-Llama-3-8B-Instruct",
-                "served_model_name": "llama3-8b", "flavor": flavor, "tensor_parallel_size": 1,
-                "pipeline_parallel_size": 1, "min_replicas": 1, "max_replicas": 1,
-                "target_ongoing_requests": 16, "max_model_len": 8192, "gpu_memory_utilization": 0.9,
-                "enable_chunked_prefill": True, "quantization": "", "dtype": "bfloat16", "backend": "kuberay"}
+        data = {
+            "name": f"{prefix}-{k:04d}",
+            "model_source": "meta-llama/Meta-Llama-3-8B-Instruct",
+            "served_model_name": "llama3-8b",
+            "flavor": flavor,
+            "tensor_parallel_size": 1,
+            "pipeline_parallel_size": 1,
+            "min_replicas": 1,
+            "max_replicas": 1,
+            "target_ongoing_requests": 16,
+            "max_model_len": 8192,
+            "gpu_memory_utilization": 0.9,
+            "enable_chunked_prefill": True,
+            "quantization": "",
+            "dtype": "bfloat16",
+            "backend": "kuberay",
+        }
         ids.append(services.deployment_create(tenant=tenants[i], user=members[i], data=data).pk)
     return ids

@@ -42,8 +42,15 @@ def seed_base():
     from quotas.models import PLATFORM_ADMIN_GROUP, GpuFlavor, Membership, Tenant, TenantQuota
 
     flavor = GpuFlavor.objects.create(
-        name="h100-sxm5", gpu_model="H100 SXM5", accelerator_type="H100", gpu_memory_gib=80,
-        gpus_per_node=8, cpu_per_gpu=12, memory_gib_per_gpu=120, price_per_gpu_hour=Decimal("3.90"))
+        name="h100-sxm5",
+        gpu_model="H100 SXM5",
+        accelerator_type="H100",
+        gpu_memory_gib=80,
+        gpus_per_node=8,
+        cpu_per_gpu=12,
+        memory_gib_per_gpu=120,
+        price_per_gpu_hour=Decimal("3.90"),
+    )
     tenants = [Tenant.objects.create(slug=f"team-{i:02d}", display_name=f"Team {i}") for i in range(TENANTS)]
     for t in tenants:
         TenantQuota.objects.create(tenant=t, flavor=flavor, nominal_gpus=100_000)
@@ -64,22 +71,46 @@ def add_deployments(flavor, tenants, users, count: int, start: int) -> None:
 
     states = ["ready", "ready", "ready", "queued", "provisioning", "pending_approval", "stopped", "degraded"]
     conditions = [
-        {"type": "Ready", "status": "True", "reason": "NonZeroServeEndpoints", "message": "Serving",
-         "lastTransitionTime": "2026-01-01T00:00:00Z"},
-        {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "Admitted by ClusterQueue",
-         "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        {
+            "type": "Ready",
+            "status": "True",
+            "reason": "NonZeroServeEndpoints",
+            "message": "Serving",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        },
+        {
+            "type": "Admitted",
+            "status": "True",
+            "reason": "Admitted",
+            "message": "Admitted by ClusterQueue",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        },
     ]
     rows = []
     for k in range(start, start + count):
         tenant = tenants[k % TENANTS]
-        rows.append(ModelDeployment(
-            tenant=tenant, name=f"llm-{k:05d}", model_source="meta-llama/Meta-Llama-3-8B-Instruct",
-            served_model_name=f"llama3-8b-{k}", flavor=flavor, backend="kuberay", max_replicas=2,
-            max_model_len=8192, dtype="bfloat16", state=states[k % len(states)], generation=2,
-            observed_generation=2, conditions=conditions, reserved_gpus=2,
-            endpoint_url=f"http://llm-{k:05d}-serve-svc.{tenant.slug}.svc:8000/v1",
-            metrics_url=f"http://llm-{k:05d}-head-svc.{tenant.slug}.svc:8080/metrics",
-            created_by=users[k % CLIENTS], status_message="Serving."))
+        rows.append(
+            ModelDeployment(
+                tenant=tenant,
+                name=f"llm-{k:05d}",
+                model_source="meta-llama/Meta-Llama-3-8B-Instruct",
+                served_model_name=f"llama3-8b-{k}",
+                flavor=flavor,
+                backend="kuberay",
+                max_replicas=2,
+                max_model_len=8192,
+                dtype="bfloat16",
+                state=states[k % len(states)],
+                generation=2,
+                observed_generation=2,
+                conditions=conditions,
+                reserved_gpus=2,
+                endpoint_url=f"http://llm-{k:05d}-serve-svc.{tenant.slug}.svc:8000/v1",
+                metrics_url=f"http://llm-{k:05d}-head-svc.{tenant.slug}.svc:8080/metrics",
+                created_by=users[k % CLIENTS],
+                status_message="Serving.",
+            )
+        )
     ModelDeployment.objects.bulk_create(rows, batch_size=500)
 
 
@@ -105,8 +136,10 @@ def in_process_times(token: str) -> dict[str, tuple[float, float]]:
 
     client = Client(HTTP_HOST="127.0.0.1")
     auth = {"HTTP_AUTHORIZATION": f"Token {token}"}
-    return {key: best_of(lambda p=path: client.get(p, **auth), repeat=30)
-            for key, path in (("me", "/api/v1/me/"), ("list", "/api/v1/deployments/"))}
+    return {
+        key: best_of(lambda p=path: client.get(p, **auth), repeat=30)
+        for key, path in (("me", "/api/v1/me/"), ("list", "/api/v1/deployments/"))
+    }
 
 
 # --- load -----------------------------------------------------------------------------------
@@ -122,9 +155,24 @@ def start_gunicorn(db_name: str, port: int, log_dir: Path) -> subprocess.Popen:
     env = {**os.environ, **bench_env(db_name), "PYTHONUNBUFFERED": "1"}
     log = open(log_dir / "gunicorn.log", "w")
     proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "gunicorn"), "portal.wsgi:application", "--bind", f"127.0.0.1:{port}",
-         "--workers", "3", "--timeout", "60", "--access-logfile", str(log_dir / "access.log")],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        [
+            str(Path(sys.executable).parent / "gunicorn"),
+            "portal.wsgi:application",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "3",
+            "--timeout",
+            "60",
+            "--access-logfile",
+            str(log_dir / "access.log"),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
     def stop():
         if proc.poll() is None:
@@ -213,13 +261,18 @@ def main() -> None:
     for who in ("admin", "member"):
         q10, n10, _ = results[small][who]
         q1000, n1000, _ = results[large][who]
-        row(f"queries/page, {who}: N={small} ({n10} items) vs N={large} ({n1000} items)",
-            f"{q10} vs {q1000}  (ratio {q1000 / q10:.2f})", target="<= 8, same")
+        row(
+            f"queries/page, {who}: N={small} ({n10} items) vs N={large} ({n1000} items)",
+            f"{q10} vs {q1000}  (ratio {q1000 / q10:.2f})",
+            target="<= 8, same",
+        )
     serial = in_process_times(tokens[users[0].username])
-    row("single client, in-process: /me/ vs list, best / median ms",
+    row(
+        "single client, in-process: /me/ vs list, best / median ms",
         f"{serial['me'][0] * 1e3:.1f} / {serial['me'][1] * 1e3:.1f} vs "
         f"{serial['list'][0] * 1e3:.1f} / {serial['list'][1] * 1e3:.1f}  "
-        f"(ratio of bests {serial['list'][0] / serial['me'][0]:.2f}x)")
+        f"(ratio of bests {serial['list'][0] / serial['me'][0]:.2f}x)",
+    )
     if os.environ.get("BENCH_SHOW_SQL"):
         for sql in results[large]["admin"][2]:
             print("      ", sql[:200])
@@ -246,22 +299,28 @@ def main() -> None:
         status_code, size = get(port, "/api/v1/deployments/", load_tokens[0])
         body_items = None
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        conn.request("GET", "/api/v1/deployments/", headers={"Host": "127.0.0.1",
-                                                             "Authorization": f"Token {load_tokens[0]}"})
+        conn.request(
+            "GET", "/api/v1/deployments/", headers={"Host": "127.0.0.1", "Authorization": f"Token {load_tokens[0]}"}
+        )
         body_items = len(json.loads(conn.getresponse().read())["results"])
         conn.close()
 
-    print(f"   gunicorn: 3 sync workers, {CLIENTS} concurrent clients (one token each), "
-          f"{args.rounds} rounds x {args.per_client} requests per client per endpoint")
+    print(
+        f"   gunicorn: 3 sync workers, {CLIENTS} concurrent clients (one token each), "
+        f"{args.rounds} rounds x {args.per_client} requests per client per endpoint"
+    )
     for key in ("me", "list"):
         n = len(lat[key])
-        row(f"{key}: p50 / p95 / p99 ms ({n} requests, {n / wall[key]:.0f} req/s, status {codes[key]})",
-            f"{pct(lat[key], 50) * 1e3:.1f} / {pct(lat[key], 95) * 1e3:.1f} / {pct(lat[key], 99) * 1e3:.1f}")
+        row(
+            f"{key}: p50 / p95 / p99 ms ({n} requests, {n / wall[key]:.0f} req/s, status {codes[key]})",
+            f"{pct(lat[key], 50) * 1e3:.1f} / {pct(lat[key], 95) * 1e3:.1f} / {pct(lat[key], 99) * 1e3:.1f}",
+        )
     print(f"   list page: {body_items} items, {size} bytes (status {status_code})")
     ratio = pct(lat["list"], 95) / pct(lat["me"], 95)
     row("p95(list page of 100) / p95(/me/)", f"{ratio:.2f}x", target="<= 3")
-    row("throughput(me) / throughput(list)",
-        f"{(len(lat['me']) / wall['me']) / (len(lat['list']) / wall['list']):.2f}x")
+    row(
+        "throughput(me) / throughput(list)", f"{(len(lat['me']) / wall['me']) / (len(lat['list']) / wall['list']):.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -74,8 +74,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sweep-deployments", type=int, default=1000)
     parser.add_argument("--converge", type=int, default=500)
-    parser.add_argument("--requeue-seconds", default="10",
-                        help="RECONCILE_REQUEUE_SECONDS for the worker (production default 10)")
+    parser.add_argument(
+        "--requeue-seconds", default="10", help="RECONCILE_REQUEUE_SECONDS for the worker (production default 10)"
+    )
     parser.add_argument("--deadline", type=int, default=600)
     args = parser.parse_args()
 
@@ -126,8 +127,9 @@ def main() -> None:
         obj = server.put(k8s.RAYSERVICE, backend.desired(spec))
         operators.workload_for(server, obj, {"QuotaReserved": True, "Admitted": True})
         obj = operators.rayservice_ready(server, dep.tenant.namespace, dep.resource_name)
-        workloads = {obj["metadata"]["uid"]: server.get_object(k8s.WORKLOAD, operators.workload_name(obj),
-                                                               dep.tenant.namespace)}
+        workloads = {
+            obj["metadata"]["uid"]: server.get_object(k8s.WORKLOAD, operators.workload_name(obj), dep.tenant.namespace)
+        }
         obs = backend.sweep_observation(spec, obj, workloads)
         obs.endpoint_url, obs.metrics_url = backend.urls(spec)
         _record(dep, obs, spec_generation=spec.generation)
@@ -145,9 +147,11 @@ def main() -> None:
     operators.rayservice_ready(server, probe_dep.tenant.namespace, probe_dep.resource_name)
     ready_state, second_calls = calls_of(cluster, lambda: reconcile(load(probe)))
     purge_broker()  # requeues sent by the reconciles above; no worker consumes them here
-    row("seeded: create + approve through services",
+    row(
+        "seeded: create + approve through services",
         f"{len(ids)} deployments in {NAMESPACES} namespaces, {seed_create:.0f} s; cluster objects + "
-        f"recorded observation {seed_cluster:.0f} s; states {dict(states)}")
+        f"recorded observation {seed_cluster:.0f} s; states {dict(states)}",
+    )
     row(f"API calls per reconcile: new ('{new_state}')", fmt_calls(first_calls))
     row(f"API calls per reconcile: admitted + ready ('{ready_state}')", fmt_calls(second_calls))
     row(f"API calls per reconcile: ready, unchanged ('{steady}')", fmt_calls(steady_calls))
@@ -166,12 +170,13 @@ def main() -> None:
             server_seen = Counter(method for method, _ in server.requests()[server_before:])
             queued = broker.llen("celery")
     writes = sum(n for verb, n in first_calls_sweep.items() if verb in WRITES)
-    row("sweep(): Cluster.calls", fmt_calls(first_calls_sweep),
-        target=f"list = {2 * NAMESPACES}, no writes")
+    row("sweep(): Cluster.calls", fmt_calls(first_calls_sweep), target=f"list = {2 * NAMESPACES}, no writes")
     row("sweep(): requests the API server saw, by method", dict(server_seen))
-    row("sweep(): checked / enqueued / orphans / messages in broker",
+    row(
+        "sweep(): checked / enqueued / orphans / messages in broker",
         f"{first_report['checked']} / {first_report['enqueued']} / {len(first_report['orphans'])} / {queued}",
-        target="enqueued 0")
+        target="enqueued 0",
+    )
     row("sweep(): writes", writes, target="0")
     row("sweep() wall time, 3 runs", " / ".join(f"{t:.2f} s" for t in timings))
     row("sweep() per deployment checked (best)", f"{min(timings) / first_report['checked'] * 1e3:.2f} ms")
@@ -185,14 +190,22 @@ def main() -> None:
     tenants2, members2 = seed_tenants("conv", flavor)
     started = time.perf_counter()
     new_ids = create_and_approve(tenants2, members2, admin, flavor, args.converge, "c")
-    row("approved (worker stopped; reconcile messages queued)",
-        f"{len(new_ids)} in {time.perf_counter() - started:.0f} s, {broker.llen('celery')} messages in the broker")
+    row(
+        "approved (worker stopped; reconcile messages queued)",
+        f"{len(new_ids)} in {time.perf_counter() - started:.0f} s, {broker.llen('celery')} messages in the broker",
+    )
     server_before = len(server.requests())
     with tempfile.TemporaryDirectory(prefix="bench-b2-") as tmp:
         spawn = time.perf_counter()
-        with celery_worker(Path(tmp), concurrency=2, extra_env={
-                "KUBERNETES_URL": server.direct_url, "RECONCILE_REQUEUE_SECONDS": args.requeue_seconds,
-                "LOG_LEVEL": "INFO"}):
+        with celery_worker(
+            Path(tmp),
+            concurrency=2,
+            extra_env={
+                "KUBERNETES_URL": server.direct_url,
+                "RECONCILE_REQUEUE_SECONDS": args.requeue_seconds,
+                "LOG_LEVEL": "INFO",
+            },
+        ):
             ready_at = time.perf_counter()
             pending = ModelDeployment.objects.filter(pk__in=new_ids).exclude(state="queued")
             deadline = ready_at + args.deadline
@@ -203,8 +216,10 @@ def main() -> None:
                     progress.append((now - ready_at, len(new_ids) - pending.count()))
                 if now > deadline:
                     print("   progress (s after worker ready, converged):", progress)
-                    raise SystemExit(f"not converged after {args.deadline} s: {pending.count()} left; "
-                                     f"{progress[-1][1] / progress[-1][0]:.1f} /s on average")
+                    raise SystemExit(
+                        f"not converged after {args.deadline} s: {pending.count()} left; "
+                        f"{progress[-1][1] / progress[-1][0]:.1f} /s on average"
+                    )
                 time.sleep(0.1)
             done_at = time.perf_counter()
             print("   progress (s after worker ready, converged):", progress)
@@ -215,12 +230,17 @@ def main() -> None:
     assert missing == 0, f"{missing} RayServices missing"
     rate = len(new_ids) / (done_at - ready_at)
     row("worker start -> ready", f"{ready_at - spawn:.1f} s")
-    row(f"convergence (RECONCILE_REQUEUE_SECONDS={args.requeue_seconds}): {len(new_ids)} queued + RayServices exist",
+    row(
+        f"convergence (RECONCILE_REQUEUE_SECONDS={args.requeue_seconds}): {len(new_ids)} queued + RayServices exist",
         f"{done_at - ready_at:.1f} s after worker ready = {rate:.1f} /s "
-        f"({len(new_ids) / (done_at - spawn):.1f} /s from worker spawn)", target=">= 20 /s")
+        f"({len(new_ids) / (done_at - spawn):.1f} /s from worker spawn)",
+        target=">= 20 /s",
+    )
     by_method = Counter(method for method, _ in seen)
-    row("API requests the server saw per converged deployment",
-        ", ".join(f"{m}={n / len(new_ids):.2f}" for m, n in sorted(by_method.items())))
+    row(
+        "API requests the server saw per converged deployment",
+        ", ".join(f"{m}={n / len(new_ids):.2f}" for m, n in sorted(by_method.items())),
+    )
 
 
 if __name__ == "__main__":

@@ -25,8 +25,9 @@ from b3_metrics import MIXES, RAY, SERVERS, VLLM, start_servers  # noqa: E402
 
 
 def load_revision(rev: str):
-    source = subprocess.run(["git", "show", f"{rev}:runtime/metrics.py"], cwd=ROOT, check=True,
-                            capture_output=True, text=True).stdout
+    source = subprocess.run(
+        ["git", "show", f"{rev}:runtime/metrics.py"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout
     folder = Path(tempfile.mkdtemp(prefix="b3-against-"))
     path = folder / "metrics_at_rev.py"
     path.write_text(source)
@@ -57,15 +58,16 @@ def main() -> None:
         for label, module in (("old", old), ("new", new)):
             runs = timeit.repeat(lambda m=module, t=text: m.parse_exposition(t, 0.0), number=10, repeat=7)
             best[label] = min(runs) / 10
-        row(f"parse_exposition, {name}", f"new {best['new'] * 1e3:.1f} ms vs old {best['old'] * 1e3:.1f} ms:"
-            f" ratio {best['new'] / best['old']:.2f}x")
+        row(
+            f"parse_exposition, {name}",
+            f"new {best['new'] * 1e3:.1f} ms vs old {best['old'] * 1e3:.1f} ms: ratio {best['new'] / best['old']:.2f}x",
+        )
 
     servers = start_servers()
-    targets = {i: f"http://127.0.0.1:{servers[i % SERVERS][1]}/{args.mix}/{i}/metrics"
-               for i in range(args.endpoints)}
+    targets = {i: f"http://127.0.0.1:{servers[i % SERVERS][1]}/{args.mix}/{i}/metrics" for i in range(args.endpoints)}
     walls: dict[str, list[float]] = {"old": [], "new": []}
     for n in range(args.rounds):
-        for label in (("old", "new") if n % 2 == 0 else ("new", "old")):
+        for label in ("old", "new") if n % 2 == 0 else ("new", "old"):
             module = old if label == "old" else new
             started = time.perf_counter()
             results = module.scrape_many(targets)
@@ -74,8 +76,10 @@ def main() -> None:
             if errors:
                 raise SystemExit(f"{label}: {errors} endpoints failed")
     median = {label: statistics.median(times) for label, times in walls.items()}
-    row(f"scrape_many, {args.endpoints} endpoints, mix '{args.mix}', median of {args.rounds}",
-        f"new {median['new']:.2f} s vs old {median['old']:.2f} s: ratio {median['new'] / median['old']:.2f}x")
+    row(
+        f"scrape_many, {args.endpoints} endpoints, mix '{args.mix}', median of {args.rounds}",
+        f"new {median['new']:.2f} s vs old {median['old']:.2f} s: ratio {median['new'] / median['old']:.2f}x",
+    )
 
 
 if __name__ == "__main__":

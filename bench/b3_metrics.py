@@ -93,8 +93,13 @@ def start_servers() -> list[tuple[subprocess.Popen, int]]:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port)], cwd=ROOT,
-                                stdout=subprocess.PIPE, text=True, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, __file__, "--serve", str(port)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
 
         def stop(proc=proc):
             if proc.poll() is None:
@@ -126,9 +131,12 @@ def parse_costs() -> None:
         theirs, _ = best_of(lambda t=text: consume_prometheus(t), repeat=7)
         filtering, _ = best_of(lambda t=text: filter_exposition(t), repeat=7)
         kept = filter_exposition(text)
-        row(f"{name} ({len(text) // 1024} KiB, {text.count(chr(10))} lines -> {kept.count(chr(10))} kept)",
+        row(
+            f"{name} ({len(text) // 1024} KiB, {text.count(chr(10))} lines -> {kept.count(chr(10))} kept)",
             f"parse_exposition {ours * 1e3:.1f} vs text_string_to_metric_families {theirs * 1e3:.1f}"
-            f" (filter alone {filtering * 1e3:.1f}): {ours / theirs:.2f}x", target="<= 1.2x")
+            f" (filter alone {filtering * 1e3:.1f}): {ours / theirs:.2f}x",
+            target="<= 1.2x",
+        )
         if name in RAY:
             row("   filtered-vs-unfiltered gain (unfiltered parse / parse_exposition)", f"{theirs / ours:.1f}x")
 
@@ -149,8 +157,11 @@ def scrape_cycle(servers, mix: str, endpoints: int) -> None:
     server_cpu = cpu_seconds(server_pids) - server_before
     ok = sum(isinstance(r, Snapshot) for r in results.values())
     errors = [str(r) for r in results.values() if not isinstance(r, Snapshot)]
-    row(f"scrape_many, {endpoints} endpoints, mix '{mix}' ({size / 2**20:.0f} MiB)",
-        f"{wall:.2f} s, {ok} ok, {len(errors)} errors, {endpoints / wall:.0f} endpoints/s", target="<= 10 s")
+    row(
+        f"scrape_many, {endpoints} endpoints, mix '{mix}' ({size / 2**20:.0f} MiB)",
+        f"{wall:.2f} s, {ok} ok, {len(errors)} errors, {endpoints / wall:.0f} endpoints/s",
+        target="<= 10 s",
+    )
     row("   CPU: scraper / servers", f"{scraper_cpu:.1f} s / {server_cpu:.1f} s")
     if errors:
         print("      first error:", errors[0])
@@ -197,8 +208,10 @@ def timed_cycle(ids: list[int], run) -> tuple[float, int]:
     wall = time.perf_counter() - started
     failed = ScrapeState.objects.filter(last_attempt__gte=since).exclude(last_error="").count()
     if failed:
-        print(f"      {failed} deployments failed:",
-              ScrapeState.objects.exclude(last_error="").values_list("last_error", flat=True)[0])
+        print(
+            f"      {failed} deployments failed:",
+            ScrapeState.objects.exclude(last_error="").values_list("last_error", flat=True)[0],
+        )
     return wall, MetricSample.objects.count() - samples_before
 
 
@@ -216,8 +229,9 @@ def whole_cycles(servers, mixes: list[str], endpoints: int) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-b3-") as tmp:
         # A shard left waiting longer than one scrape interval expires unread (no pile-up in
         # production); here the whole cycle must be read to be timed, so the expiry is long.
-        with celery_worker(Path(tmp), concurrency=2,
-                           extra_env={"LOG_LEVEL": "WARNING", "METRICS_SCRAPE_SECONDS": "600"}):
+        with celery_worker(
+            Path(tmp), concurrency=2, extra_env={"LOG_LEVEL": "WARNING", "METRICS_SCRAPE_SECONDS": "600"}
+        ):
             for mix in mixes:
                 point_at(servers, ids, mix)
                 timed_cycle(ids, collect_all)  # first cycle: snapshots only
@@ -226,9 +240,11 @@ def whole_cycles(servers, mixes: list[str], endpoints: int) -> None:
                 timed_cycle(ids, scrape_metrics_task.delay)
                 sharded, stored_w = timed_cycle(ids, scrape_metrics_task.delay)
                 row(f"cycle, mix '{mix}': collect_all() in one process", f"{one:.2f} s, {stored} samples")
-                row(f"cycle, mix '{mix}': scrape_metrics_task, worker -c 2",
+                row(
+                    f"cycle, mix '{mix}': scrape_metrics_task, worker -c 2",
                     f"{sharded:.2f} s, {stored_w} samples; one process / sharded = {one / sharded:.2f}x",
-                    target="<= 10 s")
+                    target="<= 10 s",
+                )
 
 
 def main() -> None:

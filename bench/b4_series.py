@@ -32,13 +32,26 @@ def seed(days: int, now: datetime):
     from quotas.models import PLATFORM_ADMIN_GROUP, GpuFlavor, Tenant
     from runtime.metrics import SERIES_FIELDS
 
-    flavor = GpuFlavor.objects.create(name="h100-sxm5", gpu_model="H100", accelerator_type="H100",
-                                      gpu_memory_gib=80, gpus_per_node=8, price_per_gpu_hour=Decimal("3.90"))
+    flavor = GpuFlavor.objects.create(
+        name="h100-sxm5",
+        gpu_model="H100",
+        accelerator_type="H100",
+        gpu_memory_gib=80,
+        gpus_per_node=8,
+        price_per_gpu_hour=Decimal("3.90"),
+    )
     tenant = Tenant.objects.create(slug="team-00", display_name="Team 0")
     admin = User.objects.create_user("bench-admin", password="bench-password-123")
     admin.groups.add(Group.objects.get_or_create(name=PLATFORM_ADMIN_GROUP)[0])
-    dep = ModelDeployment.objects.create(tenant=tenant, name="llm-00000", model_source="meta-llama/Meta-Llama-3-8B",
-                                         served_model_name="llama", flavor=flavor, state="ready", created_by=admin)
+    dep = ModelDeployment.objects.create(
+        tenant=tenant,
+        name="llm-00000",
+        model_source="meta-llama/Meta-Llama-3-8B",
+        served_model_name="llama",
+        flavor=flavor,
+        state="ready",
+        created_by=admin,
+    )
     start = now - timedelta(days=days)
     count = days * 86400 // 15
     started = time.perf_counter()
@@ -117,21 +130,27 @@ def main() -> None:
     started = time.perf_counter()
     with counting() as first:
         result = downsample(now=now)
-    row("downsample(now) once over the whole backlog",
-        f"{time.perf_counter() - started:.2f} s, {first['queries']} SQL statements  {result}")
+    row(
+        "downsample(now) once over the whole backlog",
+        f"{time.perf_counter() - started:.2f} s, {first['queries']} SQL statements  {result}",
+    )
     started = time.perf_counter()
     with counting() as second:
         again = downsample(now=now + timedelta(minutes=1))
-    row("downsample one minute later (steady-state run)",
-        f"{time.perf_counter() - started:.2f} s, {second['queries']} SQL statements  {again}")
+    row(
+        "downsample one minute later (steady-state run)",
+        f"{time.perf_counter() - started:.2f} s, {second['queries']} SQL statements  {again}",
+    )
     after_rows, after_size = table_state()
     vacuum(full=False)
     _, after_vacuum = table_state()
     vacuum(full=True)
     _, after_full = table_state()
     row("after downsample: rows", fmt_rows(after_rows))
-    row("after: bytes (no vacuum / VACUUM / VACUUM FULL)",
-        f"{after_size / 2**20:.1f} / {after_vacuum / 2**20:.1f} / {after_full / 2**20:.1f} MiB")
+    row(
+        "after: bytes (no vacuum / VACUUM / VACUUM FULL)",
+        f"{after_size / 2**20:.1f} / {after_vacuum / 2**20:.1f} / {after_full / 2**20:.1f} MiB",
+    )
     row("rows after / before", f"{sum(after_rows.values()) / sum(before_rows.values()):.2f}x")
 
     timings = {}
@@ -147,8 +166,11 @@ def main() -> None:
         assert client.get(url, HTTP_HOST="127.0.0.1").status_code == 200
         api[window] = best_of(lambda u=url: client.get(u, HTTP_HOST="127.0.0.1"), repeat=15)
     for window, (fastest, median, points) in timings.items():
-        row(f"series({window}): points, best / median ms", f"{points}, {fastest * 1e3:.1f} / {median * 1e3:.1f}",
-            target="<= 150 ms" if window == "7d" else "")
+        row(
+            f"series({window}): points, best / median ms",
+            f"{points}, {fastest * 1e3:.1f} / {median * 1e3:.1f}",
+            target="<= 150 ms" if window == "7d" else "",
+        )
     for window, (fastest, median) in api.items():
         row(f"GET .../metrics/?window={window}: best / median ms", f"{fastest * 1e3:.1f} / {median * 1e3:.1f}")
     row("series(7d) / series(24h) (best)", f"{timings['7d'][0] / timings['24h'][0]:.2f}x", target="<= 1.5")

@@ -64,13 +64,23 @@ MAX_MODEL_LEN = 512
 READY_TIMEOUT = 600
 
 
-def load(base_url: str, requests_total: int, concurrency: int, tokens: int, *,
-         warm_up: bool = True) -> tuple[float, float]:
+def load(
+    base_url: str, requests_total: int, concurrency: int, tokens: int, *, warm_up: bool = True
+) -> tuple[float, float]:
     """(output tokens/s, seconds) for `requests_total` completions, `concurrency` at a time."""
+
     def one(i: int) -> int:
-        response = requests.post(f"{base_url}/completions", timeout=300, json={
-            "model": MODEL_NAME, "prompt": f"Request {i}: the tenant asks the model", "max_tokens": tokens,
-            "temperature": 0, "ignore_eos": True})
+        response = requests.post(
+            f"{base_url}/completions",
+            timeout=300,
+            json={
+                "model": MODEL_NAME,
+                "prompt": f"Request {i}: the tenant asks the model",
+                "max_tokens": tokens,
+                "temperature": 0,
+                "ignore_eos": True,
+            },
+        )
         response.raise_for_status()
         return response.json()["usage"]["completion_tokens"]
 
@@ -113,11 +123,29 @@ def idle_cpu(variant: Variant, seconds: float = 5.0) -> float:
 
 def start_raw(model: Path, workdir: Path) -> Variant:
     port = PortAllocator(workdir / "local").allocate(1)[0]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(settings.LOCAL_KVCACHE_GIB),
-           "OMP_NUM_THREADS": str(settings.LOCAL_ENGINE_THREADS), "HF_HUB_OFFLINE": "1"}
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-            "--served-model-name", MODEL_NAME, "--host", "127.0.0.1", "--port", str(port),
-            "--max-model-len", str(MAX_MODEL_LEN), "--block-size", "32"]
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": str(settings.LOCAL_KVCACHE_GIB),
+        "OMP_NUM_THREADS": str(settings.LOCAL_ENGINE_THREADS),
+        "HF_HUB_OFFLINE": "1",
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--served-model-name",
+        MODEL_NAME,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(MAX_MODEL_LEN),
+        "--block-size",
+        "32",
+    ]
     with open(workdir / "raw.log", "wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
@@ -139,13 +167,25 @@ def start_raw(model: Path, workdir: Path) -> Variant:
 
 
 def start_portal(engine: str, number: int, model: Path, workdir: Path) -> Variant:
-    spec = DeploymentSpec(deployment_id=number, name=f"bench-{engine}", namespace="bench", tenant_slug="bench",
-                          queue_name="lq", model_source=str(model), served_model_name=MODEL_NAME, backend="local",
-                          flavor=FlavorSpec(name="cpu", gpu_model="CPU", accelerator_type="",
-                                            gpu_memory_gib=0, gpus_per_node=1),
-                          engine=EngineOptions(max_model_len=MAX_MODEL_LEN))
-    backend = LocalBackend(workdir / "local", engine=ENGINES[engine](), model_root=model.parent,
-                           kvcache_gib=settings.LOCAL_KVCACHE_GIB, threads=settings.LOCAL_ENGINE_THREADS)
+    spec = DeploymentSpec(
+        deployment_id=number,
+        name=f"bench-{engine}",
+        namespace="bench",
+        tenant_slug="bench",
+        queue_name="lq",
+        model_source=str(model),
+        served_model_name=MODEL_NAME,
+        backend="local",
+        flavor=FlavorSpec(name="cpu", gpu_model="CPU", accelerator_type="", gpu_memory_gib=0, gpus_per_node=1),
+        engine=EngineOptions(max_model_len=MAX_MODEL_LEN),
+    )
+    backend = LocalBackend(
+        workdir / "local",
+        engine=ENGINES[engine](),
+        model_root=model.parent,
+        kvcache_gib=settings.LOCAL_KVCACHE_GIB,
+        threads=settings.LOCAL_ENGINE_THREADS,
+    )
     obs = backend.ensure(spec)
 
     def check() -> bool:
@@ -161,15 +201,22 @@ def start_portal(engine: str, number: int, model: Path, workdir: Path) -> Varian
         backend.remove(spec)
         raise
     state = backend.load_state(spec.deployment_id)
-    return Variant(f"portal-{engine}", obs.endpoint_url, ready, lambda: backend.remove(spec),
-                   lambda: session_members(state.pid) if state else [])
+    return Variant(
+        f"portal-{engine}",
+        obs.endpoint_url,
+        ready,
+        lambda: backend.remove(spec),
+        lambda: session_members(state.pid) if state else [],
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engines", default="raw,raw,vllm",
-                        help="raw first; a second raw is the A/A control (the noise floor); add ray for the "
-                             "Ray Serve path")
+    parser.add_argument(
+        "--engines",
+        default="raw,raw,vllm",
+        help="raw first; a second raw is the A/A control (the noise floor); add ray for the Ray Serve path",
+    )
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=4)
@@ -184,8 +231,7 @@ def main() -> None:
         try:
             for number, engine in enumerate(engines, start=1):
                 print(f"starting {engine} ...", flush=True)
-                variant = (start_raw(model, workdir) if engine == "raw"
-                           else start_portal(engine, number, model, workdir))
+                variant = start_raw(model, workdir) if engine == "raw" else start_portal(engine, number, model, workdir)
                 if any(v.name == variant.name for v in variants):  # a second raw: the A/A control
                     variant.name += f"-{number}"
                 variants.append(variant)
@@ -194,7 +240,7 @@ def main() -> None:
             for variant in variants:  # warm every engine at the measured shape, untimed
                 load(variant.base_url, 2 * args.concurrency, args.concurrency, args.tokens, warm_up=False)
             for r in range(args.rounds):
-                order = variants[r % len(variants):] + variants[:r % len(variants)]
+                order = variants[r % len(variants) :] + variants[: r % len(variants)]
                 for variant in order:
                     tps, _ = load(variant.base_url, args.requests, args.concurrency, args.tokens, warm_up=False)
                     variant.rates.append(tps)
@@ -202,17 +248,21 @@ def main() -> None:
         finally:
             for variant in variants:
                 variant.stop()
-    print(f"\n{args.rounds} rounds x {args.requests} requests, {args.concurrency} concurrent, {args.tokens} output "
-          f"tokens each (tiny Llama, {os.cpu_count()} CPUs, KV cache {settings.LOCAL_KVCACHE_GIB} GiB, "
-          f"{settings.LOCAL_ENGINE_THREADS} threads per engine)")
+    print(
+        f"\n{args.rounds} rounds x {args.requests} requests, {args.concurrency} concurrent, {args.tokens} output "
+        f"tokens each (tiny Llama, {os.cpu_count()} CPUs, KV cache {settings.LOCAL_KVCACHE_GIB} GiB, "
+        f"{settings.LOCAL_ENGINE_THREADS} threads per engine)"
+    )
     print(f"{'variant':<13} {'ready s':>8} {'median tok/s':>13} {'ratio to raw: median':>21} {'min-max':>12}")
     raw = variants[0] if variants and variants[0].name == "raw" else None
     for variant in variants:
         ratios = [v / r for v, r in zip(variant.rates, raw.rates, strict=True)] if raw else []
         spread = f"{min(ratios):.2f}-{max(ratios):.2f}" if ratios else "-"
         median_ratio = f"{statistics.median(ratios):.2f}" if ratios else "-"
-        print(f"{variant.name:<13} {variant.ready_s:>8.1f} {statistics.median(variant.rates):>13.1f} "
-              f"{median_ratio:>21} {spread:>12}")
+        print(
+            f"{variant.name:<13} {variant.ready_s:>8.1f} {statistics.median(variant.rates):>13.1f} "
+            f"{median_ratio:>21} {spread:>12}"
+        )
 
 
 if __name__ == "__main__":

@@ -170,9 +170,7 @@ def _rule_scale_out(
     )
 
 
-def _rule_kv_cache(
-    pts: Sequence[tuple[float, MetricPointLike]], now: float, th: Thresholds
-) -> Advice | None:
+def _rule_kv_cache(pts: Sequence[tuple[float, MetricPointLike]], now: float, th: Thresholds) -> Advice | None:
     window = _window(pts, now, th.kv_cache_window_s, th.min_points)
     kv = _values(window, "kv_cache_pct") if window else None
     waiting = _values(window, "waiting") if window else None
@@ -182,8 +180,7 @@ def _rule_kv_cache(
         return None
     preempt = [v for _, p in window if (v := _get(p, "preemptions_per_s")) is not None]
     preempt_note = (
-        f" The engine preempted {statistics.fmean(preempt):.2f} requests/s on average, "
-        "recomputing their prefixes."
+        f" The engine preempted {statistics.fmean(preempt):.2f} requests/s on average, recomputing their prefixes."
         if preempt and max(preempt) > 0
         else ""
     )
@@ -201,9 +198,7 @@ def _rule_kv_cache(
     )
 
 
-def _rule_ttft(
-    pts: Sequence[tuple[float, MetricPointLike]], now: float, th: Thresholds
-) -> Advice | None:
+def _rule_ttft(pts: Sequence[tuple[float, MetricPointLike]], now: float, th: Thresholds) -> Advice | None:
     window = _window(pts, now, th.ttft_window_s, th.min_points)
     # Intervals without new requests have no quantile; they neither help nor hurt.
     observed = [(t, v) for t, p in window if (v := _get(p, "ttft_p95")) is not None]
@@ -225,9 +220,7 @@ def _rule_ttft(
             "stalling the batch: lower max_num_batched_tokens so chunked prefill takes "
             "smaller chunks, or separate prefill from decode."
         ),
-        evidence=_evidence(
-            "ttft_p95", window, peak, round(threshold, 4), median=round(median, 4), at=_iso(peak_t)
-        ),
+        evidence=_evidence("ttft_p95", window, peak, round(threshold, 4), median=round(median, 4), at=_iso(peak_t)),
     )
 
 
@@ -238,9 +231,7 @@ def _is_idle(point: MetricPointLike) -> bool:
     return running == 0.0 and waiting == 0.0 and generated == 0.0
 
 
-def _rule_idle(
-    pts: Sequence[tuple[float, MetricPointLike]], now: float, th: Thresholds
-) -> Advice | None:
+def _rule_idle(pts: Sequence[tuple[float, MetricPointLike]], now: float, th: Thresholds) -> Advice | None:
     # The run of idle points that ends at the newest point: its span is how long it has
     # been idle, independent of the scrape interval.
     past = [(t, p) for t, p in pts if t <= now]

@@ -41,8 +41,7 @@ CATALOG: dict[str, ModelInfo] = {
         ModelInfo("Qwen/Qwen2.5-7B-Instruct", 7.62, 28, 4, 128, 32768),
         ModelInfo("Qwen/Qwen2.5-72B-Instruct", 72.7, 80, 8, 128, 32768),
         # DeepSeek-V3 caches a compressed latent (512 + 64 rope dims) per layer, 61 layers.
-        ModelInfo("deepseek-ai/DeepSeek-V3", 671.0, 61, 1, 576, 163840,
-                  kv_bytes_per_token=61 * 576 * 2),
+        ModelInfo("deepseek-ai/DeepSeek-V3", 671.0, 61, 1, 576, 163840, kv_bytes_per_token=61 * 576 * 2),
     ]
 }
 

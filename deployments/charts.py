@@ -49,10 +49,7 @@ COLOURS = {
 
 def _x(timestamps: Timestamps) -> list[datetime]:
     """Datetimes in UTC: Plotly then draws a time axis and the browser shows real times."""
-    return [
-        t.astimezone(UTC) if isinstance(t, datetime) else datetime.fromtimestamp(t, UTC)
-        for t in timestamps
-    ]
+    return [t.astimezone(UTC) if isinstance(t, datetime) else datetime.fromtimestamp(t, UTC) for t in timestamps]
 
 
 def _figure(title: str, y_title: str, *, percent: bool = False) -> go.Figure:

@@ -32,19 +32,37 @@ class ModelDeployment(models.Model):
     hf_token_secret = models.CharField(max_length=253, blank=True)
     flavor = models.ForeignKey(GpuFlavor, on_delete=models.PROTECT, related_name="deployments")
     backend = models.CharField(max_length=20, choices=Backend.choices, default=Backend.KUBERAY)
-    tensor_parallel_size = models.PositiveSmallIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(64)])
-    pipeline_parallel_size = models.PositiveSmallIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(64)])
+    tensor_parallel_size = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(64)]
+    )
+    pipeline_parallel_size = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(64)]
+    )
     min_replicas = models.PositiveSmallIntegerField(default=1, validators=[MaxValueValidator(100)])
-    max_replicas = models.PositiveSmallIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(100)])
-    target_ongoing_requests = models.PositiveIntegerField(default=16, validators=[MinValueValidator(1), MaxValueValidator(10_000)])
-    max_model_len = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(16), MaxValueValidator(10_000_000)])
-    gpu_memory_utilization = models.FloatField(default=0.9, validators=[MinValueValidator(0.5), MaxValueValidator(0.98)])
+    max_replicas = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(100)]
+    )
+    target_ongoing_requests = models.PositiveIntegerField(
+        default=16, validators=[MinValueValidator(1), MaxValueValidator(10_000)]
+    )
+    max_model_len = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(16), MaxValueValidator(10_000_000)]
+    )
+    gpu_memory_utilization = models.FloatField(
+        default=0.9, validators=[MinValueValidator(0.5), MaxValueValidator(0.98)]
+    )
     enable_chunked_prefill = models.BooleanField(default=True)
-    max_num_batched_tokens = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(16), MaxValueValidator(10_000_000)])
+    max_num_batched_tokens = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(16), MaxValueValidator(10_000_000)]
+    )
     quantization = models.CharField(max_length=10, choices=Quantization.choices, blank=True, default="")
     dtype = models.CharField(max_length=10, choices=Dtype.choices, default=Dtype.AUTO)
-    parameter_count_b = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0.001), MaxValueValidator(100_000)],
-                                          help_text="Billions of parameters, for models not in the catalog.")
+    parameter_count_b = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.001), MaxValueValidator(100_000)],
+        help_text="Billions of parameters, for models not in the catalog.",
+    )
     # --- lifecycle ------------------------------------------------------------------------------
     state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING_APPROVAL, db_index=True)
     generation = models.PositiveIntegerField(default=1)
@@ -56,7 +74,9 @@ class ModelDeployment(models.Model):
     cluster_uid = models.CharField(max_length=64, blank=True)
     reserved_gpus = models.PositiveIntegerField(default=0)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
-    approved_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     decision_reason = models.TextField(blank=True)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -66,10 +86,12 @@ class ModelDeployment(models.Model):
     class Meta:
         ordering = ["-created", "-id"]
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "name"], condition=~Q(state="deleted"),
-                                    name="unique_live_name_per_tenant"),
-            models.CheckConstraint(condition=Q(min_replicas__lte=models.F("max_replicas")),
-                                   name="min_replicas_lte_max"),
+            models.UniqueConstraint(
+                fields=["tenant", "name"], condition=~Q(state="deleted"), name="unique_live_name_per_tenant"
+            ),
+            models.CheckConstraint(
+                condition=Q(min_replicas__lte=models.F("max_replicas")), name="min_replicas_lte_max"
+            ),
         ]
         indexes = [models.Index(fields=["tenant", "state"])]
 
@@ -99,7 +121,9 @@ class DeploymentEvent(models.Model):
 
     deployment = models.ForeignKey(ModelDeployment, on_delete=models.CASCADE, related_name="events")
     created = models.DateTimeField(auto_now_add=True)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     type = models.CharField(max_length=10, choices=EventType.choices, default=EventType.NORMAL)
     from_state = models.CharField(max_length=20, choices=State.choices, blank=True)
     to_state = models.CharField(max_length=20, choices=State.choices, blank=True)
@@ -109,6 +133,9 @@ class DeploymentEvent(models.Model):
     class Meta:
         ordering = ["-created", "-id"]
         indexes = [models.Index(fields=["deployment", "-created"])]
+
+    def __str__(self) -> str:
+        return f"{self.reason} ({self.deployment_id})"
 
 
 class Resolution(models.IntegerChoices):
@@ -143,6 +170,9 @@ class MetricSample(models.Model):
         ordering = ["ts"]
         indexes = [models.Index(fields=["deployment", "resolution", "ts"])]
 
+    def __str__(self) -> str:
+        return f"sample {self.deployment_id} @ {self.ts:%Y-%m-%d %H:%M:%S}"
+
 
 class ScrapeState(models.Model):
     """The last raw snapshot of a deployment's counters, so the next scrape can compute rates."""
@@ -152,3 +182,6 @@ class ScrapeState(models.Model):
     last_success = models.DateTimeField(null=True)
     last_error = models.TextField(blank=True)
     last_attempt = models.DateTimeField(null=True)
+
+    def __str__(self) -> str:
+        return f"scrape state {self.deployment_id}"

@@ -41,8 +41,10 @@ def kueue_story(dep: ModelDeployment) -> str:
     if admitted is None:
         return "Not submitted to the cluster yet." if dep.state in (State.PENDING_APPROVAL, State.APPROVED) else ""
     if admitted.get("status") == "True":
-        return f"Admitted by Kueue through LocalQueue {dep.tenant.local_queue} → ClusterQueue " \
-               f"{dep.tenant.cluster_queue} (cohort {dep.tenant.effective_cohort})."
+        return (
+            f"Admitted by Kueue through LocalQueue {dep.tenant.local_queue} → ClusterQueue "
+            f"{dep.tenant.cluster_queue} (cohort {dep.tenant.effective_cohort})."
+        )
     return f"Waiting in LocalQueue {dep.tenant.local_queue}: {admitted.get('message') or admitted.get('reason')}"
 
 
@@ -68,13 +70,17 @@ def rendered_manifest(dep: ModelDeployment) -> dict | str:
 def snippets(dep: ModelDeployment) -> dict[str, str]:
     base = dep.endpoint_url or "http://<endpoint>/v1"
     model = dep.served_model_name or dep.name
-    curl = (f"curl {base}/chat/completions \\\n  -H 'Content-Type: application/json' \\\n"
-            f"  -d '{json.dumps({'model': model, 'messages': [{'role': 'user', 'content': 'Hello!'}]})}'")
-    python = ("from openai import OpenAI\n\n"
-              f"client = OpenAI(base_url=\"{base}\", api_key=\"unused\")\n"
-              f"reply = client.chat.completions.create(model=\"{model}\",\n"
-              "    messages=[{\"role\": \"user\", \"content\": \"Hello!\"}])\n"
-              "print(reply.choices[0].message.content)")
+    curl = (
+        f"curl {base}/chat/completions \\\n  -H 'Content-Type: application/json' \\\n"
+        f"  -d '{json.dumps({'model': model, 'messages': [{'role': 'user', 'content': 'Hello!'}]})}'"
+    )
+    python = (
+        "from openai import OpenAI\n\n"
+        f'client = OpenAI(base_url="{base}", api_key="unused")\n'
+        f'reply = client.chat.completions.create(model="{model}",\n'
+        '    messages=[{"role": "user", "content": "Hello!"}])\n'
+        "print(reply.choices[0].message.content)"
+    )
     return {"curl": curl, "python": python}
 
 
@@ -83,8 +89,9 @@ def latest_samples(deployments) -> dict[int, MetricSample]:
     ids = [d.pk for d in deployments]
     since = timezone.now() - timedelta(minutes=5)
     latest: dict[int, MetricSample] = {}
-    for sample in MetricSample.objects.filter(deployment_id__in=ids, resolution=Resolution.RAW,
-                                              ts__gte=since).order_by("ts"):
+    for sample in MetricSample.objects.filter(deployment_id__in=ids, resolution=Resolution.RAW, ts__gte=since).order_by(
+        "ts"
+    ):
         latest[sample.deployment_id] = sample
     return latest
 
@@ -94,9 +101,14 @@ def detail_context(request, dep: ModelDeployment) -> dict:
     from deployments.views import allowed_actions
 
     return {
-        "dep": dep, "badge": derived_badge(dep), "conditions": plain_conditions(dep),
-        "kueue": kueue_story(dep), "events": dep.events.select_related("actor")[:50],
-        "actions": allowed_actions(request.user, dep), "snippets": snippets(dep),
-        "advice": advice_for(dep), "ranges": ["1h", "6h", "24h", "7d"],
+        "dep": dep,
+        "badge": derived_badge(dep),
+        "conditions": plain_conditions(dep),
+        "kueue": kueue_story(dep),
+        "events": dep.events.select_related("actor")[:50],
+        "actions": allowed_actions(request.user, dep),
+        "snippets": snippets(dep),
+        "advice": advice_for(dep),
+        "ranges": ["1h", "6h", "24h", "7d"],
         "chart_names": list(CHARTS),
     }

@@ -17,27 +17,41 @@ from deployments.advisor import Advice, Thresholds, advise
 from deployments.models import MetricSample, ModelDeployment, Resolution
 from runtime.metrics import SERIES_FIELDS, MetricPoint
 
-WINDOWS = {"1h": (timedelta(hours=1), Resolution.RAW), "6h": (timedelta(hours=6), Resolution.RAW),
-           "24h": (timedelta(hours=24), Resolution.MINUTE), "7d": (timedelta(days=7), Resolution.TEN_MINUTES),
-           "30d": (timedelta(days=30), Resolution.TEN_MINUTES)}
-RETENTION = {Resolution.RAW: timedelta(days=1), Resolution.MINUTE: timedelta(days=7),
-             Resolution.TEN_MINUTES: timedelta(days=90)}
+WINDOWS = {
+    "1h": (timedelta(hours=1), Resolution.RAW),
+    "6h": (timedelta(hours=6), Resolution.RAW),
+    "24h": (timedelta(hours=24), Resolution.MINUTE),
+    "7d": (timedelta(days=7), Resolution.TEN_MINUTES),
+    "30d": (timedelta(days=30), Resolution.TEN_MINUTES),
+}
+RETENTION = {
+    Resolution.RAW: timedelta(days=1),
+    Resolution.MINUTE: timedelta(days=7),
+    Resolution.TEN_MINUTES: timedelta(days=90),
+}
 ROLLUPS = ((Resolution.MINUTE, Resolution.RAW), (Resolution.TEN_MINUTES, Resolution.MINUTE))
 
 
 def new_sample(deployment_id: int, point: MetricPoint) -> MetricSample:
     """The raw sample for `point`, unsaved (the scrape cycle writes a shard's samples at once)."""
     values = {name: getattr(point, name) for name in SERIES_FIELDS}
-    return MetricSample(deployment_id=deployment_id, resolution=Resolution.RAW,
-                        ts=datetime.fromtimestamp(point.timestamp, tz=UTC), **values)
+    return MetricSample(
+        deployment_id=deployment_id,
+        resolution=Resolution.RAW,
+        ts=datetime.fromtimestamp(point.timestamp, tz=UTC),
+        **values,
+    )
 
 
 def series(deployment: ModelDeployment, window: str, *, now: datetime | None = None) -> dict:
     """Timestamps and one list per metric for `window` (one indexed query, values only)."""
     span, resolution = WINDOWS[window]
     now = now or timezone.now()
-    rows = (MetricSample.objects.filter(deployment=deployment, resolution=resolution, ts__gte=now - span)
-            .order_by("ts").values_list("ts", *SERIES_FIELDS))
+    rows = (
+        MetricSample.objects.filter(deployment=deployment, resolution=resolution, ts__gte=now - span)
+        .order_by("ts")
+        .values_list("ts", *SERIES_FIELDS)
+    )
     timestamps, columns = [], {name: [] for name in SERIES_FIELDS}
     for row in rows:
         timestamps.append(row[0])
@@ -68,10 +82,15 @@ def _rollup(target: int, source: int, now: datetime) -> int:
     made = 0
     last_complete = _bucket(now, target)
     # order_by() drops Meta.ordering ("ts"), which would otherwise make DISTINCT run per row.
-    for dep_id in (MetricSample.objects.filter(resolution=source).order_by()
-                   .values_list("deployment_id", flat=True).distinct()):
-        last = (MetricSample.objects.filter(deployment_id=dep_id, resolution=target)
-                .order_by("-ts").values_list("ts", flat=True).first())
+    for dep_id in (
+        MetricSample.objects.filter(resolution=source).order_by().values_list("deployment_id", flat=True).distinct()
+    ):
+        last = (
+            MetricSample.objects.filter(deployment_id=dep_id, resolution=target)
+            .order_by("-ts")
+            .values_list("ts", flat=True)
+            .first()
+        )
         start = last + timedelta(seconds=target) if last else None
         rows = MetricSample.objects.filter(deployment_id=dep_id, resolution=source, ts__lt=last_complete)
         if start is not None:
@@ -79,10 +98,17 @@ def _rollup(target: int, source: int, now: datetime) -> int:
         buckets: dict[datetime, list] = defaultdict(list)
         for row in rows.values_list("ts", *SERIES_FIELDS).iterator(chunk_size=2000):
             buckets[_bucket(row[0], target)].append(row[1:])
-        MetricSample.objects.bulk_create([
-            MetricSample(deployment_id=dep_id, resolution=target, ts=ts,
-                         **{name: _mean([r[i] for r in group]) for i, name in enumerate(SERIES_FIELDS)})
-            for ts, group in sorted(buckets.items())])
+        MetricSample.objects.bulk_create(
+            [
+                MetricSample(
+                    deployment_id=dep_id,
+                    resolution=target,
+                    ts=ts,
+                    **{name: _mean([r[i] for r in group]) for i, name in enumerate(SERIES_FIELDS)},
+                )
+                for ts, group in sorted(buckets.items())
+            ]
+        )
         made += len(buckets)
     return made
 
@@ -92,21 +118,32 @@ def downsample(*, now: datetime | None = None) -> dict:
     """Roll raw points up to 1 min and 10 min, then drop what is past retention."""
     now = now or timezone.now()
     made = {int(target): _rollup(target, source, now) for target, source in ROLLUPS}
-    deleted = {int(res): MetricSample.objects.filter(resolution=res, ts__lt=now - keep).delete()[0]
-               for res, keep in RETENTION.items()}
+    deleted = {
+        int(res): MetricSample.objects.filter(resolution=res, ts__lt=now - keep).delete()[0]
+        for res, keep in RETENTION.items()
+    }
     return {"rolled_up": made, "deleted": deleted}
 
 
-def advice_for(deployment: ModelDeployment, *, thresholds: Thresholds | None = None,
-               now: datetime | None = None) -> list[Advice]:
+def advice_for(
+    deployment: ModelDeployment, *, thresholds: Thresholds | None = None, now: datetime | None = None
+) -> list[Advice]:
     """The advisor over the last two hours of raw points, with this tenant's quota headroom."""
     from quotas.services import quota_preview
 
     now = now or timezone.now()
-    points = list(MetricSample.objects.filter(deployment=deployment, resolution=Resolution.RAW,
-                                              ts__gte=now - timedelta(hours=2, minutes=5)).order_by("ts"))
+    points = list(
+        MetricSample.objects.filter(
+            deployment=deployment, resolution=Resolution.RAW, ts__gte=now - timedelta(hours=2, minutes=5)
+        ).order_by("ts")
+    )
     if not points:
         return []
     fit = quota_preview(tenant=deployment.tenant, flavor=deployment.flavor, gpus=1)
-    return advise(points, thresholds=thresholds, quota_headroom_gpus=fit.free_nominal + fit.borrowable,
-                  gpus_per_replica=deployment.gpus_per_replica, now=now)
+    return advise(
+        points,
+        thresholds=thresholds,
+        quota_headroom_gpus=fit.free_nominal + fit.borrowable,
+        gpus_per_replica=deployment.gpus_per_replica,
+        now=now,
+    )

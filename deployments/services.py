@@ -21,19 +21,43 @@ from quotas.services import quota_release, quota_reserve
 
 OWNER = "deployment"
 SPEC_FIELDS = (
-    "model_source", "served_model_name", "hf_token_secret", "flavor", "backend",
-    "tensor_parallel_size", "pipeline_parallel_size", "min_replicas", "max_replicas",
-    "target_ongoing_requests", "max_model_len", "gpu_memory_utilization", "enable_chunked_prefill",
-    "max_num_batched_tokens", "quantization", "dtype", "parameter_count_b",
+    "model_source",
+    "served_model_name",
+    "hf_token_secret",
+    "flavor",
+    "backend",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "min_replicas",
+    "max_replicas",
+    "target_ongoing_requests",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "enable_chunked_prefill",
+    "max_num_batched_tokens",
+    "quantization",
+    "dtype",
+    "parameter_count_b",
 )
 # A change to any of these changes what runs on the GPUs (the model, where, how its memory is laid
 # out), so it needs approval again unless the tenant's policy covers it. More GPUs do as well;
 # fewer do not. Names, autoscaling targets and the token secret's name change nothing the
 # approver weighed.
-APPROVAL_FIELDS = frozenset({
-    "model_source", "flavor", "backend", "tensor_parallel_size", "pipeline_parallel_size", "max_model_len",
-    "gpu_memory_utilization", "enable_chunked_prefill", "max_num_batched_tokens", "quantization", "dtype",
-})
+APPROVAL_FIELDS = frozenset(
+    {
+        "model_source",
+        "flavor",
+        "backend",
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "max_model_len",
+        "gpu_memory_utilization",
+        "enable_chunked_prefill",
+        "max_num_batched_tokens",
+        "quantization",
+        "dtype",
+    }
+)
 
 
 def needs_approval(changed, *, old_gpus: int, new_gpus: int) -> bool:
@@ -65,30 +89,46 @@ def _enqueue_reconcile(dep: ModelDeployment) -> None:
     transaction.on_commit(lambda: reconcile_deployment_task.delay(dep.pk), robust=True)
 
 
-def _event(dep: ModelDeployment, *, reason: str, message: str = "", actor=None,
-           from_state: str = "", to_state: str = "", type_: str = EventType.NORMAL) -> DeploymentEvent:
-    return DeploymentEvent.objects.create(deployment=dep, actor=actor if getattr(actor, "pk", None) else None,
-                                          reason=reason, message=message, type=type_,
-                                          from_state=from_state, to_state=to_state)
+def _event(
+    dep: ModelDeployment,
+    *,
+    reason: str,
+    message: str = "",
+    actor=None,
+    from_state: str = "",
+    to_state: str = "",
+    type_: str = EventType.NORMAL,
+) -> DeploymentEvent:
+    return DeploymentEvent.objects.create(
+        deployment=dep,
+        actor=actor if getattr(actor, "pk", None) else None,
+        reason=reason,
+        message=message,
+        type=type_,
+        from_state=from_state,
+        to_state=to_state,
+    )
 
 
-def transition(dep: ModelDeployment, target: str, *, actor=None, reason: str, message: str = "",
-               type_: str = EventType.NORMAL) -> None:
+def transition(
+    dep: ModelDeployment, target: str, *, actor=None, reason: str, message: str = "", type_: str = EventType.NORMAL
+) -> None:
     """Move a locked deployment to `target` and record the event (caller saves the row)."""
     check_transition(dep.state, target)
-    _event(dep, reason=reason, message=message, actor=actor, from_state=dep.state, to_state=target,
-           type_=type_)
+    _event(dep, reason=reason, message=message, actor=actor, from_state=dep.state, to_state=target, type_=type_)
     dep.state = target
 
 
 def _lock(deployment_id: int) -> ModelDeployment:
-    return (ModelDeployment.objects.select_for_update(of=("self",))
-            .select_related("tenant", "flavor").get(pk=deployment_id))
+    return (
+        ModelDeployment.objects.select_for_update(of=("self",)).select_related("tenant", "flavor").get(pk=deployment_id)
+    )
 
 
 def _reserve(dep: ModelDeployment) -> None:
-    reservation = quota_reserve(tenant=dep.tenant, flavor=dep.flavor, gpus=dep.gpus_needed,
-                                owner_type=OWNER, owner_id=dep.pk)
+    reservation = quota_reserve(
+        tenant=dep.tenant, flavor=dep.flavor, gpus=dep.gpus_needed, owner_type=OWNER, owner_id=dep.pk
+    )
     dep.reserved_gpus = reservation.gpus
 
 
@@ -111,8 +151,11 @@ def _policy_reason(tenant: Tenant) -> str:
 
 
 def _name_taken(tenant: Tenant, name: str) -> DomainError:
-    return DomainError(f"A deployment named {name!r} already exists in {tenant.slug}; delete it or "
-                       "choose another name.", field="name", code="unique")
+    return DomainError(
+        f"A deployment named {name!r} already exists in {tenant.slug}; delete it or choose another name.",
+        field="name",
+        code="unique",
+    )
 
 
 @transaction.atomic
@@ -134,10 +177,20 @@ def deployment_create(*, tenant: Tenant, user, data: dict) -> ModelDeployment:
         raise _name_taken(tenant, data["name"]) from None
     if len(dep.resource_name) > 47:
         raise DomainError("The name is too long for the cluster object.", field="name")
-    _event(dep, reason="Requested", actor=user, to_state=State.PENDING_APPROVAL,
-           message=check.quota.message if check.quota else "")
-    audit(actor=user, action="deployment.request", obj=dep, tenant=tenant,
-          changes={"gpus": dep.gpus_needed, "flavor": dep.flavor.name})
+    _event(
+        dep,
+        reason="Requested",
+        actor=user,
+        to_state=State.PENDING_APPROVAL,
+        message=check.quota.message if check.quota else "",
+    )
+    audit(
+        actor=user,
+        action="deployment.request",
+        obj=dep,
+        tenant=tenant,
+        changes={"gpus": dep.gpus_needed, "flavor": dep.flavor.name},
+    )
     if _policy_covers(dep, check.quota.fit if check.quota else None):
         _approve_locked(dep, approver=Actor.POLICY, reason=_policy_reason(tenant))
     return dep
@@ -149,8 +202,14 @@ def _approve_locked(dep: ModelDeployment, *, approver, reason: str) -> None:
     dep.approved_by = approver if getattr(approver, "pk", None) else None
     dep.decision_reason = reason
     dep.save()
-    audit(actor=approver, action="deployment.approve", obj=dep, tenant=dep.tenant, reason=reason,
-          changes={"reserved_gpus": dep.reserved_gpus, "generation": dep.generation})
+    audit(
+        actor=approver,
+        action="deployment.approve",
+        obj=dep,
+        tenant=dep.tenant,
+        reason=reason,
+        changes={"reserved_gpus": dep.reserved_gpus, "generation": dep.generation},
+    )
     _enqueue_reconcile(dep)
 
 
@@ -160,8 +219,12 @@ def deployment_approve(*, deployment_id: int, approver, generation: int, reason:
     dep = _lock(deployment_id)
     _authorized(dep, approver, Action.APPROVE)
     if dep.generation != generation:
-        raise ConflictError(f"The request changed since you reviewed it (you saw generation {generation}, it is "
-                            f"now {dep.generation}). Review it again.", field="generation", code="stale_generation")
+        raise ConflictError(
+            f"The request changed since you reviewed it (you saw generation {generation}, it is "
+            f"now {dep.generation}). Review it again.",
+            field="generation",
+            code="stale_generation",
+        )
     _approve_locked(dep, approver=approver, reason=reason or "Approved by a platform admin.")
     return dep
 
@@ -174,8 +237,7 @@ def deployment_reject(*, deployment_id: int, approver, reason: str) -> ModelDepl
     _authorized(dep, approver, Action.REJECT)
     if not reason or not reason.strip():
         raise DomainError("Give a reason for the rejection.", field="reason")
-    transition(dep, State.REJECTED, actor=approver, reason="Rejected", message=reason.strip(),
-               type_=EventType.WARNING)
+    transition(dep, State.REJECTED, actor=approver, reason="Rejected", message=reason.strip(), type_=EventType.WARNING)
     dep.decision_reason = reason.strip()
     dep.save()
     _release(dep)
@@ -216,8 +278,9 @@ def deployment_start(*, deployment_id: int, user) -> ModelDeployment:
     transition(dep, State.APPROVED, actor=user, reason="Started", message="Start requested.")
     _reserve(dep)
     dep.save()
-    audit(actor=user, action="deployment.start", obj=dep, tenant=dep.tenant,
-          changes={"reserved_gpus": dep.reserved_gpus})
+    audit(
+        actor=user, action="deployment.start", obj=dep, tenant=dep.tenant, changes={"reserved_gpus": dep.reserved_gpus}
+    )
     _enqueue_reconcile(dep)
     return dep
 
@@ -230,8 +293,9 @@ def deployment_scale(*, deployment_id: int, user, min_replicas: int, max_replica
     _authorized(dep, user, Action.SCALE)
     if min_replicas < 0 or max_replicas < 1 or max_replicas > 100 or min_replicas > max_replicas:
         raise DomainError("Replicas must satisfy 0 ≤ min ≤ max, 1 ≤ max ≤ 100.", field="max_replicas")
-    return _change_spec(dep, user, {"min_replicas": min_replicas, "max_replicas": max_replicas},
-                        action="deployment.scale")
+    return _change_spec(
+        dep, user, {"min_replicas": min_replicas, "max_replicas": max_replicas}, action="deployment.scale"
+    )
 
 
 @transaction.atomic
@@ -241,8 +305,11 @@ def deployment_update(*, deployment_id: int, user, data: dict) -> ModelDeploymen
     dep = _lock(deployment_id)
     _authorized(dep, user, Action.UPDATE)
     if "backend" in data and data["backend"] != dep.backend:
-        raise DomainError("The backend is fixed when the deployment is created; request a new deployment "
-                          "to use another backend.", field="backend", code="immutable")
+        raise DomainError(
+            "The backend is fixed when the deployment is created; request a new deployment to use another backend.",
+            field="backend",
+            code="immutable",
+        )
     return _change_spec(dep, user, data, action="deployment.update")
 
 
@@ -259,27 +326,50 @@ def _change_spec(dep: ModelDeployment, user, data: dict, *, action: str) -> Mode
     for key, value in changed.items():
         setattr(dep, key, value)
     dep.generation += 1
-    _event(dep, reason="SpecUpdated", actor=user,
-           message=f"Changed {', '.join(sorted(changed))} (generation {dep.generation}).")
+    _event(
+        dep,
+        reason="SpecUpdated",
+        actor=user,
+        message=f"Changed {', '.join(sorted(changed))} (generation {dep.generation}).",
+    )
     needs = needs_approval(changed, old_gpus=old_gpus, new_gpus=dep.gpus_needed)
     covered = _policy_covers(dep, check.quota.fit if check.quota else None)
-    audit(actor=user, action=action, obj=dep, tenant=dep.tenant,
-          changes={"before": before, "after": {k: str(v) for k, v in changed.items()},
-                   "generation": dep.generation, "approval": "required" if needs and not covered else "not required"})
+    audit(
+        actor=user,
+        action=action,
+        obj=dep,
+        tenant=dep.tenant,
+        changes={
+            "before": before,
+            "after": {k: str(v) for k, v in changed.items()},
+            "generation": dep.generation,
+            "approval": "required" if needs and not covered else "not required",
+        },
+    )
     if dep.state == State.PENDING_APPROVAL:
         if covered:
             _approve_locked(dep, approver=Actor.POLICY, reason=_policy_reason(dep.tenant))
             return dep
     elif needs and not covered:
         serving = "; the current version keeps serving" if dep.state in RUNNING else ""
-        transition(dep, State.PENDING_APPROVAL, actor=user, reason="ApprovalRequired",
-                   message=f"A change to what runs needs a platform admin's approval{serving}.")
+        transition(
+            dep,
+            State.PENDING_APPROVAL,
+            actor=user,
+            reason="ApprovalRequired",
+            message=f"A change to what runs needs a platform admin's approval{serving}.",
+        )
     elif dep.state in RUNNING:
         _reserve(dep)  # resizes the reservation (grows only when the policy covers it)
         if needs:
-            audit(actor=Actor.POLICY, action="deployment.approve", obj=dep, tenant=dep.tenant,
-                  reason=_policy_reason(dep.tenant), changes={"reserved_gpus": dep.reserved_gpus,
-                                                              "generation": dep.generation})
+            audit(
+                actor=Actor.POLICY,
+                action="deployment.approve",
+                obj=dep,
+                tenant=dep.tenant,
+                reason=_policy_reason(dep.tenant),
+                changes={"reserved_gpus": dep.reserved_gpus, "generation": dep.generation},
+            )
     dep.save()
     _enqueue_reconcile(dep)
     return dep
@@ -295,8 +385,13 @@ def deployment_delete(*, deployment_id: int, user) -> ModelDeployment:
         quota_release(owner_type=OWNER, owner_id=dep.pk)
         dep.reserved_gpus = 0
     else:
-        transition(dep, State.DELETING, actor=user, reason="Deleting",
-                   message="Removing the workload from the cluster; GPUs are released once it is gone.")
+        transition(
+            dep,
+            State.DELETING,
+            actor=user,
+            reason="Deleting",
+            message="Removing the workload from the cluster; GPUs are released once it is gone.",
+        )
         _enqueue_reconcile(dep)
     dep.save()
     audit(actor=user, action="deployment.delete", obj=dep, tenant=dep.tenant)
@@ -316,11 +411,20 @@ def deployment_release_quota(*, deployment_id: int, reason: str) -> bool:
 
 
 @transaction.atomic
-def deployment_observe(*, deployment_id: int, generation: int, state: str | None,
-                       conditions: list[dict], observed_generation: int | None = None,
-                       message: str = "", endpoint_url: str | None = None,
-                       metrics_url: str | None = None, cluster_uid: str | None = None,
-                       reason: str = "", events: list[tuple[str, str, str]] = ()) -> bool:
+def deployment_observe(
+    *,
+    deployment_id: int,
+    generation: int,
+    state: str | None,
+    conditions: list[dict],
+    observed_generation: int | None = None,
+    message: str = "",
+    endpoint_url: str | None = None,
+    metrics_url: str | None = None,
+    cluster_uid: str | None = None,
+    reason: str = "",
+    events: list[tuple[str, str, str]] = (),
+) -> bool:
     """Record what the reconciler saw. A no-op (returns False) when the spec moved on since
     the reconcile read it, or when the state is no longer one the cluster may drive."""
     dep = _lock(deployment_id)
@@ -339,8 +443,7 @@ def deployment_observe(*, deployment_id: int, generation: int, state: str | None
     if observed_generation is None:
         observed_generation = dep.observed_generation
     updates = {"conditions": conditions, "status_message": message, "observed_generation": observed_generation}
-    for key, value in (("endpoint_url", endpoint_url), ("metrics_url", metrics_url),
-                       ("cluster_uid", cluster_uid)):
+    for key, value in (("endpoint_url", endpoint_url), ("metrics_url", metrics_url), ("cluster_uid", cluster_uid)):
         if value is not None:
             updates[key] = value
     for key, value in updates.items():

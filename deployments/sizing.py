@@ -33,9 +33,18 @@ class MemoryFit:
         return asdict(self)
 
 
-def estimate(*, model_source: str, parameter_count_b: float | None, dtype: str, quantization: str,
-             tensor_parallel_size: int, pipeline_parallel_size: int, max_model_len: int | None,
-             gpu_memory_gib: float, gpu_memory_utilization: float) -> MemoryFit:
+def estimate(
+    *,
+    model_source: str,
+    parameter_count_b: float | None,
+    dtype: str,
+    quantization: str,
+    tensor_parallel_size: int,
+    pipeline_parallel_size: int,
+    max_model_len: int | None,
+    gpu_memory_gib: float,
+    gpu_memory_utilization: float,
+) -> MemoryFit:
     """Estimate per-GPU memory for a draft; unknown models without a parameter count get
     'unknown' (weights-free) rather than a guess."""
     shards = max(1, tensor_parallel_size * pipeline_parallel_size)
@@ -43,8 +52,15 @@ def estimate(*, model_source: str, parameter_count_b: float | None, dtype: str, 
     info = lookup(model_source)
     params_b = parameter_count_b or (info.parameters_b if info else None)
     if params_b is None:
-        return MemoryFit("unknown", round(budget, 2), None, None, None, None,
-                         "Model not in the catalog: give its parameter count for a memory estimate.")
+        return MemoryFit(
+            "unknown",
+            round(budget, 2),
+            None,
+            None,
+            None,
+            None,
+            "Model not in the catalog: give its parameter count for a memory estimate.",
+        )
     bytes_per_param = QUANT_BYTES.get(quantization or "", BYTES_PER_PARAM.get(dtype, 2.0))
     weights = params_b * 1e9 * bytes_per_param / shards / GIB
     kv = None
@@ -54,18 +70,31 @@ def estimate(*, model_source: str, parameter_count_b: float | None, dtype: str, 
         kv = info.kv_bytes_per_token_at(kv_dtype) * seq / shards / GIB
     total = weights + (kv or 0.0)
     headroom = budget - total
-    numbers = dict(budget_gib=round(budget, 2), weights_gib=round(weights, 2),
-                   kv_gib=None if kv is None else round(kv, 2), total_gib=round(total, 2),
-                   headroom_gib=round(headroom, 2))
+    numbers = dict(
+        budget_gib=round(budget, 2),
+        weights_gib=round(weights, 2),
+        kv_gib=None if kv is None else round(kv, 2),
+        total_gib=round(total, 2),
+        headroom_gib=round(headroom, 2),
+    )
     kv_note = "" if kv is not None else " (weights only: KV cache unknown for this model)"
     if headroom < 0:
-        return MemoryFit("does_not_fit", message=(
-            f"Needs about {total:.1f} GiB per GPU{kv_note}, more than the {budget:.1f} GiB budget "
-            f"({gpu_memory_gib} GiB × {gpu_memory_utilization}). Raise tensor/pipeline parallelism, "
-            f"quantize, or shorten max model length."), **numbers)
+        return MemoryFit(
+            "does_not_fit",
+            message=(
+                f"Needs about {total:.1f} GiB per GPU{kv_note}, more than the {budget:.1f} GiB budget "
+                f"({gpu_memory_gib} GiB × {gpu_memory_utilization}). Raise tensor/pipeline parallelism, "
+                f"quantize, or shorten max model length."
+            ),
+            **numbers,
+        )
     if headroom < THIN_HEADROOM * budget:
-        return MemoryFit("thin", message=(
-            f"Fits with thin headroom: {total:.1f} of {budget:.1f} GiB per GPU{kv_note}; little room "
-            f"for concurrent sequences in the KV cache."), **numbers)
-    return MemoryFit("fits", message=(
-        f"Fits: about {total:.1f} of {budget:.1f} GiB per GPU{kv_note}."), **numbers)
+        return MemoryFit(
+            "thin",
+            message=(
+                f"Fits with thin headroom: {total:.1f} of {budget:.1f} GiB per GPU{kv_note}; little room "
+                f"for concurrent sequences in the KV cache."
+            ),
+            **numbers,
+        )
+    return MemoryFit("fits", message=(f"Fits: about {total:.1f} of {budget:.1f} GiB per GPU{kv_note}."), **numbers)

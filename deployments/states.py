@@ -30,16 +30,21 @@ OBSERVED = frozenset({S.QUEUED, S.PROVISIONING, S.READY, S.DEGRADED, S.FAILED})
 # sends a stopped deployment to PENDING_APPROVAL first. REJECTED is final.
 TRANSITIONS: dict[str, frozenset[str]] = {
     S.PENDING_APPROVAL: frozenset({S.APPROVED, S.REJECTED, S.CANCELLED, S.DELETED, S.DELETING}),
-    S.APPROVED: frozenset({S.QUEUED, S.PROVISIONING, S.READY, S.DEGRADED, S.FAILED, S.STOPPED,
-                           S.DELETING, S.PENDING_APPROVAL}),
-    S.QUEUED: frozenset({S.PROVISIONING, S.READY, S.DEGRADED, S.FAILED, S.STOPPED, S.DELETING,
-                         S.PENDING_APPROVAL, S.APPROVED}),
-    S.PROVISIONING: frozenset({S.QUEUED, S.READY, S.DEGRADED, S.FAILED, S.STOPPED, S.DELETING,
-                               S.PENDING_APPROVAL, S.APPROVED}),
-    S.READY: frozenset({S.QUEUED, S.PROVISIONING, S.DEGRADED, S.FAILED, S.STOPPED, S.DELETING,
-                        S.PENDING_APPROVAL, S.APPROVED}),
-    S.DEGRADED: frozenset({S.QUEUED, S.PROVISIONING, S.READY, S.FAILED, S.STOPPED, S.DELETING,
-                           S.PENDING_APPROVAL, S.APPROVED}),
+    S.APPROVED: frozenset(
+        {S.QUEUED, S.PROVISIONING, S.READY, S.DEGRADED, S.FAILED, S.STOPPED, S.DELETING, S.PENDING_APPROVAL}
+    ),
+    S.QUEUED: frozenset(
+        {S.PROVISIONING, S.READY, S.DEGRADED, S.FAILED, S.STOPPED, S.DELETING, S.PENDING_APPROVAL, S.APPROVED}
+    ),
+    S.PROVISIONING: frozenset(
+        {S.QUEUED, S.READY, S.DEGRADED, S.FAILED, S.STOPPED, S.DELETING, S.PENDING_APPROVAL, S.APPROVED}
+    ),
+    S.READY: frozenset(
+        {S.QUEUED, S.PROVISIONING, S.DEGRADED, S.FAILED, S.STOPPED, S.DELETING, S.PENDING_APPROVAL, S.APPROVED}
+    ),
+    S.DEGRADED: frozenset(
+        {S.QUEUED, S.PROVISIONING, S.READY, S.FAILED, S.STOPPED, S.DELETING, S.PENDING_APPROVAL, S.APPROVED}
+    ),
     S.FAILED: frozenset({S.STOPPED, S.DELETING, S.PENDING_APPROVAL}),
     S.STOPPED: frozenset({S.APPROVED, S.DELETING, S.PENDING_APPROVAL}),
     S.DELETING: frozenset({S.DELETED}),
@@ -56,9 +61,7 @@ def can_transition(current: str, target: str) -> bool:
 def check_transition(current: str, target: str) -> None:
     """Raise TransitionError (HTTP 409) when `current` → `target` is not allowed."""
     if not can_transition(current, target):
-        raise TransitionError(
-            f"Cannot go from {State(current).label.lower()} to {State(target).label.lower()}."
-        )
+        raise TransitionError(f"Cannot go from {State(current).label.lower()} to {State(target).label.lower()}.")
 
 
 class Action(StrEnum):
@@ -128,8 +131,11 @@ def authorize(actor: Actor | None, state: str, action: Action) -> None:
     the action does not apply in `state`."""
     rule = PERMISSIONS[action]
     if actor not in rule.actors:
-        who = "platform admins or the tenant's policy" if Actor.POLICY in rule.actors else (
-            "platform admins" if rule.actors == {Actor.PLATFORM_ADMIN} else "members of the tenant")
+        who = (
+            "platform admins or the tenant's policy"
+            if Actor.POLICY in rule.actors
+            else ("platform admins" if rule.actors == {Actor.PLATFORM_ADMIN} else "members of the tenant")
+        )
         raise Forbidden(f"Only {who} may {action.value} a deployment.")
     if state not in rule.states:
         extra = " A rejected request is final: request a new deployment." if state == S.REJECTED else ""

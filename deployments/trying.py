@@ -15,8 +15,11 @@ def try_prompt(dep: ModelDeployment, *, prompt: str, max_tokens: int = 32, timeo
         return {"error": "This deployment has no endpoint yet."}
     started = time.perf_counter()
     try:
-        response = requests.post(f"{dep.endpoint_url.rstrip('/')}/completions", timeout=timeout, json={
-            "model": dep.served_model_name or dep.name, "prompt": prompt, "max_tokens": max_tokens})
+        response = requests.post(
+            f"{dep.endpoint_url.rstrip('/')}/completions",
+            timeout=timeout,
+            json={"model": dep.served_model_name or dep.name, "prompt": prompt, "max_tokens": max_tokens},
+        )
         latency_ms = round((time.perf_counter() - started) * 1000)
         response.raise_for_status()
         body = response.json()

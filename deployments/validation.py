@@ -101,8 +101,7 @@ def _accepted_forms(backend: str) -> str:
     return _SOURCE_FORMS + (f" or a path under {settings.LOCAL_MODEL_ROOT}." if backend == "local" else ".")
 
 
-def check_draft(data: dict, *, tenant: Tenant | None, credit_gpus: int = 0,
-                with_quota: bool = True) -> DraftCheck:
+def check_draft(data: dict, *, tenant: Tenant | None, credit_gpus: int = 0, with_quota: bool = True) -> DraftCheck:
     """Check a cleaned draft (types already coerced). `credit_gpus`: GPUs the deployment
     already holds (an update or scale), so they are not counted twice."""
     errors: dict[str, str] = {}
@@ -138,22 +137,31 @@ def check_draft(data: dict, *, tenant: Tenant | None, credit_gpus: int = 0,
     if mml and mbt and not data.get("enable_chunked_prefill", True) and mbt < mml:
         errors["max_num_batched_tokens"] = (
             "Without chunked prefill, max batched tokens must be at least max model length "
-            "(a whole prompt is scheduled in one step).")
+            "(a whole prompt is scheduled in one step)."
+        )
     if flavor is not None and "flavor" not in errors:
         if tp > flavor.gpus_per_node:
             errors["tensor_parallel_size"] = (
                 f"Tensor parallelism must fit in one node's NVLink domain: {flavor.gpu_model} "
-                f"nodes have {flavor.gpus_per_node} GPUs. Use pipeline parallelism to span nodes.")
+                f"nodes have {flavor.gpus_per_node} GPUs. Use pipeline parallelism to span nodes."
+            )
         elif flavor.gpus_per_node % tp:
             errors["tensor_parallel_size"] = (
-                f"Tensor parallel size must divide the {flavor.gpus_per_node} GPUs per node.")
+                f"Tensor parallel size must divide the {flavor.gpus_per_node} GPUs per node."
+            )
     check = DraftCheck(errors=errors)
     if flavor is not None and "tensor_parallel_size" not in errors and util and "gpu_memory_utilization" not in errors:
         check.memory = sizing.estimate(
-            model_source=data.get("model_source") or "", parameter_count_b=data.get("parameter_count_b"),
-            dtype=data.get("dtype") or "auto", quantization=data.get("quantization") or "",
-            tensor_parallel_size=tp, pipeline_parallel_size=pp, max_model_len=mml,
-            gpu_memory_gib=flavor.gpu_memory_gib, gpu_memory_utilization=util)
+            model_source=data.get("model_source") or "",
+            parameter_count_b=data.get("parameter_count_b"),
+            dtype=data.get("dtype") or "auto",
+            quantization=data.get("quantization") or "",
+            tensor_parallel_size=tp,
+            pipeline_parallel_size=pp,
+            max_model_len=mml,
+            gpu_memory_gib=flavor.gpu_memory_gib,
+            gpu_memory_utilization=util,
+        )
         if check.memory.verdict == "does_not_fit" and backend != "local":
             errors["tensor_parallel_size"] = check.memory.message
         elif check.memory.verdict == "thin":

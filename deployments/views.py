@@ -21,8 +21,9 @@ from portal.redirects import safe_next
 
 
 def _visible(request, pk: int) -> ModelDeployment:
-    return get_object_or_404(ModelDeployment.objects.visible_to(request.user).live()
-                             .select_related("tenant", "flavor", "created_by"), pk=pk)
+    return get_object_or_404(
+        ModelDeployment.objects.visible_to(request.user).live().select_related("tenant", "flavor", "created_by"), pk=pk
+    )
 
 
 @login_required
@@ -39,8 +40,7 @@ def deployment_list(request):
 @login_required
 def deployment_new(request):
     """Request a deployment: hardware tiles, engine options, live quota and memory fit."""
-    form = DeploymentForm(request.POST or None, user=request.user,
-                          initial={"tenant": request.GET.get("tenant")})
+    form = DeploymentForm(request.POST or None, user=request.user, initial={"tenant": request.GET.get("tenant")})
     if request.method == "POST" and form.is_valid():
         data = {k: v for k, v in form.cleaned_data.items() if k != "tenant"}
         data["quantization"] = data.get("quantization") or ""
@@ -52,9 +52,15 @@ def deployment_new(request):
         except DomainError as error:
             form.add_error(error.field if error.field in form.fields else None, error.message)
         else:
-            messages.success(request, f"Requested {dep.name}: "
-                             + ("approved automatically by your tenant's policy." if dep.state == State.APPROVED
-                                else "waiting for a platform admin's approval."))
+            messages.success(
+                request,
+                f"Requested {dep.name}: "
+                + (
+                    "approved automatically by your tenant's policy."
+                    if dep.state == State.APPROVED
+                    else "waiting for a platform admin's approval."
+                ),
+            )
             return redirect("deployment-detail", pk=dep.pk)
     return render(request, "deployments/deployment_form.html", {"form": form, "backends": Backend})
 
@@ -92,8 +98,10 @@ class _BlockDumper(yaml.SafeDumper):
     """Multi-line strings (serveConfigV2) as YAML block scalars, readable as in `kubectl get -o yaml`."""
 
 
-_BlockDumper.add_representer(str, lambda dumper, value: dumper.represent_scalar(
-    "tag:yaml.org,2002:str", value, style="|" if "\n" in value else None))
+_BlockDumper.add_representer(
+    str,
+    lambda dumper, value: dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None),
+)
 
 
 @login_required
@@ -144,14 +152,19 @@ def deployment_try(request, pk: int):
 def _approve(dep, user, form):
     if form.get("generation") is None:
         raise DomainError("Reload the page and review the request again before approving.")
-    return services.deployment_approve(deployment_id=dep.pk, approver=user, generation=form["generation"],
-                                       reason=form.get("reason", ""))
+    return services.deployment_approve(
+        deployment_id=dep.pk, approver=user, generation=form["generation"], reason=form.get("reason", "")
+    )
 
 
 ACTIONS = {
     "approve": (_approve, "Approved."),
-    "reject": (lambda dep, user, form: services.deployment_reject(
-        deployment_id=dep.pk, approver=user, reason=form.get("reason", "")), "Rejected."),
+    "reject": (
+        lambda dep, user, form: services.deployment_reject(
+            deployment_id=dep.pk, approver=user, reason=form.get("reason", "")
+        ),
+        "Rejected.",
+    ),
     "cancel": (lambda dep, user, form: services.deployment_cancel(deployment_id=dep.pk, user=user), "Cancelled."),
     "stop": (lambda dep, user, form: services.deployment_stop(deployment_id=dep.pk, user=user), "Stopping."),
     "start": (lambda dep, user, form: services.deployment_start(deployment_id=dep.pk, user=user), "Starting."),
@@ -169,8 +182,10 @@ def deployment_action(request, pk: int, action: str):
         if not form.is_valid():
             messages.error(request, "Scale: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
             return redirect(safe_next(request, "deployment-detail", pk=pk))
-        call, done = (lambda d, u, f: services.deployment_scale(deployment_id=d.pk, user=u, **form.cleaned_data),
-                      "Scaled.")
+        call, done = (
+            lambda d, u, f: services.deployment_scale(deployment_id=d.pk, user=u, **form.cleaned_data),
+            "Scaled.",
+        )
     elif action in ACTIONS:
         call, done = ACTIONS[action]
     else:

@@ -22,8 +22,9 @@ ApiToken = get_token_model()
 
 
 class TokenSerializer(serializers.ModelSerializer):
-    name = serializers.RegexField(r"^[\w .:@-]{1,100}$", max_length=100,
-                                  error_messages={"invalid": "Letters, digits, spaces and . : @ - _ only."})
+    name = serializers.RegexField(
+        r"^[\w .:@-]{1,100}$", max_length=100, error_messages={"invalid": "Letters, digits, spaces and . : @ - _ only."}
+    )
     expires_in_days = serializers.IntegerField(min_value=1, max_value=3650, write_only=True, required=False)
     id = serializers.CharField(source="token_key", read_only=True)
 
@@ -45,19 +46,28 @@ def token_create(*, user, name: str, expires_in_days: int | None = None):
     ttl = timedelta(days=expires_in_days) if expires_in_days else settings.REST_KNOX["TOKEN_TTL"]
     instance, secret = ApiToken.objects.create(user=user, expiry=ttl, name=name)
     # The token's primary key is its digest: audit by the public prefix instead.
-    audit(actor=user, action="token.create", obj=instance, object_id=instance.token_key,
-          changes={"name": name, "prefix": instance.token_key})
+    audit(
+        actor=user,
+        action="token.create",
+        obj=instance,
+        object_id=instance.token_key,
+        changes={"name": name, "prefix": instance.token_key},
+    )
     return instance, secret
 
 
 def token_revoke(*, user, token) -> None:
-    audit(actor=user, action="token.revoke", obj=token, object_id=token.token_key,
-          changes={"name": token.name, "prefix": token.token_key})
+    audit(
+        actor=user,
+        action="token.revoke",
+        obj=token,
+        object_id=token.token_key,
+        changes={"name": token.name, "prefix": token.token_key},
+    )
     token.delete()
 
 
-class TokenViewSet(mixins.ListModelMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin,
-                   viewsets.GenericViewSet):
+class TokenViewSet(mixins.ListModelMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.GenericViewSet):
     """Your API tokens: create (the secret is shown once), list, revoke."""
 
     serializer_class = TokenSerializer
@@ -67,8 +77,9 @@ class TokenViewSet(mixins.ListModelMixin, mixins.CreateModelMixin, mixins.Destro
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation: no user
             return ApiToken.objects.none()
-        return ApiToken.objects.filter(user=self.request.user, expiry__gt=timezone.now()) | \
-            ApiToken.objects.filter(user=self.request.user, expiry__isnull=True)
+        return ApiToken.objects.filter(user=self.request.user, expiry__gt=timezone.now()) | ApiToken.objects.filter(
+            user=self.request.user, expiry__isnull=True
+        )
 
     @extend_schema(responses={201: TokenCreatedSerializer})
     def create(self, request, *args, **kwargs):
@@ -99,8 +110,16 @@ class TenantSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Tenant
-        fields = ["slug", "display_name", "namespace", "local_queue", "cluster_queue", "cohort",
-                  "auto_approve_max_gpus", "my_role"]
+        fields = [
+            "slug",
+            "display_name",
+            "namespace",
+            "local_queue",
+            "cluster_queue",
+            "cohort",
+            "auto_approve_max_gpus",
+            "my_role",
+        ]
 
     def get_my_role(self, obj) -> str | None:
         user = self.context["request"].user
@@ -131,10 +150,23 @@ class AuditEventSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = AuditEvent
-        fields = ["id", "created", "actor", "actor_name", "action", "tenant", "object_type", "object_id", "reason",
-                  "changes"]
-        extra_kwargs = {"actor_name": {"help_text": 'Who acted: the username, "policy" (the tenant\'s auto-approve '
-                                                    'policy) or "system".'}}
+        fields = [
+            "id",
+            "created",
+            "actor",
+            "actor_name",
+            "action",
+            "tenant",
+            "object_type",
+            "object_id",
+            "reason",
+            "changes",
+        ]
+        extra_kwargs = {
+            "actor_name": {
+                "help_text": 'Who acted: the username, "policy" (the tenant\'s auto-approve policy) or "system".'
+            }
+        }
 
 
 class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
@@ -166,6 +198,6 @@ class MeSerializer(serializers.Serializer):
 def me(request):
     """Who the credentials belong to, and their role per tenant."""
     roles = dict(Membership.objects.filter(user=request.user).values_list("tenant__slug", "role"))
-    return Response({"username": request.user.username,
-                     "platform_admin": is_platform_admin(request.user), "tenants": roles})
-
+    return Response(
+        {"username": request.user.username, "platform_admin": is_platform_admin(request.user), "tenants": roles}
+    )

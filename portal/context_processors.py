@@ -15,9 +15,12 @@ def navigation(request):
     from quotas.choices import Role
 
     tenants = list(Tenant.objects.visible_to(user))
-    context = {"nav_tenants": tenants, "is_platform_admin": admin,
-               # Viewers cannot request deployments: no point showing them the form.
-               "nav_can_request": any(t.has_role(user, Role.MEMBER) for t in tenants)}
+    context = {
+        "nav_tenants": tenants,
+        "is_platform_admin": admin,
+        # Viewers cannot request deployments: no point showing them the form.
+        "nav_can_request": any(t.has_role(user, Role.MEMBER) for t in tenants),
+    }
     if admin:
         from portal.inbox import pending_counts
 

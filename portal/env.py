@@ -101,9 +101,7 @@ def env_url(name: str, default: str | None, *, schemes: set[str]) -> str | None:
         return None
     parsed = urlparse(value)
     if parsed.scheme not in schemes:
-        raise ImproperlyConfigured(
-            f"{name}={value!r} has scheme {parsed.scheme!r}; expected one of {sorted(schemes)}"
-        )
+        raise ImproperlyConfigured(f"{name}={value!r} has scheme {parsed.scheme!r}; expected one of {sorted(schemes)}")
     return value
 
 

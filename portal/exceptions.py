@@ -56,16 +56,24 @@ def api_exception_handler(exc, context):
     if isinstance(exc, DataError):
         # Input the database cannot hold or compare (a NUL byte in a slug lookup, a number beyond
         # its column): the request is at fault, and the transaction that met it rolled back.
-        return Response({"detail": "A value in the request cannot be stored or looked up.", "code": "invalid"},
-                        status=status.HTTP_400_BAD_REQUEST)
+        return Response(
+            {"detail": "A value in the request cannot be stored or looked up.", "code": "invalid"},
+            status=status.HTTP_400_BAD_REQUEST,
+        )
     if isinstance(exc, RequestDataTooBig):
         # Django's own answer is an HTML 400 page; an API client gets JSON and the limit.
-        return Response({"detail": f"Request body too large: the limit is "
-                                   f"{settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes.", "code": "request_too_large"},
-                        status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+        return Response(
+            {
+                "detail": f"Request body too large: the limit is {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes.",
+                "code": "request_too_large",
+            },
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
     if isinstance(exc, (TooManyFieldsSent, TooManyFilesSent)):
-        return Response({"detail": f"Too many fields in the request: {exc}", "code": "too_many_fields"},
-                        status=status.HTTP_400_BAD_REQUEST)
+        return Response(
+            {"detail": f"Too many fields in the request: {exc}", "code": "too_many_fields"},
+            status=status.HTTP_400_BAD_REQUEST,
+        )
     if isinstance(exc, DjangoValidationError):
         detail = exc.message_dict if hasattr(exc, "error_dict") else {"detail": exc.messages}
         exc = exceptions.ValidationError(detail=detail)

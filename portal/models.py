@@ -44,8 +44,9 @@ class AuditEvent(models.Model):
         return f"{self.action} {self.object_type}:{self.object_id}"
 
 
-def audit(*, actor, action: str, obj, tenant=None, reason: str = "", changes: dict | None = None,
-          object_id: str | None = None):
+def audit(
+    *, actor, action: str, obj, tenant=None, reason: str = "", changes: dict | None = None, object_id: str | None = None
+):
     """Record one audit event for `obj` (call inside the transaction that made the change).
     `actor` is a user, a non-user actor's name (e.g. "policy"), or None for the system."""
     is_user = bool(getattr(actor, "pk", None))

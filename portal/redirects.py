@@ -12,7 +12,8 @@ def safe_next(request, default: str, *args, **kwargs) -> str:
     are all refused by Django's own check; an empty or broken value falls back too."""
     target = request.POST.get("next") or request.GET.get("next") or ""
     # Only a path: a bare word would be taken by redirect() for a URL name, a full URL is never needed.
-    if target.startswith("/") and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
-                                                  require_https=request.is_secure()):
+    if target.startswith("/") and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
         return target
     return resolve_url(default, *args, **kwargs)

@@ -104,8 +104,11 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # The demo's web, worker and beat share one file. WAL lets readers run beside the writer;
     # IMMEDIATE transactions take the write lock up front, so two writers queue (busy timeout)
     # instead of failing with "database is locked" when a read lock cannot be upgraded.
-    DATABASES["default"]["OPTIONS"] = {"timeout": 30, "transaction_mode": "IMMEDIATE",
-                                       "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"}
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 30,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -137,8 +140,7 @@ WHITENOISE_USE_FINDERS = DEBUG
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 _cache_url = env_url("CACHE_URL", None, schemes={"redis", "rediss", "locmem"})
 if _cache_url and _cache_url.startswith("redis"):
-    CACHES["default"] = {"BACKEND": "django.core.cache.backends.redis.RedisCache",
-                         "LOCATION": _cache_url}
+    CACHES["default"] = {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url}
 
 # --- security (production defaults; HTTPS=false only for plain-HTTP dev and tests) -------------
 HTTPS = env_bool("HTTPS", default=not DEBUG)
@@ -346,8 +348,7 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     # The API test server's access log drowns test output; it is not the portal's log.
     "loggers": {"aiohttp.access": {"level": "WARNING"}},
-    "root": {"handlers": ["console"], "level": env_choice(
-        "LOG_LEVEL", "INFO", {"DEBUG", "INFO", "WARNING", "ERROR"})},
+    "root": {"handlers": ["console"], "level": env_choice("LOG_LEVEL", "INFO", {"DEBUG", "INFO", "WARNING", "ERROR"})},
 }
 
 # knox's own migration creates its default token table even though ApiToken replaces it; that

@@ -32,8 +32,11 @@ def gpu_hours_this_month(tenant: Tenant) -> dict:
     now = timezone.now()
     start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     hours = cost = 0.0
-    rows = (QuotaReservation.objects.filter(quota__tenant=tenant)
-            .filter(Q(released__isnull=True) | Q(released__gte=start)).select_related("quota__flavor"))
+    rows = (
+        QuotaReservation.objects.filter(quota__tenant=tenant)
+        .filter(Q(released__isnull=True) | Q(released__gte=start))
+        .select_related("quota__flavor")
+    )
     for r in rows:
         held = (min(r.released or now, now) - max(r.created, start)).total_seconds() / 3600
         gpu_h = max(0.0, held) * r.gpus
@@ -50,9 +53,16 @@ def home(request):
     blocks = []
     for tenant in tenants:
         deps = list(tenant.deployments.live().select_related("flavor")[:50])
-        blocks.append({"tenant": tenant, "quotas": quota_rows(tenant), "deployments": deps,
-                       "can_request": tenant.has_role(request.user, "member"),
-                       "latest": latest_samples(deps), "usage": gpu_hours_this_month(tenant)})
+        blocks.append(
+            {
+                "tenant": tenant,
+                "quotas": quota_rows(tenant),
+                "deployments": deps,
+                "can_request": tenant.has_role(request.user, "member"),
+                "latest": latest_samples(deps),
+                "usage": gpu_hours_this_month(tenant),
+            }
+        )
     return render(request, "portal/home.html", {"blocks": blocks})
 
 
@@ -61,14 +71,25 @@ def approvals(request):
     """Platform admins: deployments and quota changes waiting for a decision."""
     if not is_platform_admin(request.user):
         raise PermissionDenied
-    pending = (ModelDeployment.objects.filter(state=State.PENDING_APPROVAL)
-               .select_related("tenant", "flavor", "created_by").order_by("created"))
-    quota_requests = (QuotaChangeRequest.objects.filter(status=QuotaChangeStatus.PENDING)
-                      .select_related("tenant", "flavor", "requested_by").order_by("created"))
+    pending = (
+        ModelDeployment.objects.filter(state=State.PENDING_APPROVAL)
+        .select_related("tenant", "flavor", "created_by")
+        .order_by("created")
+    )
+    quota_requests = (
+        QuotaChangeRequest.objects.filter(status=QuotaChangeStatus.PENDING)
+        .select_related("tenant", "flavor", "requested_by")
+        .order_by("created")
+    )
     from quotas.services import quota_preview
 
-    rows = [{"dep": d, "fit": quota_preview(tenant=d.tenant, flavor=d.flavor, gpus=d.gpus_needed,
-                                            credit_gpus=d.reserved_gpus)} for d in pending]
+    rows = [
+        {
+            "dep": d,
+            "fit": quota_preview(tenant=d.tenant, flavor=d.flavor, gpus=d.gpus_needed, credit_gpus=d.reserved_gpus),
+        }
+        for d in pending
+    ]
     return render(request, "portal/approvals.html", {"pending": rows, "quota_requests": quota_requests})
 
 
@@ -81,21 +102,39 @@ def cluster(request):
 
     quotas = TenantQuota.objects.select_related("tenant", "flavor").order_by("tenant__slug", "flavor__name")
     since = timezone.now() - timedelta(minutes=5)
-    busiest = (MetricSample.objects.filter(resolution=Resolution.RAW, ts__gte=since,
-                                           generation_tokens_per_s__isnull=False)
-               .select_related("deployment__tenant").order_by("-generation_tokens_per_s")[:10])
+    busiest = (
+        MetricSample.objects.filter(resolution=Resolution.RAW, ts__gte=since, generation_tokens_per_s__isnull=False)
+        .select_related("deployment__tenant")
+        .order_by("-generation_tokens_per_s")[:10]
+    )
     from django.db.models import Sum
 
     from deployments.charts import QuotaRow, figure_json, quota_bars
 
-    figure = quota_bars([QuotaRow(f"{q.tenant.slug} / {q.flavor.name}", q.reserved_gpus, q.nominal_gpus,
-                                  q.borrowing_limit_gpus) for q in quotas], title="GPU quota by tenant and flavor")
-    totals = (TenantQuota.objects.values("flavor__name").annotate(nominal=Sum("nominal_gpus"),
-                                                                   reserved=Sum("reserved_gpus"))
-              .order_by("flavor__name"))
-    return render(request, "portal/cluster.html", {
-        "quotas": quotas, "tenants": Tenant.objects.all(), "busiest": busiest, "totals": totals,
-        "quota_figure": figure_json(figure), "orphans": cache.get("runtime:orphans") or []})
+    figure = quota_bars(
+        [
+            QuotaRow(f"{q.tenant.slug} / {q.flavor.name}", q.reserved_gpus, q.nominal_gpus, q.borrowing_limit_gpus)
+            for q in quotas
+        ],
+        title="GPU quota by tenant and flavor",
+    )
+    totals = (
+        TenantQuota.objects.values("flavor__name")
+        .annotate(nominal=Sum("nominal_gpus"), reserved=Sum("reserved_gpus"))
+        .order_by("flavor__name")
+    )
+    return render(
+        request,
+        "portal/cluster.html",
+        {
+            "quotas": quotas,
+            "tenants": Tenant.objects.all(),
+            "busiest": busiest,
+            "totals": totals,
+            "quota_figure": figure_json(figure),
+            "orphans": cache.get("runtime:orphans") or [],
+        },
+    )
 
 
 @login_required

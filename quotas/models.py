@@ -56,12 +56,16 @@ class Tenant(models.Model):
     """A team. Its slug is its Kubernetes namespace and its Kueue LocalQueue name."""
 
     slug = models.CharField(
-        max_length=40, unique=True, validators=[validate_dns1123_label],
+        max_length=40,
+        unique=True,
+        validators=[validate_dns1123_label],
         help_text="Kubernetes namespace and Kueue LocalQueue name (DNS-1123 label).",
     )
     display_name = models.CharField(max_length=100)
     cohort = models.CharField(
-        max_length=63, blank=True, validators=[validate_dns1123_label],
+        max_length=63,
+        blank=True,
+        validators=[validate_dns1123_label],
         help_text="Kueue cohort for this tenant's ClusterQueue (empty: the platform default).",
     )
     auto_approve_max_gpus = models.PositiveIntegerField(
@@ -69,8 +73,9 @@ class Tenant(models.Model):
         help_text="Deployments needing at most this many GPUs, within nominal quota, are "
         "approved automatically (0 disables auto-approval).",
     )
-    kueue_status = models.JSONField(default=dict, blank=True,
-                                    help_text="Last ClusterQueue status read back from Kueue.")
+    kueue_status = models.JSONField(
+        default=dict, blank=True, help_text="Last ClusterQueue status read back from Kueue."
+    )
     created = models.DateTimeField(auto_now_add=True)
 
     objects = TenantQuerySet.as_manager()
@@ -118,8 +123,7 @@ class Tenant(models.Model):
 class Membership(models.Model):
     """A user's role in a tenant."""
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
-                             related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=20, choices=Role.choices, default=Role.MEMBER)
 
@@ -137,7 +141,8 @@ class GpuFlavor(models.Model):
     name = models.CharField(max_length=63, unique=True, validators=[validate_dns1123_label])
     gpu_model = models.CharField(max_length=60, help_text="e.g. H100 SXM5, A100 PCIe 80GB")
     accelerator_type = models.CharField(
-        max_length=40, validators=[validate_label_value],
+        max_length=40,
+        validators=[validate_label_value],
         help_text="Ray Serve accelerator type, e.g. H100, A100, L4.",
     )
     gpu_memory_gib = models.PositiveIntegerField(validators=[MinValueValidator(1), MaxValueValidator(4096)])
@@ -146,13 +151,20 @@ class GpuFlavor(models.Model):
         help_text="GPUs in one node's NVLink domain; tensor parallelism must fit inside it.",
     )
     cpu_per_gpu = models.PositiveIntegerField(default=8, validators=[MinValueValidator(1), MaxValueValidator(256)])
-    memory_gib_per_gpu = models.PositiveIntegerField(default=64, validators=[MinValueValidator(1), MaxValueValidator(4096)])
-    node_labels = models.JSONField(default=dict, blank=True,
-                                   help_text='Node labels, e.g. {"karpenter.k8s.aws/instance-family": "p5"}')
-    tolerations = models.JSONField(default=list, blank=True,
-                                   help_text='e.g. [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]')
-    price_per_gpu_hour = models.DecimalField(max_digits=8, decimal_places=2, null=True, blank=True,
-                                             validators=[MinValueValidator(Decimal("0"))])
+    memory_gib_per_gpu = models.PositiveIntegerField(
+        default=64, validators=[MinValueValidator(1), MaxValueValidator(4096)]
+    )
+    node_labels = models.JSONField(
+        default=dict, blank=True, help_text='Node labels, e.g. {"karpenter.k8s.aws/instance-family": "p5"}'
+    )
+    tolerations = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='e.g. [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]',
+    )
+    price_per_gpu_hour = models.DecimalField(
+        max_digits=8, decimal_places=2, null=True, blank=True, validators=[MinValueValidator(Decimal("0"))]
+    )
     active = models.BooleanField(default=True)
 
     class Meta:
@@ -176,9 +188,10 @@ class GpuFlavor(models.Model):
                 except ValidationError:
                     errors["node_labels"] = f"Invalid node label {key!r}: {value!r}."
         if not isinstance(self.tolerations, list) or not all(
-            isinstance(t, dict) and isinstance(t.get("key", ""), str) and
-            t.get("effect", "NoSchedule") in {"NoSchedule", "PreferNoSchedule", "NoExecute", ""} and
-            t.get("operator", "Equal") in {"Equal", "Exists"}
+            isinstance(t, dict)
+            and isinstance(t.get("key", ""), str)
+            and t.get("effect", "NoSchedule") in {"NoSchedule", "PreferNoSchedule", "NoExecute", ""}
+            and t.get("operator", "Equal") in {"Equal", "Exists"}
             for t in (self.tolerations if isinstance(self.tolerations, list) else [])
         ):
             errors["tolerations"] = "Tolerations must be a list of {key, operator, value, effect}."
@@ -199,8 +212,7 @@ class TenantQuota(models.Model):
     flavor = models.ForeignKey(GpuFlavor, on_delete=models.PROTECT, related_name="quotas")
     nominal_gpus = models.PositiveIntegerField(default=0, validators=[MaxValueValidator(100_000)])
     borrowing_limit_gpus = models.PositiveIntegerField(default=0, validators=[MaxValueValidator(100_000)])
-    lending_limit_gpus = models.PositiveIntegerField(null=True, blank=True,
-                                                     validators=[MaxValueValidator(100_000)])
+    lending_limit_gpus = models.PositiveIntegerField(null=True, blank=True, validators=[MaxValueValidator(100_000)])
     reserved_gpus = models.PositiveIntegerField(default=0)
     updated = models.DateTimeField(auto_now=True)
 
@@ -243,10 +255,16 @@ class QuotaReservation(models.Model):
     class Meta:
         constraints = [
             # One active reservation per owner: a retried approval cannot reserve twice.
-            models.UniqueConstraint(fields=["owner_type", "owner_id"], condition=Q(released__isnull=True),
-                                    name="one_active_reservation_per_owner"),
+            models.UniqueConstraint(
+                fields=["owner_type", "owner_id"],
+                condition=Q(released__isnull=True),
+                name="one_active_reservation_per_owner",
+            ),
         ]
         ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"{self.gpus} GPUs for {self.owner_type} {self.owner_id}"
 
 
 class QuotaChangeRequest(models.Model):
@@ -259,11 +277,13 @@ class QuotaChangeRequest(models.Model):
     borrowing_limit_gpus = models.PositiveIntegerField(default=0, validators=[MaxValueValidator(100_000)])
     lending_limit_gpus = models.PositiveIntegerField(null=True, blank=True, validators=[MaxValueValidator(100_000)])
     justification = models.TextField(max_length=2000)
-    status = models.CharField(max_length=20, choices=QuotaChangeStatus.choices,
-                              default=QuotaChangeStatus.PENDING, db_index=True)
+    status = models.CharField(
+        max_length=20, choices=QuotaChangeStatus.choices, default=QuotaChangeStatus.PENDING, db_index=True
+    )
     previous = models.JSONField(default=dict, blank=True, help_text="Quota values when requested.")
-    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                                   on_delete=models.PROTECT, related_name="+")
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     decided_at = models.DateTimeField(null=True, blank=True)
     decision_comment = models.TextField(blank=True, max_length=2000)
     created = models.DateTimeField(auto_now_add=True)

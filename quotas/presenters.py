@@ -11,8 +11,16 @@ def quota_rows(tenant: Tenant) -> list[dict]:
         ceiling = max(1, q.nominal_gpus + q.borrowing_limit_gpus)
         within = min(q.reserved_gpus, q.nominal_gpus)
         borrowed = max(0, q.reserved_gpus - q.nominal_gpus)
-        rows.append({"quota": q, "flavor": q.flavor, "reserved": q.reserved_gpus, "nominal": q.nominal_gpus,
-                     "borrowing": q.borrowing_limit_gpus, "used_pct": round(100 * within / ceiling, 1),
-                     "borrow_pct": round(100 * borrowed / ceiling, 1),
-                     "nominal_pct": round(100 * q.nominal_gpus / ceiling, 1)})
+        rows.append(
+            {
+                "quota": q,
+                "flavor": q.flavor,
+                "reserved": q.reserved_gpus,
+                "nominal": q.nominal_gpus,
+                "borrowing": q.borrowing_limit_gpus,
+                "used_pct": round(100 * within / ceiling, 1),
+                "borrow_pct": round(100 * borrowed / ceiling, 1),
+                "nominal_pct": round(100 * q.nominal_gpus / ceiling, 1),
+            }
+        )
     return rows

@@ -66,26 +66,46 @@ def _peers(quota: TenantQuota, *, lock: bool) -> list[TenantQuota]:
 
 def _evaluate(quota: TenantQuota | None, peers: list[TenantQuota], gpus: int) -> QuotaPreview:
     if quota is None:
-        return QuotaPreview(Fit.NO_FIT, gpus, 0, 0, 0, 0, 0,
-                            "This tenant has no quota for this GPU flavor.")
+        return QuotaPreview(Fit.NO_FIT, gpus, 0, 0, 0, 0, 0, "This tenant has no quota for this GPU flavor.")
     free_nominal = max(0, quota.nominal_gpus - quota.reserved_gpus)
     used_borrow = max(0, quota.reserved_gpus - quota.nominal_gpus)
     borrowable = min(max(0, quota.borrowing_limit_gpus - used_borrow), _cohort_lendable(quota, peers))
-    numbers = dict(gpus=gpus, nominal=quota.nominal_gpus, borrowing_limit=quota.borrowing_limit_gpus,
-                   reserved=quota.reserved_gpus, free_nominal=free_nominal, borrowable=borrowable)
+    numbers = dict(
+        gpus=gpus,
+        nominal=quota.nominal_gpus,
+        borrowing_limit=quota.borrowing_limit_gpus,
+        reserved=quota.reserved_gpus,
+        free_nominal=free_nominal,
+        borrowable=borrowable,
+    )
     if gpus <= free_nominal:
-        return QuotaPreview(Fit.NOMINAL, message=(
-            f"Fits within nominal quota: {gpus} of {free_nominal} free GPUs "
-            f"({quota.reserved_gpus}/{quota.nominal_gpus} reserved)."), **numbers)
+        return QuotaPreview(
+            Fit.NOMINAL,
+            message=(
+                f"Fits within nominal quota: {gpus} of {free_nominal} free GPUs "
+                f"({quota.reserved_gpus}/{quota.nominal_gpus} reserved)."
+            ),
+            **numbers,
+        )
     if gpus <= free_nominal + borrowable:
         borrowed = gpus - free_nominal
-        return QuotaPreview(Fit.BORROWING, message=(
-            f"Fits by borrowing {borrowed} GPU(s) from the cohort; borrowed capacity can be "
-            f"reclaimed (preempted) when its owner needs it."), **numbers)
-    return QuotaPreview(Fit.NO_FIT, message=(
-        f"Does not fit: needs {gpus} GPUs, {free_nominal} free within nominal quota and "
-        f"{borrowable} borrowable ({quota.reserved_gpus}/{quota.nominal_gpus} reserved, "
-        f"borrowing limit {quota.borrowing_limit_gpus})."), **numbers)
+        return QuotaPreview(
+            Fit.BORROWING,
+            message=(
+                f"Fits by borrowing {borrowed} GPU(s) from the cohort; borrowed capacity can be "
+                f"reclaimed (preempted) when its owner needs it."
+            ),
+            **numbers,
+        )
+    return QuotaPreview(
+        Fit.NO_FIT,
+        message=(
+            f"Does not fit: needs {gpus} GPUs, {free_nominal} free within nominal quota and "
+            f"{borrowable} borrowable ({quota.reserved_gpus}/{quota.nominal_gpus} reserved, "
+            f"borrowing limit {quota.borrowing_limit_gpus})."
+        ),
+        **numbers,
+    )
 
 
 def quota_preview(*, tenant: Tenant, flavor: GpuFlavor, gpus: int, credit_gpus: int = 0) -> QuotaPreview:
@@ -101,8 +121,7 @@ def quota_preview(*, tenant: Tenant, flavor: GpuFlavor, gpus: int, credit_gpus: 
 
 
 @transaction.atomic
-def quota_reserve(*, tenant: Tenant, flavor: GpuFlavor, gpus: int, owner_type: str,
-                  owner_id: int) -> QuotaReservation:
+def quota_reserve(*, tenant: Tenant, flavor: GpuFlavor, gpus: int, owner_type: str, owner_id: int) -> QuotaReservation:
     """Reserve GPUs for an owner, or raise QuotaExceeded. Idempotent per owner.
 
     An owner that already holds a reservation has it resized (released and re-taken in the same
@@ -115,8 +134,11 @@ def quota_reserve(*, tenant: Tenant, flavor: GpuFlavor, gpus: int, owner_type: s
         raise QuotaExceeded(f"Tenant {tenant.slug} has no quota for {flavor.name}.", field="flavor")
     peers = _peers(anchor, lock=True)  # locks every quota row this decision reads, in pk order
     quota = next(q for q in peers if q.pk == anchor.pk)
-    current = (QuotaReservation.objects.select_for_update()
-               .filter(owner_type=owner_type, owner_id=owner_id, released__isnull=True).first())
+    current = (
+        QuotaReservation.objects.select_for_update()
+        .filter(owner_type=owner_type, owner_id=owner_id, released__isnull=True)
+        .first()
+    )
     if current is not None and current.quota_id == quota.pk and current.gpus == gpus:
         return current
     if current is not None:
@@ -125,11 +147,13 @@ def quota_reserve(*, tenant: Tenant, flavor: GpuFlavor, gpus: int, owner_type: s
     if preview.fit == Fit.NO_FIT:
         raise QuotaExceeded(preview.message, field="max_replicas")
     borrowed = max(0, quota.reserved_gpus + gpus - quota.nominal_gpus) - max(
-        0, quota.reserved_gpus - quota.nominal_gpus)
+        0, quota.reserved_gpus - quota.nominal_gpus
+    )
     quota.reserved_gpus += gpus
     quota.save(update_fields=["reserved_gpus", "updated"])
-    return QuotaReservation.objects.create(quota=quota, owner_type=owner_type, owner_id=owner_id,
-                                           gpus=gpus, borrowed_gpus=borrowed)
+    return QuotaReservation.objects.create(
+        quota=quota, owner_type=owner_type, owner_id=owner_id, gpus=gpus, borrowed_gpus=borrowed
+    )
 
 
 def _release_locked(reservation: QuotaReservation, quota: TenantQuota | None) -> None:
@@ -144,8 +168,11 @@ def _release_locked(reservation: QuotaReservation, quota: TenantQuota | None) ->
 @transaction.atomic
 def quota_release(*, owner_type: str, owner_id: int) -> bool:
     """Release the owner's active reservation. True if released now, False if nothing was held."""
-    reservation = (QuotaReservation.objects.select_for_update()
-                   .filter(owner_type=owner_type, owner_id=owner_id, released__isnull=True).first())
+    reservation = (
+        QuotaReservation.objects.select_for_update()
+        .filter(owner_type=owner_type, owner_id=owner_id, released__isnull=True)
+        .first()
+    )
     if reservation is None:
         return False
     _release_locked(reservation, None)
@@ -160,9 +187,16 @@ def _schedule_kueue_sync(tenant_id: int) -> None:
 
 
 @transaction.atomic
-def quota_change_request_create(*, tenant: Tenant, flavor: GpuFlavor, user, nominal_gpus: int,
-                                borrowing_limit_gpus: int = 0, lending_limit_gpus: int | None = None,
-                                justification: str) -> QuotaChangeRequest:
+def quota_change_request_create(
+    *,
+    tenant: Tenant,
+    flavor: GpuFlavor,
+    user,
+    nominal_gpus: int,
+    borrowing_limit_gpus: int = 0,
+    lending_limit_gpus: int | None = None,
+    justification: str,
+) -> QuotaChangeRequest:
     """A tenant admin asks for new quota values for one flavor."""
     if not tenant.has_role(user, Role.TENANT_ADMIN):
         raise Forbidden("Only tenant admins can request quota changes.")
@@ -170,31 +204,53 @@ def quota_change_request_create(*, tenant: Tenant, flavor: GpuFlavor, user, nomi
         raise DomainError("Say why the team needs this quota.", field="justification")
     if lending_limit_gpus is not None and lending_limit_gpus > nominal_gpus:
         raise DomainError("Cannot lend more than the nominal quota.", field="lending_limit_gpus")
-    if QuotaChangeRequest.objects.filter(tenant=tenant, flavor=flavor,
-                                         status=QuotaChangeStatus.PENDING).exists():
-        raise ConflictError("A request for this flavor is already pending; wait for its decision.",
-                            field="flavor")
+    if QuotaChangeRequest.objects.filter(tenant=tenant, flavor=flavor, status=QuotaChangeStatus.PENDING).exists():
+        raise ConflictError("A request for this flavor is already pending; wait for its decision.", field="flavor")
     quota = TenantQuota.objects.filter(tenant=tenant, flavor=flavor).first()
-    previous = ({"nominal_gpus": quota.nominal_gpus, "borrowing_limit_gpus": quota.borrowing_limit_gpus,
-                 "lending_limit_gpus": quota.lending_limit_gpus, "reserved_gpus": quota.reserved_gpus}
-                if quota else {})
+    previous = (
+        {
+            "nominal_gpus": quota.nominal_gpus,
+            "borrowing_limit_gpus": quota.borrowing_limit_gpus,
+            "lending_limit_gpus": quota.lending_limit_gpus,
+            "reserved_gpus": quota.reserved_gpus,
+        }
+        if quota
+        else {}
+    )
     request = QuotaChangeRequest.objects.create(
-        tenant=tenant, flavor=flavor, requested_by=user, nominal_gpus=nominal_gpus,
-        borrowing_limit_gpus=borrowing_limit_gpus, lending_limit_gpus=lending_limit_gpus,
-        justification=justification.strip(), previous=previous)
-    audit(actor=user, action="quota_change.request", obj=request, tenant=tenant,
-          reason=request.justification,
-          changes={"from": previous, "to": {"nominal_gpus": nominal_gpus,
-                                            "borrowing_limit_gpus": borrowing_limit_gpus,
-                                            "lending_limit_gpus": lending_limit_gpus}})
+        tenant=tenant,
+        flavor=flavor,
+        requested_by=user,
+        nominal_gpus=nominal_gpus,
+        borrowing_limit_gpus=borrowing_limit_gpus,
+        lending_limit_gpus=lending_limit_gpus,
+        justification=justification.strip(),
+        previous=previous,
+    )
+    audit(
+        actor=user,
+        action="quota_change.request",
+        obj=request,
+        tenant=tenant,
+        reason=request.justification,
+        changes={
+            "from": previous,
+            "to": {
+                "nominal_gpus": nominal_gpus,
+                "borrowing_limit_gpus": borrowing_limit_gpus,
+                "lending_limit_gpus": lending_limit_gpus,
+            },
+        },
+    )
     return request
 
 
 def _decide(request_id: int, approver) -> QuotaChangeRequest:
     if not is_platform_admin(approver):
         raise Forbidden("Only platform admins decide quota changes.")
-    request = (QuotaChangeRequest.objects.select_for_update(of=("self",))
-               .select_related("tenant", "flavor").get(pk=request_id))
+    request = (
+        QuotaChangeRequest.objects.select_for_update(of=("self",)).select_related("tenant", "flavor").get(pk=request_id)
+    )
     if request.status != QuotaChangeStatus.PENDING:
         raise ConflictError(f"This request was already {request.status}.")
     return request
@@ -215,9 +271,13 @@ def quota_change_approve(*, request_id: int, approver, comment: str = "") -> Quo
         raise ConflictError(
             f"{quota.reserved_gpus} GPUs are reserved by running deployments, more than the "
             f"requested nominal + borrowing ({ceiling}). Stop deployments first or reject.",
-            code="below_reserved")
-    before = {"nominal_gpus": quota.nominal_gpus, "borrowing_limit_gpus": quota.borrowing_limit_gpus,
-              "lending_limit_gpus": quota.lending_limit_gpus}
+            code="below_reserved",
+        )
+    before = {
+        "nominal_gpus": quota.nominal_gpus,
+        "borrowing_limit_gpus": quota.borrowing_limit_gpus,
+        "lending_limit_gpus": quota.lending_limit_gpus,
+    }
     quota.nominal_gpus = request.nominal_gpus
     quota.borrowing_limit_gpus = request.borrowing_limit_gpus
     quota.lending_limit_gpus = request.lending_limit_gpus
@@ -226,8 +286,14 @@ def quota_change_approve(*, request_id: int, approver, comment: str = "") -> Quo
     request.decided_by, request.decided_at, request.decision_comment = approver, timezone.now(), comment
     request.save()
     after = {k: getattr(quota, k) for k in before}
-    audit(actor=approver, action="quota_change.approve", obj=request, tenant=request.tenant,
-          reason=comment, changes={"from": before, "to": after})
+    audit(
+        actor=approver,
+        action="quota_change.approve",
+        obj=request,
+        tenant=request.tenant,
+        reason=comment,
+        changes={"from": before, "to": after},
+    )
     _schedule_kueue_sync(request.tenant_id)
     return request
 
@@ -242,33 +308,62 @@ def quota_change_reject(*, request_id: int, approver, comment: str) -> QuotaChan
     request.decided_by, request.decided_at = approver, timezone.now()
     request.decision_comment = comment.strip()
     request.save()
-    audit(actor=approver, action="quota_change.reject", obj=request, tenant=request.tenant,
-          reason=request.decision_comment)
+    audit(
+        actor=approver,
+        action="quota_change.reject",
+        obj=request,
+        tenant=request.tenant,
+        reason=request.decision_comment,
+    )
     return request
 
 
 @transaction.atomic
-def quota_set(*, tenant: Tenant, flavor: GpuFlavor, actor, nominal_gpus: int,
-              borrowing_limit_gpus: int = 0, lending_limit_gpus: int | None = None,
-              reason: str = "") -> TenantQuota:
+def quota_set(
+    *,
+    tenant: Tenant,
+    flavor: GpuFlavor,
+    actor,
+    nominal_gpus: int,
+    borrowing_limit_gpus: int = 0,
+    lending_limit_gpus: int | None = None,
+    reason: str = "",
+) -> TenantQuota:
     """Platform admin sets a quota directly (same guard as an approval)."""
     if not is_platform_admin(actor):
         raise Forbidden("Only platform admins set quotas.")
     quota, _ = TenantQuota.objects.get_or_create(tenant=tenant, flavor=flavor)
     quota = TenantQuota.objects.select_for_update().get(pk=quota.pk)
     if quota.reserved_gpus > nominal_gpus + borrowing_limit_gpus:
-        raise ConflictError(f"{quota.reserved_gpus} GPUs are reserved; the new ceiling "
-                            f"{nominal_gpus + borrowing_limit_gpus} is below that.", field="nominal_gpus")
+        raise ConflictError(
+            f"{quota.reserved_gpus} GPUs are reserved; the new ceiling "
+            f"{nominal_gpus + borrowing_limit_gpus} is below that.",
+            field="nominal_gpus",
+        )
     if lending_limit_gpus is not None and lending_limit_gpus > nominal_gpus:
         raise DomainError("Cannot lend more than the nominal quota.", field="lending_limit_gpus")
-    before = {"nominal_gpus": quota.nominal_gpus, "borrowing_limit_gpus": quota.borrowing_limit_gpus,
-              "lending_limit_gpus": quota.lending_limit_gpus}
+    before = {
+        "nominal_gpus": quota.nominal_gpus,
+        "borrowing_limit_gpus": quota.borrowing_limit_gpus,
+        "lending_limit_gpus": quota.lending_limit_gpus,
+    }
     quota.nominal_gpus, quota.borrowing_limit_gpus = nominal_gpus, borrowing_limit_gpus
     quota.lending_limit_gpus = lending_limit_gpus
     quota.save()
-    audit(actor=actor, action="quota.set", obj=quota, tenant=tenant, reason=reason,
-          changes={"from": before, "to": {"nominal_gpus": nominal_gpus,
-                                          "borrowing_limit_gpus": borrowing_limit_gpus,
-                                          "lending_limit_gpus": lending_limit_gpus}})
+    audit(
+        actor=actor,
+        action="quota.set",
+        obj=quota,
+        tenant=tenant,
+        reason=reason,
+        changes={
+            "from": before,
+            "to": {
+                "nominal_gpus": nominal_gpus,
+                "borrowing_limit_gpus": borrowing_limit_gpus,
+                "lending_limit_gpus": lending_limit_gpus,
+            },
+        },
+    )
     _schedule_kueue_sync(tenant.pk)
     return quota

@@ -12,9 +12,7 @@ def validate_dns1123_label(value: str, max_length: int = 63) -> None:
     if not isinstance(value, str) or not value:
         raise ValidationError("Enter a name.", code="required")
     if len(value) > max_length:
-        raise ValidationError(
-            f"At most {max_length} characters (this one has {len(value)}).", code="max_length"
-        )
+        raise ValidationError(f"At most {max_length} characters (this one has {len(value)}).", code="max_length")
     if not DNS1123_LABEL.fullmatch(value):
         raise ValidationError(
             "Use lowercase letters, digits and '-', starting and ending with a letter or digit "

@@ -41,10 +41,18 @@ def tenant_quota(request, slug: str):
             messages.success(request, "Quota change requested; a platform admin will decide.")
             return redirect("tenant-quota", slug=slug)
     history = AuditEvent.objects.filter(tenant=tenant, action__startswith="quota").select_related("actor")[:50]
-    return render(request, "quotas/tenant_quota.html", {
-        "tenant": tenant, "rows": quota_rows(tenant), "form": form, "history": history,
-        "requests": tenant.quota_requests.select_related("flavor", "requested_by", "decided_by")[:30],
-        "decide_form": DecisionForm()})
+    return render(
+        request,
+        "quotas/tenant_quota.html",
+        {
+            "tenant": tenant,
+            "rows": quota_rows(tenant),
+            "form": form,
+            "history": history,
+            "requests": tenant.quota_requests.select_related("flavor", "requested_by", "decided_by")[:30],
+            "decide_form": DecisionForm(),
+        },
+    )
 
 
 @login_required

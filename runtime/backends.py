@@ -87,8 +87,9 @@ class KubeRayBackend:
         return found[0] if found else None
 
     def _observe(self, spec: DeploymentSpec, obj: dict, events: list) -> Observation:
-        obs = rayservice_observation(obj, self._workload(obj), app_name=SERVE_APP_NAME,
-                                     expected_generation=spec.generation)
+        obs = rayservice_observation(
+            obj, self._workload(obj), app_name=SERVE_APP_NAME, expected_generation=spec.generation
+        )
         obs.endpoint_url, obs.metrics_url = self.urls(spec)
         obs.events = events + obs.events
         return obs
@@ -106,14 +107,22 @@ class KubeRayBackend:
             have = (current.get("metadata") or {}).get("annotations") or {}
             want = desired["metadata"]["annotations"]
             if (current.get("metadata") or {}).get("deletionTimestamp"):
-                return Observation(exists=True, state="provisioning", reason="Recreating",
-                                   message="Waiting for the previous Ray cluster to be removed.")
+                return Observation(
+                    exists=True,
+                    state="provisioning",
+                    reason="Recreating",
+                    message="Waiting for the previous Ray cluster to be removed.",
+                )
             if have.get(ANNOTATION_CLUSTER_HASH) != want[ANNOTATION_CLUSTER_HASH]:
                 # upgradeStrategy None: KubeRay ignores rayClusterConfig changes, so recreate.
                 self.cluster.delete(self.kind, spec.name, spec.namespace)
-                return Observation(exists=True, state="provisioning", reason="Recreating", events=[(
-                    "Normal", "Recreating", "Ray cluster settings changed; recreating the RayService.")],
-                    message="Recreating the Ray cluster for the new spec.")
+                return Observation(
+                    exists=True,
+                    state="provisioning",
+                    reason="Recreating",
+                    events=[("Normal", "Recreating", "Ray cluster settings changed; recreating the RayService.")],
+                    message="Recreating the Ray cluster for the new spec.",
+                )
             if have.get(ANNOTATION_SPEC_HASH) != want[ANNOTATION_SPEC_HASH]:
                 if spec.autoscaling:
                     # The Ray autoscaler owns the worker replica count once running; a forced
@@ -158,8 +167,9 @@ class KubeRayBackend:
     def sweep_observation(self, spec: DeploymentSpec, obj: dict, workloads: dict[str, dict]) -> Observation:
         """Observation from objects already listed by the sweep (no extra API calls)."""
         uid = (obj.get("metadata") or {}).get("uid")
-        return rayservice_observation(obj, workloads.get(uid), app_name=SERVE_APP_NAME,
-                                      expected_generation=spec.generation)
+        return rayservice_observation(
+            obj, workloads.get(uid), app_name=SERVE_APP_NAME, expected_generation=spec.generation
+        )
 
 
 _cluster_lock = threading.Lock()
@@ -176,7 +186,8 @@ def get_cluster() -> k8s.Cluster:
             if not settings.KUBERNETES_URL and not settings.KUBECONFIG and not _in_cluster():
                 raise k8s.PermanentClusterError(
                     "No Kubernetes cluster is configured: set KUBERNETES_URL or KUBECONFIG "
-                    "(or run the portal in the cluster).")
+                    "(or run the portal in the cluster)."
+                )
             _clusters[key] = k8s.Cluster.from_settings()
         return _clusters[key]
 

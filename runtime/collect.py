@@ -43,9 +43,11 @@ LABEL_RAY_NODE_TYPE = "ray.io/node-type"  # set by KubeRay on every pod: head or
 def _prometheus_many(deps: list[ModelDeployment]) -> dict[int, Snapshot | ScrapeError]:
     def one(dep):
         try:
-            return dep.pk, query_prometheus(settings.PROMETHEUS_URL, {"namespace": dep.tenant.namespace,
-                                                                      "model_name": dep.served_model_name},
-                                            timeout=settings.METRICS_SCRAPE_TIMEOUT_SECONDS)
+            return dep.pk, query_prometheus(
+                settings.PROMETHEUS_URL,
+                {"namespace": dep.tenant.namespace, "model_name": dep.served_model_name},
+                timeout=settings.METRICS_SCRAPE_TIMEOUT_SECONDS,
+            )
         except ScrapeError as error:
             return dep.pk, error
 
@@ -141,8 +143,11 @@ def planned_shards(size: int) -> list[list[int]]:
     stalest-first makes an overloaded cycle go round the whole fleet instead.
     """
     parts = shards(scraped_ids(), size)
-    attempted = dict(ScrapeState.objects.filter(deployment_id__in=[pk for part in parts for pk in part])
-                     .values_list("deployment_id", "last_attempt"))
+    attempted = dict(
+        ScrapeState.objects.filter(deployment_id__in=[pk for part in parts for pk in part]).values_list(
+            "deployment_id", "last_attempt"
+        )
+    )
 
     def staleness(part: list[int]) -> tuple[bool, float]:
         times = [attempted.get(pk) for pk in part]
@@ -170,8 +175,9 @@ def collect(ids: Iterable[int] | None = None) -> int:
     else:
         results = _direct_many(deps)
     now = timezone.now()
-    previous = dict(ScrapeState.objects.filter(deployment_id__in=[d.pk for d in deps])
-                    .values_list("deployment_id", "snapshot"))
+    previous = dict(
+        ScrapeState.objects.filter(deployment_id__in=[d.pk for d in deps]).values_list("deployment_id", "snapshot")
+    )
     samples, states = [], []
     for dep in deps:
         state = ScrapeState(deployment_id=dep.pk, last_attempt=now, snapshot=previous.get(dep.pk) or {})
@@ -200,8 +206,9 @@ def collect(ids: Iterable[int] | None = None) -> int:
 
 def _upsert(states: list[ScrapeState], fields: list[str]) -> None:
     if states:
-        ScrapeState.objects.bulk_create(states, update_conflicts=True, unique_fields=["deployment"],
-                                        update_fields=fields)
+        ScrapeState.objects.bulk_create(
+            states, update_conflicts=True, unique_fields=["deployment"], update_fields=fields
+        )
 
 
 def collect_all() -> int:

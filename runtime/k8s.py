@@ -180,20 +180,14 @@ class Kind:
     @property
     def key(self) -> str:
         """`group/version/plural`, the spelling kmock and the test fixture use."""
-        return (
-            f"{self.group}/{self.version}/{self.plural}"
-            if self.group
-            else (f"{self.version}/{self.plural}")
-        )
+        return f"{self.group}/{self.version}/{self.plural}" if self.group else (f"{self.version}/{self.plural}")
 
 
 RAYSERVICE = Kind("ray.io", "v1", "rayservices", "RayService")
 WORKLOAD = Kind("kueue.x-k8s.io", "v1beta2", "workloads", "Workload")
 CLUSTERQUEUE = Kind("kueue.x-k8s.io", "v1beta2", "clusterqueues", "ClusterQueue", namespaced=False)
 LOCALQUEUE = Kind("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue")
-RESOURCEFLAVOR = Kind(
-    "kueue.x-k8s.io", "v1beta2", "resourceflavors", "ResourceFlavor", namespaced=False
-)
+RESOURCEFLAVOR = Kind("kueue.x-k8s.io", "v1beta2", "resourceflavors", "ResourceFlavor", namespaced=False)
 COHORT = Kind("kueue.x-k8s.io", "v1beta2", "cohorts", "Cohort", namespaced=False)
 INFERENCESERVICE = Kind("serving.kserve.io", "v1beta1", "inferenceservices", "InferenceService")
 NAMESPACE = Kind("", "v1", "namespaces", "Namespace", namespaced=False)
@@ -248,9 +242,7 @@ class Cluster:
     models, so callers and tests compare manifests directly.
     """
 
-    def __init__(
-        self, api_client: k8s_client.ApiClient, *, timeout: float = DEFAULT_TIMEOUT_SECONDS
-    ) -> None:
+    def __init__(self, api_client: k8s_client.ApiClient, *, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
         # No hidden urllib3 retries: see the module docstring. The pool manager copies the
         # setting when the ApiClient is built, so a client built with retries on gets a new
         # REST layer (the factories below build theirs with retries off from the start).
@@ -342,13 +334,20 @@ class Cluster:
         """
         selector = _selector_string(label_selector)
         if kind == POD:
-            body = self._call("list", self.core.list_namespaced_pod, _require_namespace(kind, namespace),
-                              label_selector=selector)
+            body = self._call(
+                "list", self.core.list_namespaced_pod, _require_namespace(kind, namespace), label_selector=selector
+            )
         elif kind.is_core:
             body = self._call("list", self.core.list_namespace, label_selector=selector)
         else:  # a namespaced kind without a namespace lists across all namespaces
-            body = self._custom("list", "list", kind, namespace, label_selector=selector,
-                                namespaced=kind.namespaced and namespace is not None)
+            body = self._custom(
+                "list",
+                "list",
+                kind,
+                namespace,
+                label_selector=selector,
+                namespaced=kind.namespaced and namespace is not None,
+            )
         items = body.get("items") or []
         return [item for item in items if labels_match(item, label_selector)]
 
@@ -384,21 +383,25 @@ class Cluster:
             return False
         return True
 
-    def patch_status(
-        self, kind: Kind, name: str, namespace: str | None, status: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    def patch_status(self, kind: Kind, name: str, namespace: str | None, status: Mapping[str, Any]) -> dict[str, Any]:
         """Merge-patch the status subresource. Only simulated operators in tests write status."""
         body = {"status": dict(status)}
         if _core_namespace(kind):
             return self._call("patch_status", self.core.patch_namespace_status, name, body)
-        return self._custom("patch_status", "patch", kind, namespace, name, body, suffix="_status",
-                            _content_type="application/merge-patch+json")
+        return self._custom(
+            "patch_status",
+            "patch",
+            kind,
+            namespace,
+            name,
+            body,
+            suffix="_status",
+            _content_type="application/merge-patch+json",
+        )
 
     # internals
 
-    def _patch_apply(
-        self, kind: Kind, name: str, namespace: str | None, body: dict[str, Any]
-    ) -> dict[str, Any]:
+    def _patch_apply(self, kind: Kind, name: str, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
         apply_args: dict[str, Any] = {
             "field_manager": FIELD_MANAGER,
             "force": True,
@@ -413,8 +416,17 @@ class Cluster:
             return self._call("create", self.core.create_namespace, body, field_manager=FIELD_MANAGER)
         return self._custom("create", "create", kind, namespace, body, field_manager=FIELD_MANAGER)
 
-    def _custom(self, verb: str, op: str, kind: Kind, namespace: str | None, *tail: Any, suffix: str = "",
-                namespaced: bool | None = None, **kwargs: Any) -> Any:
+    def _custom(
+        self,
+        verb: str,
+        op: str,
+        kind: Kind,
+        namespace: str | None,
+        *tail: Any,
+        suffix: str = "",
+        namespaced: bool | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """One CustomObjectsApi call: `<op>_namespaced_custom_object<suffix>(group, version,
         namespace, plural, *tail)` or its cluster-scoped twin (no namespace argument)."""
         namespaced = kind.namespaced if namespaced is None else namespaced
@@ -435,9 +447,7 @@ class Cluster:
         with self._calls_lock:
             self.calls[verb] += 1
         with _translated_errors():
-            response = method(
-                *args, _request_timeout=self.timeout, _preload_content=False, **kwargs
-            )
+            response = method(*args, _request_timeout=self.timeout, _preload_content=False, **kwargs)
             # Reading the body can still time out or hit a dropped connection.
             data = response.data
         if not data:

@@ -36,8 +36,9 @@ class KServeBackend(KubeRayBackend):
         if current is None:
             current = self.cluster.apply(desired)
             events.append(("Normal", "Created", f"InferenceService {spec.name} created in {spec.namespace}."))
-        elif ((current.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPEC_HASH) != \
-                desired["metadata"]["annotations"][ANNOTATION_SPEC_HASH]:
+        elif ((current.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPEC_HASH) != desired[
+            "metadata"
+        ]["annotations"][ANNOTATION_SPEC_HASH]:
             current = self.cluster.apply(desired)  # KServe rolls out a new revision itself
             events.append(("Normal", "Updated", f"Applied generation {spec.generation}."))
         return self._observe(spec, current, events)
@@ -53,9 +54,14 @@ class KServeBackend(KubeRayBackend):
         status = kserve_status(obj)
         admitted, q_reason, q_message, q_events = kueue_story(workload)
         ours = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GENERATION)
-        result = Observation(exists=True, uid=(obj.get("metadata") or {}).get("uid"),
-                             converged=ours == str(spec.generation) and status["ready"] is True,
-                             events=events + q_events, endpoint_url=None, metrics_url=None)
+        result = Observation(
+            exists=True,
+            uid=(obj.get("metadata") or {}).get("uid"),
+            converged=ours == str(spec.generation) and status["ready"] is True,
+            events=events + q_events,
+            endpoint_url=None,
+            metrics_url=None,
+        )
         if status["failed"]:
             result.state, result.reason = "failed", status["reason"] or "Failed"
         elif status["ready"]:
@@ -73,10 +79,18 @@ class KServeBackend(KubeRayBackend):
         result.conditions = [
             cond("Ready", result.state == "ready", result.reason, result.message),
             cond("Admitted", admitted, q_reason, q_message),
-            cond("Progressing", result.state in ("queued", "provisioning"), "Starting"
-                 if result.state in ("queued", "provisioning") else "Stable", ""),
-            cond("Degraded", result.state == "failed", result.reason if result.state == "failed" else "Healthy",
-                 result.message if result.state == "failed" else ""),
+            cond(
+                "Progressing",
+                result.state in ("queued", "provisioning"),
+                "Starting" if result.state in ("queued", "provisioning") else "Stable",
+                "",
+            ),
+            cond(
+                "Degraded",
+                result.state == "failed",
+                result.reason if result.state == "failed" else "Healthy",
+                result.message if result.state == "failed" else "",
+            ),
         ]
         return result
 

@@ -64,11 +64,17 @@ def read_cluster_queue_status(cluster: k8s.Cluster, tenant: Tenant) -> dict:
     for flavor in status.get("flavorsUsage") or []:
         for resource in flavor.get("resources") or []:
             if resource.get("name") == "nvidia.com/gpu":
-                usage[flavor.get("name")] = {"total": str(resource.get("total", "0")),
-                                             "borrowed": str(resource.get("borrowed", "0"))}
-    summary = {"found": obj is not None, "pending_workloads": status.get("pendingWorkloads", 0),
-               "admitted_workloads": status.get("admittedWorkloads", 0),
-               "reserving_workloads": status.get("reservingWorkloads", 0),
-               "gpu_usage": usage, "read_at": timezone.now().isoformat()}
+                usage[flavor.get("name")] = {
+                    "total": str(resource.get("total", "0")),
+                    "borrowed": str(resource.get("borrowed", "0")),
+                }
+    summary = {
+        "found": obj is not None,
+        "pending_workloads": status.get("pendingWorkloads", 0),
+        "admitted_workloads": status.get("admittedWorkloads", 0),
+        "reserving_workloads": status.get("reservingWorkloads", 0),
+        "gpu_usage": usage,
+        "read_at": timezone.now().isoformat(),
+    }
     Tenant.objects.filter(pk=tenant.pk).update(kueue_status=summary)
     return summary

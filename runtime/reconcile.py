@@ -31,13 +31,24 @@ SETTLED = (State.READY,)
 
 def _record(dep: ModelDeployment, obs, *, spec_generation: int) -> bool:
     conditions = merge_conditions(dep.conditions, obs.conditions)
-    events = obs.events if conditions_changed(dep.conditions, obs.conditions) else [
-        e for e in obs.events if e[1] in ("Created", "Updated", "Recreating")]
+    events = (
+        obs.events
+        if conditions_changed(dep.conditions, obs.conditions)
+        else [e for e in obs.events if e[1] in ("Created", "Updated", "Recreating")]
+    )
     return services.deployment_observe(
-        deployment_id=dep.pk, generation=spec_generation, state=obs.state, conditions=conditions,
-        observed_generation=spec_generation if obs.converged else None, message=obs.message,
-        endpoint_url=obs.endpoint_url, metrics_url=obs.metrics_url, cluster_uid=obs.uid,
-        reason=obs.reason, events=events)
+        deployment_id=dep.pk,
+        generation=spec_generation,
+        state=obs.state,
+        conditions=conditions,
+        observed_generation=spec_generation if obs.converged else None,
+        message=obs.message,
+        endpoint_url=obs.endpoint_url,
+        metrics_url=obs.metrics_url,
+        cluster_uid=obs.uid,
+        reason=obs.reason,
+        events=events,
+    )
 
 
 def _requeue(dep_id: int, seconds: float | None = None) -> None:
@@ -50,10 +61,13 @@ def _requeue(dep_id: int, seconds: float | None = None) -> None:
 
 
 def _record_error(dep: ModelDeployment, error: Exception) -> None:
-    conditions = merge_conditions(dep.conditions, [
-        cond("Ready", False, "ClusterError", str(error)), *[c for c in dep.conditions if c.get("type") != "Ready"]])
-    services.deployment_observe(deployment_id=dep.pk, generation=dep.generation, state=None,
-                                conditions=conditions, message=str(error)[:1000])
+    conditions = merge_conditions(
+        dep.conditions,
+        [cond("Ready", False, "ClusterError", str(error)), *[c for c in dep.conditions if c.get("type") != "Ready"]],
+    )
+    services.deployment_observe(
+        deployment_id=dep.pk, generation=dep.generation, state=None, conditions=conditions, message=str(error)[:1000]
+    )
 
 
 def reconcile(dep: ModelDeployment) -> str:
@@ -76,11 +90,15 @@ def reconcile(dep: ModelDeployment) -> str:
         if dep.state in TEAR_DOWN or (dep.state == State.PENDING_APPROVAL and dep.reserved_gpus == 0):
             if _remove_strays(dep, spec) and backend.remove(spec):
                 if dep.reserved_gpus or dep.state in TEAR_DOWN:
-                    services.deployment_release_quota(deployment_id=dep.pk, reason=(
-                        f"Workload removed ({dep.get_state_display().lower()}); GPUs released."))
+                    services.deployment_release_quota(
+                        deployment_id=dep.pk,
+                        reason=(f"Workload removed ({dep.get_state_display().lower()}); GPUs released."),
+                    )
                 if dep.observed_generation or dep.conditions:
-                    obs = absent_observation(reason=dep.get_state_display().replace(" ", ""),
-                                             message=f"Not running: {dep.get_state_display().lower()}.")
+                    obs = absent_observation(
+                        reason=dep.get_state_display().replace(" ", ""),
+                        message=f"Not running: {dep.get_state_display().lower()}.",
+                    )
                     _record(dep, obs, spec_generation=dep.generation)
                 return "removed"
             _requeue(dep.pk)
@@ -162,8 +180,12 @@ def _sweep_local(report: dict) -> None:
     """Local engines: compare each deployment with its process (state file + health check)."""
     from runtime.tasks import reconcile_deployment_task
 
-    deps = (ModelDeployment.objects.filter(backend="local").exclude(state=State.DELETED)
-            .exclude(state=State.PENDING_APPROVAL).select_related("tenant", "flavor"))
+    deps = (
+        ModelDeployment.objects.filter(backend="local")
+        .exclude(state=State.DELETED)
+        .exclude(state=State.PENDING_APPROVAL)
+        .select_related("tenant", "flavor")
+    )
     if not deps:
         return
     backend = get_backend("local")
@@ -185,8 +207,11 @@ def sweep() -> dict:
     from runtime.tasks import reconcile_deployment_task
 
     groups: dict[tuple[str, str], list[ModelDeployment]] = defaultdict(list)
-    live = (ModelDeployment.objects.exclude(state=State.DELETED).filter(backend__in=("kuberay", "kserve"))
-            .select_related("tenant", "flavor"))
+    live = (
+        ModelDeployment.objects.exclude(state=State.DELETED)
+        .filter(backend__in=("kuberay", "kserve"))
+        .select_related("tenant", "flavor")
+    )
     for dep in live:
         groups[dep.backend, dep.tenant.namespace].append(dep)
     report = {"checked": 0, "enqueued": 0, "orphans": [], "errors": []}

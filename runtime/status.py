@@ -99,20 +99,25 @@ def kueue_story(workload: dict | None) -> tuple[bool | None, str, str, list[tupl
     return False, "Pending", "Waiting for Kueue to admit the workload.", events
 
 
-def rayservice_observation(obj: dict, workload: dict | None, *, app_name: str,
-                           expected_generation: int | None) -> Observation:
+def rayservice_observation(
+    obj: dict, workload: dict | None, *, app_name: str, expected_generation: int | None
+) -> Observation:
     """Derive state and conditions from a RayService (+ its Kueue Workload)."""
     meta, status = obj.get("metadata") or {}, obj.get("status") or {}
     conds = status.get("conditions") or []
     ready = _find(conds, "Ready")
-    apps = ((status.get("activeServiceStatus") or {}).get("applicationStatuses") or {})
+    apps = (status.get("activeServiceStatus") or {}).get("applicationStatuses") or {}
     app = apps.get(app_name) or {}
     app_status, app_message = app.get("status", ""), app.get("message", "")
     generation = meta.get("generation")
     observed = status.get("observedGeneration")
     ours = (meta.get("annotations") or {}).get("llm-portal.io/generation")
-    converged = (observed is not None and generation is not None and observed >= generation
-                 and (expected_generation is None or ours == str(expected_generation)))
+    converged = (
+        observed is not None
+        and generation is not None
+        and observed >= generation
+        and (expected_generation is None or ours == str(expected_generation))
+    )
     admitted, q_reason, q_message, events = kueue_story(workload)
     result = Observation(exists=True, uid=meta.get("uid"), converged=converged, events=events)
     if app_status in PERMANENT_APP_STATUSES:
@@ -134,21 +139,39 @@ def rayservice_observation(obj: dict, workload: dict | None, *, app_name: str,
         result.state, result.reason = "provisioning", "Provisioning"
         result.message = (ready or {}).get("message") or "Ray cluster and Serve application starting."
     result.conditions = [
-        cond("Ready", result.state == "ready" or (result.state == "degraded" and _true(ready)),
-             result.reason if result.state != "ready" else "Ready", result.message),
+        cond(
+            "Ready",
+            result.state == "ready" or (result.state == "degraded" and _true(ready)),
+            result.reason if result.state != "ready" else "Ready",
+            result.message,
+        ),
         cond("Admitted", admitted, q_reason, q_message),
-        cond("Progressing", result.state in ("queued", "provisioning") or not converged,
-             "Updating" if not converged else ("Starting" if result.state in ("queued", "provisioning") else "Stable"),
-             "Rolling out the latest spec." if not converged else ""),
-        cond("Degraded", result.state in ("degraded", "failed"),
-             result.reason if result.state in ("degraded", "failed") else "Healthy",
-             result.message if result.state in ("degraded", "failed") else ""),
+        cond(
+            "Progressing",
+            result.state in ("queued", "provisioning") or not converged,
+            "Updating" if not converged else ("Starting" if result.state in ("queued", "provisioning") else "Stable"),
+            "Rolling out the latest spec." if not converged else "",
+        ),
+        cond(
+            "Degraded",
+            result.state in ("degraded", "failed"),
+            result.reason if result.state in ("degraded", "failed") else "Healthy",
+            result.message if result.state in ("degraded", "failed") else "",
+        ),
     ]
     return result
 
 
 def absent_observation(*, reason: str, message: str) -> Observation:
     """The workload does not exist (stopped, deleted, not created yet)."""
-    return Observation(exists=False, reason=reason, message=message, conditions=[
-        cond("Ready", False, reason, message), cond("Admitted", None, "NoWorkload", ""),
-        cond("Progressing", False, reason, ""), cond("Degraded", False, "Healthy", "")])
+    return Observation(
+        exists=False,
+        reason=reason,
+        message=message,
+        conditions=[
+            cond("Ready", False, reason, message),
+            cond("Admitted", None, "NoWorkload", ""),
+            cond("Progressing", False, reason, ""),
+            cond("Degraded", False, "Healthy", ""),
+        ],
+    )

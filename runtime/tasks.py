@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
-
 from django.db import InterfaceError, OperationalError
 
 from runtime.k8s import TransientClusterError
@@ -14,8 +13,14 @@ log = logging.getLogger(__name__)
 
 # Retried: cluster hiccups and database blips (a dropped connection, a locked SQLite file in the
 # demo). Everything else is a bug or a permanent refusal and is recorded, not retried.
-RETRY = dict(acks_late=True, autoretry_for=(TransientClusterError, OperationalError, InterfaceError),
-             retry_backoff=2, retry_backoff_max=120, retry_jitter=True, max_retries=8)
+RETRY = dict(
+    acks_late=True,
+    autoretry_for=(TransientClusterError, OperationalError, InterfaceError),
+    retry_backoff=2,
+    retry_backoff_max=120,
+    retry_jitter=True,
+    max_retries=8,
+)
 
 
 @shared_task(**RETRY)

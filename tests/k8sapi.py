@@ -118,21 +118,13 @@ class PortalEmulator(kmock.KubernetesEmulator):
         match = _NAMESPACE_PATH.fullmatch(raw_request.path)
         if match is None:
             return await super().__call__(raw_request)
-        return self._serve_namespace(
-            raw_request.method, match.group(1), bool(match.group(2)), await raw_request.read()
-        )
+        return self._serve_namespace(raw_request.method, match.group(1), bool(match.group(2)), await raw_request.read())
 
-    def _serve_namespace(
-        self, method: str, name: str | None, status_only: bool, body: bytes
-    ) -> aiohttp.web.Response:
+    def _serve_namespace(self, method: str, name: str | None, status_only: bool, body: bytes) -> aiohttp.web.Response:
         """CRUD for Namespaces with the API server's answers. Synchronous: atomic on the loop."""
         data = json.loads(body) if body else {}
         if name is None and method == "GET":
-            items = [
-                obj.raw
-                for (res, _, _), obj in self._objects.items()
-                if res == _NAMESPACES and not obj.deleted
-            ]
+            items = [obj.raw for (res, _, _), obj in self._objects.items() if res == _NAMESPACES and not obj.deleted]
             return aiohttp.web.json_response(
                 {"apiVersion": "v1", "kind": "NamespaceList", "metadata": {}, "items": items}
             )
@@ -215,9 +207,7 @@ def _spec_part(obj: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (obj or {}).items() if k not in ("metadata", "status")}
 
 
-def stamp_object(
-    obj: kmock.Object, *, created: bool, status_only: bool = False, resource_version: int
-) -> None:
+def stamp_object(obj: kmock.Object, *, created: bool, status_only: bool = False, resource_version: int) -> None:
     """Set uid/generation/resourceVersion/creationTimestamp as the API server would."""
     meta = copy.deepcopy(obj.raw.get("metadata") or {})
     history = [version for version in obj.history]
@@ -273,9 +263,7 @@ def _status_body(code: int, reason: str, message: str) -> dict[str, Any]:
 
 
 def _status_response(code: int, message: str) -> aiohttp.web.Response:
-    return aiohttp.web.json_response(
-        _status_body(code, _REASONS.get(code, "Failure"), message), status=code
-    )
+    return aiohttp.web.json_response(_status_body(code, _REASONS.get(code, "Failure"), message), status=code)
 
 
 _REASONS = {
@@ -338,24 +326,16 @@ class FaultProxy:
         self.forwarded += 1
         assert self._session is not None
         headers = {
-            k: v
-            for k, v in request.headers.items()
-            if k.lower() not in ("host", "content-length", "transfer-encoding")
+            k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length", "transfer-encoding")
         }
         async with self._session.request(
             request.method, self.upstream + request.path_qs, data=body or None, headers=headers
         ) as upstream:
             payload = await upstream.read()
-            keep = {
-                k: v
-                for k, v in upstream.headers.items()
-                if k.lower() in ("content-type", "retry-after")
-            }
+            keep = {k: v for k, v in upstream.headers.items() if k.lower() in ("content-type", "retry-after")}
             return aiohttp.web.Response(status=upstream.status, body=payload, headers=keep)
 
-    async def _inject(
-        self, request: aiohttp.web.BaseRequest, fault: int | str
-    ) -> aiohttp.web.StreamResponse:
+    async def _inject(self, request: aiohttp.web.BaseRequest, fault: int | str) -> aiohttp.web.StreamResponse:
         if fault == HANG:
             release = self._release
             try:
@@ -473,9 +453,7 @@ class K8sApiServer:
         def store() -> dict[str, Any]:
             self.emulator.objects[key] = body
             stored = self.emulator.objects[key]
-            stamp_object(
-                stored, created=True, resource_version=next(PortalEmulator._resource_versions)
-            )
+            stamp_object(stored, created=True, resource_version=next(PortalEmulator._resource_versions))
             # A caller-chosen uid or generation wins (e.g. to pair a Workload with a job).
             chosen = {k: meta[k] for k in ("uid", "generation") if meta.get(k)}
             if chosen:
@@ -484,9 +462,7 @@ class K8sApiServer:
 
         return self.call(store)
 
-    def get_object(
-        self, kind: Kind, name: str, namespace: str | None = None
-    ) -> dict[str, Any] | None:
+    def get_object(self, kind: Kind, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """The stored object (a copy), or None."""
         key = _object_key(kind, namespace, name)
 

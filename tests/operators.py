@@ -62,9 +62,7 @@ def condition(
     return cond
 
 
-def upsert_conditions(
-    existing: list[dict[str, Any]] | None, *new: dict[str, Any]
-) -> list[dict[str, Any]]:
+def upsert_conditions(existing: list[dict[str, Any]] | None, *new: dict[str, Any]) -> list[dict[str, Any]]:
     """Replace conditions by type, keeping `lastTransitionTime` when the status did not flip."""
     result = [dict(c) for c in existing or []]
     for cond in new:
@@ -89,9 +87,7 @@ def _require(server: K8sApiServer, kind: k8s.Kind, ns: str | None, name: str) ->
 # --- API server side ---------------------------------------------------------------------------
 
 
-def assign_uid(
-    server: K8sApiServer, kind: k8s.Kind, ns: str | None, name: str, *, uid: str | None = None
-) -> str:
+def assign_uid(server: K8sApiServer, kind: k8s.Kind, ns: str | None, name: str, *, uid: str | None = None) -> str:
     """Make sure the object has uid and generation; return the uid.
 
     The test server already stamps both on every create; this is for objects seeded with
@@ -146,9 +142,7 @@ def _app_names(obj: Mapping[str, Any]) -> list[str]:
     return [app.get("name", "default") for app in config.get("applications") or []]
 
 
-def rayservice_ready(
-    server: K8sApiServer, ns: str, name: str, *, endpoints: int = 1
-) -> dict[str, Any]:
+def rayservice_ready(server: K8sApiServer, ns: str, name: str, *, endpoints: int = 1) -> dict[str, Any]:
     """The RayService serves traffic: Ready=True and every Serve app RUNNING."""
     obj = _require(server, k8s.RAYSERVICE, ns, name)
     apps = {app: {"status": "RUNNING", "message": ""} for app in _app_names(obj) or ["llm"]}
@@ -313,21 +307,24 @@ def workload_set_conditions(
     new = []
     for type_, value in conditions.items():
         true_reason, false_reason = _WORKLOAD_REASONS.get(type_, (type_, f"Not{type_}"))
-        new.append(
-            condition(type_, value, true_reason if value else false_reason, messages.get(type_, ""))
-        )
+        new.append(condition(type_, value, true_reason if value else false_reason, messages.get(type_, "")))
     merged = upsert_conditions((obj.get("status") or {}).get("conditions"), *new)
-    return server.patch_object(
-        k8s.WORKLOAD, name, ns, {"status": {"conditions": merged}}, status_only=True
-    )
+    return server.patch_object(k8s.WORKLOAD, name, ns, {"status": {"conditions": merged}}, status_only=True)
 
 
 # --- KServe ------------------------------------------------------------------------------------
 
 
 def inferenceservice_status(
-    server: K8sApiServer, ns: str, name: str, *, ready: bool, copies: int = 1,
-    url: str | None = None, failure: tuple[str, str] | None = None, model_failed: str | None = None,
+    server: K8sApiServer,
+    ns: str,
+    name: str,
+    *,
+    ready: bool,
+    copies: int = 1,
+    url: str | None = None,
+    failure: tuple[str, str] | None = None,
+    model_failed: str | None = None,
 ) -> dict[str, Any]:
     """Play the KServe controller: write Ready/PredictorReady conditions, url and modelStatus.
 
@@ -345,8 +342,11 @@ def inferenceservice_status(
     if url:
         status["url"] = url
     if model_failed:
-        status["modelStatus"].update({
-            "transitionStatus": "BlockedByFailedLoad",
-            "states": {"activeModelState": "FailedToLoad", "targetModelState": "FailedToLoad"},
-            "lastFailureInfo": {"reason": "ModelLoadFailed", "message": model_failed}})
+        status["modelStatus"].update(
+            {
+                "transitionStatus": "BlockedByFailedLoad",
+                "states": {"activeModelState": "FailedToLoad", "targetModelState": "FailedToLoad"},
+                "lastFailureInfo": {"reason": "ModelLoadFailed", "message": model_failed},
+            }
+        )
     return server.patch_object(k8s.INFERENCESERVICE, name, ns, {"status": status}, status_only=True)

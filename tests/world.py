@@ -48,14 +48,20 @@ class World:
 
 def build_world() -> World:
     h100 = GpuFlavor.objects.create(
-        name="h100-sxm5", gpu_model="H100 SXM5", accelerator_type="H100", gpu_memory_gib=80,
-        gpus_per_node=8, cpu_per_gpu=12, memory_gib_per_gpu=120,
+        name="h100-sxm5",
+        gpu_model="H100 SXM5",
+        accelerator_type="H100",
+        gpu_memory_gib=80,
+        gpus_per_node=8,
+        cpu_per_gpu=12,
+        memory_gib_per_gpu=120,
         node_labels={"node.kubernetes.io/instance-type": "p5.48xlarge"},
         tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-        price_per_gpu_hour=Decimal("3.90"))
+        price_per_gpu_hour=Decimal("3.90"),
+    )
     a100 = GpuFlavor.objects.create(
-        name="a100-pcie", gpu_model="A100 PCIe 80GB", accelerator_type="A100", gpu_memory_gib=80,
-        gpus_per_node=4)
+        name="a100-pcie", gpu_model="A100 PCIe 80GB", accelerator_type="A100", gpu_memory_gib=80, gpus_per_node=4
+    )
     alpha = Tenant.objects.create(slug="alpha", display_name="Team Alpha")
     beta = Tenant.objects.create(slug="beta", display_name="Team Beta")
     TenantQuota.objects.create(tenant=alpha, flavor=h100, nominal_gpus=8, borrowing_limit_gpus=4)

@@ -36,7 +36,9 @@ class DeploymentSpecSerializer(serializers.Serializer):
     max_model_len = serializers.IntegerField(min_value=16, max_value=10_000_000, required=False, allow_null=True)
     gpu_memory_utilization = StrictFloatField(min_value=0.5, max_value=0.98, default=0.9)
     enable_chunked_prefill = serializers.BooleanField(default=True)
-    max_num_batched_tokens = serializers.IntegerField(min_value=16, max_value=10_000_000, required=False, allow_null=True)
+    max_num_batched_tokens = serializers.IntegerField(
+        min_value=16, max_value=10_000_000, required=False, allow_null=True
+    )
     quantization = serializers.ChoiceField(choices=Quantization.choices, required=False, allow_blank=True, default="")
     dtype = serializers.ChoiceField(choices=Dtype.choices, default=Dtype.AUTO)
     parameter_count_b = StrictFloatField(min_value=0.001, max_value=100_000, required=False, allow_null=True)
@@ -86,11 +88,9 @@ class AnnotatedOrRelated(serializers.CharField):
 
 
 class DeploymentSerializer(serializers.ModelSerializer):
-    tenant = AnnotatedOrRelated("tenant_slug", source="tenant.slug",
-                                help_text=Tenant._meta.get_field("slug").help_text)
+    tenant = AnnotatedOrRelated("tenant_slug", source="tenant.slug", help_text=Tenant._meta.get_field("slug").help_text)
     flavor = AnnotatedOrRelated("flavor_name", source="flavor.name")
-    created_by = AnnotatedOrRelated("created_by_username", source="created_by.username", default=None,
-                                    allow_null=True)
+    created_by = AnnotatedOrRelated("created_by_username", source="created_by.username", default=None, allow_null=True)
     gpus_per_replica = serializers.IntegerField(read_only=True)
     gpus_needed = serializers.IntegerField(read_only=True)
     resource_name = serializers.CharField(read_only=True)
@@ -98,14 +98,43 @@ class DeploymentSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ModelDeployment
-        fields = ["id", "tenant", "name", "resource_name", "model_source", "served_model_name",
-                  "hf_token_secret", "flavor", "backend", "tensor_parallel_size",
-                  "pipeline_parallel_size", "min_replicas", "max_replicas", "target_ongoing_requests",
-                  "max_model_len", "gpu_memory_utilization", "enable_chunked_prefill",
-                  "max_num_batched_tokens", "quantization", "dtype", "parameter_count_b",
-                  "gpus_per_replica", "gpus_needed", "state", "badge", "generation",
-                  "observed_generation", "conditions", "status_message", "endpoint_url",
-                  "reserved_gpus", "created_by", "decision_reason", "created", "updated"]
+        fields = [
+            "id",
+            "tenant",
+            "name",
+            "resource_name",
+            "model_source",
+            "served_model_name",
+            "hf_token_secret",
+            "flavor",
+            "backend",
+            "tensor_parallel_size",
+            "pipeline_parallel_size",
+            "min_replicas",
+            "max_replicas",
+            "target_ongoing_requests",
+            "max_model_len",
+            "gpu_memory_utilization",
+            "enable_chunked_prefill",
+            "max_num_batched_tokens",
+            "quantization",
+            "dtype",
+            "parameter_count_b",
+            "gpus_per_replica",
+            "gpus_needed",
+            "state",
+            "badge",
+            "generation",
+            "observed_generation",
+            "conditions",
+            "status_message",
+            "endpoint_url",
+            "reserved_gpus",
+            "created_by",
+            "decision_reason",
+            "created",
+            "updated",
+        ]
         read_only_fields = fields
 
     def get_badge(self, obj) -> str:
@@ -113,11 +142,32 @@ class DeploymentSerializer(serializers.ModelSerializer):
 
 
 # Plain attributes copied as they are (ints, strings, booleans, JSON lists).
-_PLAIN = ("id", "name", "model_source", "served_model_name", "hf_token_secret", "backend",
-          "tensor_parallel_size", "pipeline_parallel_size", "min_replicas", "max_replicas",
-          "target_ongoing_requests", "max_model_len", "enable_chunked_prefill", "max_num_batched_tokens",
-          "quantization", "dtype", "state", "generation", "observed_generation", "conditions",
-          "status_message", "endpoint_url", "reserved_gpus", "decision_reason")
+_PLAIN = (
+    "id",
+    "name",
+    "model_source",
+    "served_model_name",
+    "hf_token_secret",
+    "backend",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "min_replicas",
+    "max_replicas",
+    "target_ongoing_requests",
+    "max_model_len",
+    "enable_chunked_prefill",
+    "max_num_batched_tokens",
+    "quantization",
+    "dtype",
+    "state",
+    "generation",
+    "observed_generation",
+    "conditions",
+    "status_message",
+    "endpoint_url",
+    "reserved_gpus",
+    "decision_reason",
+)
 
 
 def _iso(value):
@@ -128,8 +178,16 @@ def _iso(value):
 
 # The page's columns, fetched with values(): building 100 model instances per page (Model.__init__
 # over ~40 fields each) was the largest cost left in a list request (bench/b1_api_list.py).
-LIST_COLUMNS = (*_PLAIN, "tenant_slug", "flavor_name", "created_by_username", "gpu_memory_utilization",
-                "parameter_count_b", "created", "updated")
+LIST_COLUMNS = (
+    *_PLAIN,
+    "tenant_slug",
+    "flavor_name",
+    "created_by_username",
+    "gpu_memory_utilization",
+    "parameter_count_b",
+    "created",
+    "updated",
+)
 
 
 class _ListRow:
@@ -158,11 +216,18 @@ def list_rows(values_rows) -> list[dict]:
         d = _ListRow(values)
         row = {name: values[name] for name in _PLAIN}
         row.update(
-            tenant=d.tenant_slug, flavor=d.flavor_name, created_by=d.created_by_username,
-            resource_name=d.resource_name, gpus_per_replica=d.gpus_per_replica, gpus_needed=d.gpus_needed,
+            tenant=d.tenant_slug,
+            flavor=d.flavor_name,
+            created_by=d.created_by_username,
+            resource_name=d.resource_name,
+            gpus_per_replica=d.gpus_per_replica,
+            gpus_needed=d.gpus_needed,
             gpu_memory_utilization=float(d.gpu_memory_utilization),
             parameter_count_b=None if d.parameter_count_b is None else float(d.parameter_count_b),
-            badge=derived_badge(d), created=_iso(d.created), updated=_iso(d.updated))
+            badge=derived_badge(d),
+            created=_iso(d.created),
+            updated=_iso(d.updated),
+        )
         rows.append({name: row[name] for name in DeploymentSerializer.Meta.fields})
     return rows
 
@@ -173,9 +238,11 @@ class ReasonSerializer(serializers.Serializer):
 
 class ApproveSerializer(ReasonSerializer):
     generation = serializers.IntegerField(
-        min_value=1, max_value=2_147_483_647,
+        min_value=1,
+        max_value=2_147_483_647,
         help_text="The deployment's `generation` as shown when you reviewed it. The approval applies to that "
-                  "spec only: if the request changed since, the answer is 409 and nothing changes.")
+        "spec only: if the request changed since, the answer is 409 and nothing changes.",
+    )
 
 
 class ScaleSerializer(serializers.Serializer):

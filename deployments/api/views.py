@@ -33,12 +33,18 @@ class MetricsQuerySerializer(serializers.Serializer):
 
 
 def _advice_dict(advice) -> dict:
-    return {"code": advice.code, "severity": advice.severity, "title": advice.title,
-            "message": advice.message, "evidence": advice.evidence}
+    return {
+        "code": advice.code,
+        "severity": advice.severity,
+        "title": advice.title,
+        "message": advice.message,
+        "evidence": advice.evidence,
+    }
 
 
-class DeploymentViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins.DestroyModelMixin,
-                        viewsets.ReadOnlyModelViewSet):
+class DeploymentViewSet(
+    mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet
+):
     """Model deployments of the tenants you belong to. Other tenants' deployments are 404."""
 
     serializer_class = DeploymentSerializer
@@ -51,8 +57,11 @@ class DeploymentViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins
         if self.action == "list":
             # A page needs three names from the related rows, not the rows: annotating them
             # keeps the query at one statement and skips building 3 model instances per item.
-            return deployments.annotate(tenant_slug=F("tenant__slug"), flavor_name=F("flavor__name"),
-                                        created_by_username=F("created_by__username"))
+            return deployments.annotate(
+                tenant_slug=F("tenant__slug"),
+                flavor_name=F("flavor__name"),
+                created_by_username=F("created_by__username"),
+            )
         return deployments.select_related("tenant", "flavor", "created_by")
 
     def filter_queryset(self, queryset):
@@ -83,8 +92,9 @@ class DeploymentViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins
         dep = self.get_object()
         body = DeploymentUpdateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        return self._respond(services.deployment_update(deployment_id=dep.pk, user=request.user,
-                                                        data=body.validated_data))
+        return self._respond(
+            services.deployment_update(deployment_id=dep.pk, user=request.user, data=body.validated_data)
+        )
 
     def update(self, request, *args, **kwargs):
         return self.partial_update(request, *args, **kwargs)
@@ -92,8 +102,9 @@ class DeploymentViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins
     @extend_schema(responses={202: DeploymentSerializer})
     def destroy(self, request, *args, **kwargs):
         dep = self.get_object()
-        return self._respond(services.deployment_delete(deployment_id=dep.pk, user=request.user),
-                             status.HTTP_202_ACCEPTED)
+        return self._respond(
+            services.deployment_delete(deployment_id=dep.pk, user=request.user), status.HTTP_202_ACCEPTED
+        )
 
     def _act(self, service, **kwargs):
         dep = self.get_object()
@@ -168,20 +179,25 @@ class DeploymentViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins
         query.is_valid(raise_exception=True)
         return Response(series_mod.series(dep, query.validated_data["window"]))
 
-
     @extend_schema(responses={200: dict})
     @action(detail=True, methods=["get"])
     def summary(self, request, pk=None):
         """Latest values, the last scrape's outcome and the advice."""
         dep = self.get_object()
         scrape = getattr(dep, "scrape_state", None) if hasattr(dep, "scrape_state") else None
-        return Response({
-            "latest": series_mod.summary(dep),
-            "scrape": None if scrape is None else {
-                "last_success": scrape.last_success, "last_error": scrape.last_error, "last_attempt": scrape.last_attempt},
-            "advice": [_advice_dict(a) for a in series_mod.advice_for(dep)],
-        })
-
+        return Response(
+            {
+                "latest": series_mod.summary(dep),
+                "scrape": None
+                if scrape is None
+                else {
+                    "last_success": scrape.last_success,
+                    "last_error": scrape.last_error,
+                    "last_attempt": scrape.last_attempt,
+                },
+                "advice": [_advice_dict(a) for a in series_mod.advice_for(dep)],
+            }
+        )
 
     @extend_schema(responses={200: {"type": "array", "items": {"type": "object"}}})
     @action(detail=True, methods=["get"])

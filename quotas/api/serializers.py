@@ -8,13 +8,24 @@ from quotas.models import GpuFlavor, QuotaChangeRequest, Tenant, TenantQuota
 class GpuFlavorSerializer(serializers.ModelSerializer):
     class Meta:
         model = GpuFlavor
-        fields = ["name", "gpu_model", "accelerator_type", "gpu_memory_gib", "gpus_per_node",
-                  "cpu_per_gpu", "memory_gib_per_gpu", "node_labels", "tolerations",
-                  "price_per_gpu_hour", "active"]
+        fields = [
+            "name",
+            "gpu_model",
+            "accelerator_type",
+            "gpu_memory_gib",
+            "gpus_per_node",
+            "cpu_per_gpu",
+            "memory_gib_per_gpu",
+            "node_labels",
+            "tolerations",
+            "price_per_gpu_hour",
+            "active",
+        ]
 
     def validate(self, attrs):
-        instance = GpuFlavor(**{**({f: getattr(self.instance, f) for f in self.Meta.fields}
-                                   if self.instance else {}), **attrs})
+        instance = GpuFlavor(
+            **{**({f: getattr(self.instance, f) for f in self.Meta.fields} if self.instance else {}), **attrs}
+        )
         instance.clean()  # node labels and tolerations end up in Kueue objects
         return attrs
 
@@ -26,8 +37,17 @@ class TenantQuotaSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = TenantQuota
-        fields = ["id", "tenant", "flavor", "nominal_gpus", "borrowing_limit_gpus",
-                  "lending_limit_gpus", "reserved_gpus", "free_nominal_gpus", "updated"]
+        fields = [
+            "id",
+            "tenant",
+            "flavor",
+            "nominal_gpus",
+            "borrowing_limit_gpus",
+            "lending_limit_gpus",
+            "reserved_gpus",
+            "free_nominal_gpus",
+            "updated",
+        ]
         read_only_fields = ["reserved_gpus", "updated"]
 
     def get_free_nominal_gpus(self, obj) -> int:
@@ -50,13 +70,28 @@ class QuotaChangeRequestSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = QuotaChangeRequest
-        fields = ["id", "tenant", "flavor", "nominal_gpus", "borrowing_limit_gpus", "lending_limit_gpus",
-                  "justification", "status", "previous", "requested_by", "decided_by", "decided_at",
-                  "decision_comment", "created"]
+        fields = [
+            "id",
+            "tenant",
+            "flavor",
+            "nominal_gpus",
+            "borrowing_limit_gpus",
+            "lending_limit_gpus",
+            "justification",
+            "status",
+            "previous",
+            "requested_by",
+            "decided_by",
+            "decided_at",
+            "decision_comment",
+            "created",
+        ]
         read_only_fields = ["status", "previous", "decided_at", "decision_comment", "created"]
-        extra_kwargs = {"nominal_gpus": {"min_value": 0, "max_value": 100_000},
-                        "borrowing_limit_gpus": {"min_value": 0, "max_value": 100_000},
-                        "lending_limit_gpus": {"min_value": 0, "max_value": 100_000}}
+        extra_kwargs = {
+            "nominal_gpus": {"min_value": 0, "max_value": 100_000},
+            "borrowing_limit_gpus": {"min_value": 0, "max_value": 100_000},
+            "lending_limit_gpus": {"min_value": 0, "max_value": 100_000},
+        }
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

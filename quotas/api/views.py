@@ -62,8 +62,7 @@ class TenantQuotaViewSet(viewsets.ReadOnlyModelViewSet):
         quota = self.get_object()
         data = QuotaSetSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        quota = services.quota_set(tenant=quota.tenant, flavor=quota.flavor, actor=request.user,
-                                   **data.validated_data)
+        quota = services.quota_set(tenant=quota.tenant, flavor=quota.flavor, actor=request.user, **data.validated_data)
         return Response(TenantQuotaSerializer(quota).data)
 
 
@@ -75,20 +74,23 @@ class QuotaChangeRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelV
     throttle_classes = [WriteThrottle]
 
     def get_queryset(self):
-        return (QuotaChangeRequest.objects.visible_to(self.request.user)
-                .select_related("tenant", "flavor", "requested_by", "decided_by"))
+        return QuotaChangeRequest.objects.visible_to(self.request.user).select_related(
+            "tenant", "flavor", "requested_by", "decided_by"
+        )
 
     def perform_create(self, serializer):
         data = dict(serializer.validated_data)
         serializer.instance = services.quota_change_request_create(
-            tenant=data.pop("tenant"), flavor=data.pop("flavor"), user=self.request.user, **data)
+            tenant=data.pop("tenant"), flavor=data.pop("flavor"), user=self.request.user, **data
+        )
 
     def _decide(self, request, decide, **extra):
         self.get_object()  # 404 for requests this user cannot see
         body = DecisionSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        result = decide(request_id=int(self.kwargs["pk"]), approver=request.user,
-                        comment=body.validated_data["comment"])
+        result = decide(
+            request_id=int(self.kwargs["pk"]), approver=request.user, comment=body.validated_data["comment"]
+        )
         return Response(self.get_serializer(result).data)
 
     @extend_schema(request=DecisionSerializer, responses=QuotaChangeRequestSerializer)
@@ -119,10 +121,17 @@ def cluster_usage_rows() -> list[dict]:
     """Quota and reservations by cohort, tenant and flavor (admin cluster view, API and UI)."""
     rows = []
     for quota in TenantQuota.objects.select_related("tenant", "flavor").order_by("tenant__slug", "flavor__name"):
-        rows.append({"cohort": quota.tenant.effective_cohort, "tenant": quota.tenant.slug,
-                     "flavor": quota.flavor.name, "nominal_gpus": quota.nominal_gpus,
-                     "borrowing_limit_gpus": quota.borrowing_limit_gpus,
-                     "lending_limit_gpus": quota.lending_limit_gpus, "reserved_gpus": quota.reserved_gpus})
+        rows.append(
+            {
+                "cohort": quota.tenant.effective_cohort,
+                "tenant": quota.tenant.slug,
+                "flavor": quota.flavor.name,
+                "nominal_gpus": quota.nominal_gpus,
+                "borrowing_limit_gpus": quota.borrowing_limit_gpus,
+                "lending_limit_gpus": quota.lending_limit_gpus,
+                "reserved_gpus": quota.reserved_gpus,
+            }
+        )
     return rows
 
 
@@ -133,11 +142,20 @@ class ClusterUsageView(APIView):
     def get(self, request):
         if not is_platform_admin(request.user):
             return Response({"detail": "Only platform admins see the cluster view."}, status=403)
-        totals = (TenantQuota.objects.values("flavor__name")
-                  .annotate(nominal=Sum("nominal_gpus"), reserved=Sum("reserved_gpus")).order_by("flavor__name"))
-        return Response({"rows": cluster_usage_rows(),
-                         "totals": [{"flavor": t["flavor__name"], "nominal_gpus": t["nominal"],
-                                     "reserved_gpus": t["reserved"]} for t in totals]})
+        totals = (
+            TenantQuota.objects.values("flavor__name")
+            .annotate(nominal=Sum("nominal_gpus"), reserved=Sum("reserved_gpus"))
+            .order_by("flavor__name")
+        )
+        return Response(
+            {
+                "rows": cluster_usage_rows(),
+                "totals": [
+                    {"flavor": t["flavor__name"], "nominal_gpus": t["nominal"], "reserved_gpus": t["reserved"]}
+                    for t in totals
+                ],
+            }
+        )
 
 
 PREVIEW_PARAMS = [OpenApiParameter("tenant", str), OpenApiParameter("flavor", str), OpenApiParameter("gpus", int)]

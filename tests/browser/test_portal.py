@@ -51,12 +51,28 @@ def store_samples(dep, minutes=10):
     rows = []
     for i in range(minutes * 4):
         ts = now - timedelta(seconds=15 * (minutes * 4 - i))
-        rows.append(MetricSample(
-            deployment=dep, resolution=Resolution.RAW, ts=ts,
-            prompt_tokens_per_s=round(800 + 37.5 * i, 1), generation_tokens_per_s=round(120 + 11.25 * i, 2),
-            requests_per_s=round(1.5 + 0.05 * i, 3), errors_per_s=0.0, kv_cache_pct=round(20 + i * 1.1, 1),
-            running=float(4 + i % 5), waiting=float(i % 3), ttft_p50=0.18, ttft_p95=0.42, itl_p50=0.021,
-            itl_p95=0.035, e2e_p50=2.1, e2e_p95=4.8, prefix_cache_hit_pct=35.0, preemptions_per_s=0.0))
+        rows.append(
+            MetricSample(
+                deployment=dep,
+                resolution=Resolution.RAW,
+                ts=ts,
+                prompt_tokens_per_s=round(800 + 37.5 * i, 1),
+                generation_tokens_per_s=round(120 + 11.25 * i, 2),
+                requests_per_s=round(1.5 + 0.05 * i, 3),
+                errors_per_s=0.0,
+                kv_cache_pct=round(20 + i * 1.1, 1),
+                running=float(4 + i % 5),
+                waiting=float(i % 3),
+                ttft_p50=0.18,
+                ttft_p95=0.42,
+                itl_p50=0.021,
+                itl_p95=0.035,
+                e2e_p50=2.1,
+                e2e_p95=4.8,
+                prefix_cache_hit_pct=35.0,
+                preemptions_per_s=0.0,
+            )
+        )
     MetricSample.objects.bulk_create(rows)
     return rows
 
@@ -68,7 +84,9 @@ def trace_y(page, chart: str, name: str) -> list[float]:
             const gd = document.getElementById(id);
             const trace = (gd._fullData || []).find((t) => t.name === name);
             return trace ? Array.from(trace.y) : null;
-        }""", [f"chart-{chart}", name])
+        }""",
+        [f"chart-{chart}", name],
+    )
 
 
 class TestRequestApproveAndWatch:
@@ -195,8 +213,12 @@ class TestTenantIsolation:
     def test_another_tenants_member_gets_404_everywhere(self, portal):
         dep = create_deployment(portal.world)
         other = portal.page("other_member")
-        for path in (f"/deployments/{dep.pk}/", f"/deployments/{dep.pk}/status/",
-                     f"/deployments/{dep.pk}/charts/?window=1h", "/quotas/alpha/"):
+        for path in (
+            f"/deployments/{dep.pk}/",
+            f"/deployments/{dep.pk}/status/",
+            f"/deployments/{dep.pk}/charts/?window=1h",
+            "/quotas/alpha/",
+        ):
             response = other.goto(path)
             assert response.status == 404, path
         # Actions are POSTs with the page's CSRF token, as the browser would send them.
@@ -204,8 +226,9 @@ class TestTenantIsolation:
         expect()(other.locator(f"tr[data-deployment='{dep.pk}']")).to_have_count(0)
         token = other.evaluate("JSON.parse(document.body.getAttribute('hx-headers'))['X-CSRFToken']")
         for action in ("cancel", "delete", "approve"):
-            response = other.request.post(f"/deployments/{dep.pk}/{action}/", headers={"X-CSRFToken": token},
-                                          max_redirects=0)
+            response = other.request.post(
+                f"/deployments/{dep.pk}/{action}/", headers={"X-CSRFToken": token}, max_redirects=0
+            )
             assert response.status == 404, action
         dep.refresh_from_db()
         assert dep.state == "pending_approval"
@@ -246,7 +269,8 @@ class TestKeyboard:
         member.keyboard.press("Space")
         member.keyboard.press("ArrowRight")
         assert member.evaluate("document.activeElement.checked && document.activeElement.value") == str(
-            portal.world.h100.pk)
+            portal.world.h100.pk
+        )
         focus_ring = member.evaluate("getComputedStyle(document.activeElement.closest('.tile')).outlineStyle")
         assert focus_ring != "none"
         tab_to("#id_max_model_len")
@@ -259,9 +283,13 @@ class TestKeyboard:
 
 
 class TestScreenshots:
-    PAGES = {"overview": ("member", "/"), "deployment-list": ("member", "/deployments/"),
-             "tokens": ("member", "/tokens/"), "cluster": ("platform_admin", "/cluster/"),
-             "quota-admin": ("platform_admin", "/quotas/alpha/")}
+    PAGES = {
+        "overview": ("member", "/"),
+        "deployment-list": ("member", "/deployments/"),
+        "tokens": ("member", "/tokens/"),
+        "cluster": ("platform_admin", "/cluster/"),
+        "quota-admin": ("platform_admin", "/quotas/alpha/"),
+    }
 
     def test_main_pages_render_without_errors(self, portal):
         dep = create_deployment(portal.world)

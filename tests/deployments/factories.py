@@ -5,11 +5,21 @@ from __future__ import annotations
 
 def draft(world, **overrides) -> dict:
     data = {
-        "name": "llama-chat", "model_source": "meta-llama/Meta-Llama-3-8B-Instruct",
-        "served_model_name": "llama3-8b", "flavor": world.h100, "tensor_parallel_size": 1,
-        "pipeline_parallel_size": 1, "min_replicas": 1, "max_replicas": 2,
-        "target_ongoing_requests": 16, "max_model_len": 8192, "gpu_memory_utilization": 0.9,
-        "enable_chunked_prefill": True, "quantization": "", "dtype": "bfloat16", "backend": "kuberay",
+        "name": "llama-chat",
+        "model_source": "meta-llama/Meta-Llama-3-8B-Instruct",
+        "served_model_name": "llama3-8b",
+        "flavor": world.h100,
+        "tensor_parallel_size": 1,
+        "pipeline_parallel_size": 1,
+        "min_replicas": 1,
+        "max_replicas": 2,
+        "target_ongoing_requests": 16,
+        "max_model_len": 8192,
+        "gpu_memory_utilization": 0.9,
+        "enable_chunked_prefill": True,
+        "quantization": "",
+        "dtype": "bfloat16",
+        "backend": "kuberay",
     }
     data.update(overrides)
     return data

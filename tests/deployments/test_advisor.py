@@ -128,9 +128,7 @@ class TestRules:
         assert advice.code == "scale_out" and advice.evidence["points"] == 2
 
     def test_full_kv_cache_without_a_queue(self) -> None:
-        points = synthetic(
-            [0, 1, 2, 3], kv_cache_pct=96.0, waiting=1.0, running=8.0, preemptions_per_s=2.5
-        )
+        points = synthetic([0, 1, 2, 3], kv_cache_pct=96.0, waiting=1.0, running=8.0, preemptions_per_s=2.5)
         (advice,) = run(points, now=T0 + 180)
         assert advice.code == "kv_cache_pressure"
         assert "max_num_batched_tokens" in advice.message and "replicas" in advice.message
@@ -174,8 +172,7 @@ class TestRules:
 
     def test_stored_rows_with_datetimes_are_accepted(self) -> None:
         rows = [
-            SimpleNamespace(ts=datetime.fromtimestamp(T0 + m * 60, UTC), waiting=10.0, running=4.0)
-            for m in range(3)
+            SimpleNamespace(ts=datetime.fromtimestamp(T0 + m * 60, UTC), waiting=10.0, running=4.0) for m in range(3)
         ]
         advice = advise(
             rows,

@@ -14,8 +14,14 @@ def dep(world):
     return services.deployment_create(tenant=world.alpha, user=world.users["member"], data=draft(world))
 
 
-ANY_MEMBER_READS = {"anonymous": 401, "viewer": 200, "member": 200, "tenant_admin": 200,
-                    "platform_admin": 200, "other_member": 404}
+ANY_MEMBER_READS = {
+    "anonymous": 401,
+    "viewer": 200,
+    "member": 200,
+    "tenant_admin": 200,
+    "platform_admin": 200,
+    "other_member": 404,
+}
 
 
 class TestPermissionMatrix:
@@ -29,38 +35,79 @@ class TestPermissionMatrix:
 
     def test_create(self, world):
         counter = iter(range(100))
-        check_matrix(world, lambda c: c.post("/api/v1/deployments/", api_draft(
-            world, name=f"m{next(counter)}", max_replicas=1), format="json"),
-            {"anonymous": 401, "viewer": 403, "member": 201, "tenant_admin": 201, "platform_admin": 201,
-             "other_member": 400})  # alpha is not one of their tenants: a field error, nothing leaks
+        check_matrix(
+            world,
+            lambda c: c.post(
+                "/api/v1/deployments/", api_draft(world, name=f"m{next(counter)}", max_replicas=1), format="json"
+            ),
+            {
+                "anonymous": 401,
+                "viewer": 403,
+                "member": 201,
+                "tenant_admin": 201,
+                "platform_admin": 201,
+                "other_member": 400,
+            },
+        )  # alpha is not one of their tenants: a field error, nothing leaks
 
     def test_approve_is_for_platform_admins_only(self, world, dep):
-        check_matrix(world, lambda c: c.post(f"/api/v1/deployments/{dep.pk}/approve/", {"generation": 1}, format="json"),
-                     {"anonymous": 401, "viewer": 403, "member": 403, "tenant_admin": 403,
-                      "platform_admin": 200, "other_member": 404})
+        check_matrix(
+            world,
+            lambda c: c.post(f"/api/v1/deployments/{dep.pk}/approve/", {"generation": 1}, format="json"),
+            {
+                "anonymous": 401,
+                "viewer": 403,
+                "member": 403,
+                "tenant_admin": 403,
+                "platform_admin": 200,
+                "other_member": 404,
+            },
+        )
 
     def test_reject_needs_platform_admin_and_a_reason(self, world, dep):
-        assert world.client("member").post(f"/api/v1/deployments/{dep.pk}/reject/", {"reason": "x"},
-                                           format="json").status_code == 403
+        assert (
+            world.client("member")
+            .post(f"/api/v1/deployments/{dep.pk}/reject/", {"reason": "x"}, format="json")
+            .status_code
+            == 403
+        )
         response = world.client("platform_admin").post(f"/api/v1/deployments/{dep.pk}/reject/", {}, format="json")
         assert response.status_code == 400 and "reason" in response.json()
 
     @pytest.mark.parametrize("action", ["cancel", "stop", "start"])
     def test_lifecycle_actions_need_member(self, world, dep, action):
-        check_matrix(world, lambda c: c.post(f"/api/v1/deployments/{dep.pk}/{action}/", {}, format="json"),
-                     {"anonymous": 401, "viewer": 403, "member": (200, 409), "tenant_admin": (200, 409),
-                      "platform_admin": (200, 409), "other_member": 404})
+        check_matrix(
+            world,
+            lambda c: c.post(f"/api/v1/deployments/{dep.pk}/{action}/", {}, format="json"),
+            {
+                "anonymous": 401,
+                "viewer": 403,
+                "member": (200, 409),
+                "tenant_admin": (200, 409),
+                "platform_admin": (200, 409),
+                "other_member": 404,
+            },
+        )
 
     def test_scale_update_delete(self, world, dep):
         other = {"anonymous": 401, "viewer": 403, "other_member": 404}
-        check_matrix(world, lambda c: c.post(f"/api/v1/deployments/{dep.pk}/scale/",
-                                             {"min_replicas": 1, "max_replicas": 1}, format="json"),
-                     {**other, "member": 200, "tenant_admin": 200, "platform_admin": 200})
-        check_matrix(world, lambda c: c.patch(f"/api/v1/deployments/{dep.pk}/", {"max_model_len": 4096},
-                                              format="json"),
-                     {**other, "member": 200, "tenant_admin": 200, "platform_admin": 200})
-        check_matrix(world, lambda c: c.delete(f"/api/v1/deployments/{dep.pk}/"),
-                     {**other, "member": (202, 404), "tenant_admin": (202, 404), "platform_admin": (202, 404)})
+        check_matrix(
+            world,
+            lambda c: c.post(
+                f"/api/v1/deployments/{dep.pk}/scale/", {"min_replicas": 1, "max_replicas": 1}, format="json"
+            ),
+            {**other, "member": 200, "tenant_admin": 200, "platform_admin": 200},
+        )
+        check_matrix(
+            world,
+            lambda c: c.patch(f"/api/v1/deployments/{dep.pk}/", {"max_model_len": 4096}, format="json"),
+            {**other, "member": 200, "tenant_admin": 200, "platform_admin": 200},
+        )
+        check_matrix(
+            world,
+            lambda c: c.delete(f"/api/v1/deployments/{dep.pk}/"),
+            {**other, "member": (202, 404), "tenant_admin": (202, 404), "platform_admin": (202, 404)},
+        )
 
 
 class TestBehaviour:
@@ -71,7 +118,9 @@ class TestBehaviour:
         body = created.json()
         assert body["state"] == "pending_approval" and body["gpus_needed"] == 2
         assert body["resource_name"] == f"llama-chat-{body['id']}"
-        approved = admin.post(f"/api/v1/deployments/{body['id']}/approve/", {"reason": "ok", "generation": 1}, format="json")
+        approved = admin.post(
+            f"/api/v1/deployments/{body['id']}/approve/", {"reason": "ok", "generation": 1}, format="json"
+        )
         assert approved.json()["state"] == "approved" and approved.json()["reserved_gpus"] == 2
         again = admin.post(f"/api/v1/deployments/{body['id']}/approve/", {"generation": 1}, format="json")
         assert again.status_code == 409
@@ -93,21 +142,36 @@ class TestBehaviour:
         client = world.client("member")
         body = client.post("/api/v1/deployments/preview/", api_draft(world, max_replicas=12), format="json").json()
         assert body["valid"] is True and body["quota"]["fit"] == "borrowing" and body["memory"]["verdict"] == "fits"
-        body = client.post("/api/v1/deployments/preview/",
-                           api_draft(world, model_source="deepseek-ai/DeepSeek-V3"), format="json").json()
+        body = client.post(
+            "/api/v1/deployments/preview/", api_draft(world, model_source="deepseek-ai/DeepSeek-V3"), format="json"
+        ).json()
         assert body["valid"] is False and body["memory"]["verdict"] == "does_not_fit"
         assert not ModelDeployment.objects.exists()
 
-    @pytest.mark.parametrize("field, value", [
-        ("name", "has space"), ("name", "x" * 41), ("name", "ünï"), ("model_source", "org/model\nkind: Secret"),
-        ("model_source", "x" * 600), ("tensor_parallel_size", 3), ("tensor_parallel_size", -1),
-        ("max_replicas", 10 ** 12), ("gpu_memory_utilization", 0.99), ("gpu_memory_utilization", "NaN"),
-        ("flavor", "no-such-flavor"), ("quantization", "int3"), ("served_model_name", "a\"b"),
-        ("hf_token_secret", "Secret\n"), ("max_model_len", 1),
-    ])
+    @pytest.mark.parametrize(
+        "field, value",
+        [
+            ("name", "has space"),
+            ("name", "x" * 41),
+            ("name", "ünï"),
+            ("model_source", "org/model\nkind: Secret"),
+            ("model_source", "x" * 600),
+            ("tensor_parallel_size", 3),
+            ("tensor_parallel_size", -1),
+            ("max_replicas", 10**12),
+            ("gpu_memory_utilization", 0.99),
+            ("gpu_memory_utilization", "NaN"),
+            ("flavor", "no-such-flavor"),
+            ("quantization", "int3"),
+            ("served_model_name", 'a"b'),
+            ("hf_token_secret", "Secret\n"),
+            ("max_model_len", 1),
+        ],
+    )
     def test_bad_input_is_400_with_the_field_and_nothing_written(self, world, field, value):
-        response = world.client("member").post("/api/v1/deployments/", api_draft(world, **{field: value}),
-                                               format="json")
+        response = world.client("member").post(
+            "/api/v1/deployments/", api_draft(world, **{field: value}), format="json"
+        )
         assert response.status_code == 400, response.content
         assert field in response.json()
         assert not ModelDeployment.objects.exists()
@@ -115,8 +179,9 @@ class TestBehaviour:
     def test_scaling_beyond_quota_is_refused_with_numbers(self, world, dep):
         admin = world.client("platform_admin")
         admin.post(f"/api/v1/deployments/{dep.pk}/approve/", {"generation": 1}, format="json")
-        response = world.client("member").post(f"/api/v1/deployments/{dep.pk}/scale/",
-                                               {"min_replicas": 1, "max_replicas": 13}, format="json")
+        response = world.client("member").post(
+            f"/api/v1/deployments/{dep.pk}/scale/", {"min_replicas": 1, "max_replicas": 13}, format="json"
+        )
         assert response.status_code == 400 and "Does not fit" in str(response.json())
 
     def test_openapi_schema_documents_the_actions(self, world):
@@ -134,10 +199,16 @@ class TestFastListRows:
         from deployments.models import ModelDeployment
 
         member, admin = world.client("member"), world.client("platform_admin")
-        for i, extra in enumerate([{}, {"parameter_count_b": 7.5, "model_source": "acme/custom-7b"},
-                                   {"max_model_len": None, "quantization": "fp8"}]):
-            body = member.post("/api/v1/deployments/", {**api_draft(world, name=f"row-{i}", max_replicas=1),
-                                                        **extra}, format="json")
+        for i, extra in enumerate(
+            [
+                {},
+                {"parameter_count_b": 7.5, "model_source": "acme/custom-7b"},
+                {"max_model_len": None, "quantization": "fp8"},
+            ]
+        ):
+            body = member.post(
+                "/api/v1/deployments/", {**api_draft(world, name=f"row-{i}", max_replicas=1), **extra}, format="json"
+            )
             assert body.status_code == 201, body.content
         dep = ModelDeployment.objects.get(name="row-0")
         admin.post(f"/api/v1/deployments/{dep.pk}/approve/", {"generation": 1}, format="json")
@@ -145,8 +216,10 @@ class TestFastListRows:
         # The derived badge's other branches: a spec not yet converged, and scaled to zero.
         ModelDeployment.objects.filter(name="row-1").update(state="ready", generation=3, observed_generation=2)
         ModelDeployment.objects.filter(name="row-2").update(
-            state="ready", observed_generation=F("generation"),
-            conditions=[{"type": "Ready", "status": "True", "reason": "ScaledToZero"}])
+            state="ready",
+            observed_generation=F("generation"),
+            conditions=[{"type": "Ready", "status": "True", "reason": "ScaledToZero"}],
+        )
         listed = {row["id"]: row for row in member.get("/api/v1/deployments/").json()["results"]}
         assert {row["badge"] for row in listed.values()} >= {"updating", "scaled_to_zero"}
         for dep in ModelDeployment.objects.select_related("tenant", "flavor", "created_by"):

@@ -59,9 +59,9 @@ class TestDashboard:
         x = [datetime.fromtimestamp(t, UTC) for t in timestamps]
         for key, fig in figures.items():
             assert isinstance(fig, go.Figure)
-            assert [(t.name, list(t.y)) for t in fig.data] == [
-                (name, series[field]) for name, field in TRACES[key]
-            ], key
+            assert [(t.name, list(t.y)) for t in fig.data] == [(name, series[field]) for name, field in TRACES[key]], (
+                key
+            )
             assert all(list(t.x) == x for t in fig.data)
             assert fig.layout.yaxis.title.text == Y_UNITS[key]
             assert fig.layout.xaxis.title.text == "Time (UTC)"
@@ -125,9 +125,7 @@ class TestQuotaBars:
         assert fig.layout.yaxis.dtick == 1  # whole GPUs while the numbers are small
 
     def test_large_quotas_let_plotly_choose_ticks(self) -> None:
-        fig = charts.quota_bars(
-            [{"label": "h100", "reserved": 64, "nominal": 512, "borrowable": 0}]
-        )
+        fig = charts.quota_bars([{"label": "h100", "reserved": 64, "nominal": 512, "borrowable": 0}])
         assert fig.layout.yaxis.dtick is None
 
     def test_no_quota_rows_gives_empty_bars(self) -> None:

@@ -22,8 +22,11 @@ def reserved(world) -> int:
 
 
 def audit_actions(dep_id: int) -> list[tuple[str, str]]:
-    return list(AuditEvent.objects.filter(object_type="deployments.modeldeployment", object_id=str(dep_id))
-                .order_by("id").values_list("action", "actor_name"))
+    return list(
+        AuditEvent.objects.filter(object_type="deployments.modeldeployment", object_id=str(dep_id))
+        .order_by("id")
+        .values_list("action", "actor_name")
+    )
 
 
 def request_one(world, **overrides) -> dict:
@@ -33,8 +36,9 @@ def request_one(world, **overrides) -> dict:
 
 
 def approve(world, body: dict) -> dict:
-    response = world.client("platform_admin").post(f"{API}/{body['id']}/approve/",
-                                                   {"generation": body["generation"]}, format="json")
+    response = world.client("platform_admin").post(
+        f"{API}/{body['id']}/approve/", {"generation": body["generation"]}, format="json"
+    )
     assert response.status_code == 200, response.content
     return response.json()
 
@@ -83,8 +87,7 @@ class TestApprovalBindsTheReviewedGeneration:
     def test_an_approval_of_a_stale_generation_is_409_and_changes_nothing(self, world):
         body = request_one(world)
         world.client("member").patch(f"{API}/{body['id']}/", {"max_model_len": 2048}, format="json")
-        response = world.client("platform_admin").post(f"{API}/{body['id']}/approve/", {"generation": 1},
-                                                       format="json")
+        response = world.client("platform_admin").post(f"{API}/{body['id']}/approve/", {"generation": 1}, format="json")
         assert response.status_code == 409
         assert response.json() == {"generation": [response.json()["generation"][0]], "code": "stale_generation"}
         row = ModelDeployment.objects.get(pk=body["id"])
@@ -111,11 +114,19 @@ class TestApprovalBindsTheReviewedGeneration:
 
 
 class TestChangesToWhatRuns:
-    @pytest.mark.parametrize("change", [
-        {"model_source": "mistralai/Mistral-7B-Instruct-v0.3"}, {"flavor": "a100-pcie"},
-        {"tensor_parallel_size": 2}, {"max_replicas": 3}, {"max_model_len": 2048},
-        {"gpu_memory_utilization": 0.8}, {"dtype": "float16"}, {"enable_chunked_prefill": False},
-    ])
+    @pytest.mark.parametrize(
+        "change",
+        [
+            {"model_source": "mistralai/Mistral-7B-Instruct-v0.3"},
+            {"flavor": "a100-pcie"},
+            {"tensor_parallel_size": 2},
+            {"max_replicas": 3},
+            {"max_model_len": 2048},
+            {"gpu_memory_utilization": 0.8},
+            {"dtype": "float16"},
+            {"enable_chunked_prefill": False},
+        ],
+    )
     def test_go_back_to_approval_while_the_approved_version_keeps_its_gpus(self, world, change):
         body = approve(world, request_one(world))
         response = world.client("member").patch(f"{API}/{body['id']}/", change, format="json")
@@ -124,8 +135,9 @@ class TestChangesToWhatRuns:
 
     def test_scaling_up_through_the_scale_action_goes_back_to_approval(self, world):
         body = approve(world, request_one(world))
-        response = world.client("member").post(f"{API}/{body['id']}/scale/", {"min_replicas": 1, "max_replicas": 4},
-                                               format="json")
+        response = world.client("member").post(
+            f"{API}/{body['id']}/scale/", {"min_replicas": 1, "max_replicas": 4}, format="json"
+        )
         assert (response.json()["state"], reserved(world)) == (State.PENDING_APPROVAL, 2)
 
     def test_cosmetic_changes_stay_approved(self, world):
@@ -141,8 +153,11 @@ class TestChangesToWhatRuns:
         response = world.client("member").patch(f"{API}/{body['id']}/", {"max_model_len": 2048}, format="json")
         assert response.json()["state"] == State.APPROVED
         assert audit_actions(body["id"]) == [
-            ("deployment.request", "alpha-member"), ("deployment.approve", "policy"),
-            ("deployment.update", "alpha-member"), ("deployment.approve", "policy")]
+            ("deployment.request", "alpha-member"),
+            ("deployment.approve", "policy"),
+            ("deployment.update", "alpha-member"),
+            ("deployment.approve", "policy"),
+        ]
         audit = world.client("platform_admin").get("/api/v1/audit/", {"object_id": body["id"]}).json()
         assert "policy" in [row["actor_name"] for row in audit["results"]]
 
@@ -158,8 +173,9 @@ class TestChangesToWhatRuns:
 class TestBackendIsFixed:
     def test_changing_the_backend_is_a_400_on_the_field_and_changes_nothing(self, world):
         body = approve(world, request_one(world))
-        response = world.client("member").patch(f"{API}/{body['id']}/", {"backend": "kserve", "max_model_len": 2048},
-                                                format="json")
+        response = world.client("member").patch(
+            f"{API}/{body['id']}/", {"backend": "kserve", "max_model_len": 2048}, format="json"
+        )
         assert response.status_code == 400 and list(response.json()) == ["backend", "code"]
         row = ModelDeployment.objects.get(pk=body["id"])
         assert (row.backend, row.max_model_len, row.generation) == ("kuberay", 8192, 1)
@@ -192,8 +208,17 @@ class TestDuplicateNames:
 
 
 class TestRedirectTargets:
-    HOSTILE = ["https://evil.example/", "//evil.example/x", "/\\evil.example", "\\\\evil.example",
-               "javascript:alert(1)", "http:/evil.example", "approvals", " //evil.example", "\x00/x"]
+    HOSTILE = [
+        "https://evil.example/",
+        "//evil.example/x",
+        "/\\evil.example",
+        "\\\\evil.example",
+        "javascript:alert(1)",
+        "http:/evil.example",
+        "approvals",
+        " //evil.example",
+        "\x00/x",
+    ]
 
     @pytest.mark.parametrize("target", HOSTILE)
     def test_an_action_never_redirects_off_site_nor_fails(self, world, target):
@@ -203,24 +228,32 @@ class TestRedirectTargets:
 
     def test_an_on_site_target_is_followed(self, world):
         body = request_one(world)
-        response = world.browser("platform_admin").post(f"/deployments/{body['id']}/approve/",
-                                                         {"next": "/approvals/", "generation": 1})
+        response = world.browser("platform_admin").post(
+            f"/deployments/{body['id']}/approve/", {"next": "/approvals/", "generation": 1}
+        )
         assert response["Location"] == "/approvals/"
 
     @pytest.mark.parametrize("target", HOSTILE)
     def test_a_quota_decision_never_redirects_off_site(self, world, target):
         from quotas.models import QuotaChangeRequest
 
-        qcr = QuotaChangeRequest.objects.create(tenant=world.alpha, flavor=world.h100, nominal_gpus=9,
-                                                borrowing_limit_gpus=0, requested_by=world.users["tenant_admin"])
-        response = world.browser("platform_admin").post(f"/quota-requests/{qcr.pk}/reject/",
-                                                         {"next": target, "comment": "no"})
+        qcr = QuotaChangeRequest.objects.create(
+            tenant=world.alpha,
+            flavor=world.h100,
+            nominal_gpus=9,
+            borrowing_limit_gpus=0,
+            requested_by=world.users["tenant_admin"],
+        )
+        response = world.browser("platform_admin").post(
+            f"/quota-requests/{qcr.pk}/reject/", {"next": target, "comment": "no"}
+        )
         assert response.status_code == 302 and response["Location"] == "/approvals/"
 
 
 def test_the_ui_says_when_scaling_up_waits_for_approval(world):
     body = approve(world, request_one(world))
-    response = world.browser("member").post(f"/deployments/{body['id']}/scale/", {"min_replicas": 1, "max_replicas": 4},
-                                            follow=True)
+    response = world.browser("member").post(
+        f"/deployments/{body['id']}/scale/", {"min_replicas": 1, "max_replicas": 4}, follow=True
+    )
     assert "Scaled: more GPUs need a platform admin" in response.content.decode()
     assert ModelDeployment.objects.get(pk=body["id"]).state == State.PENDING_APPROVAL

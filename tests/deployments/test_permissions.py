@@ -29,9 +29,17 @@ def put(world, state: str, name: str) -> ModelDeployment:
     """A one-GPU deployment of tenant alpha in `state`, with the reservation that state holds."""
     ran = state not in (State.PENDING_APPROVAL, State.REJECTED, State.CANCELLED)
     dep = ModelDeployment.objects.create(
-        tenant=world.alpha, name=name, model_source="meta-llama/Meta-Llama-3-8B-Instruct",
-        served_model_name=name, flavor=world.h100, backend="kuberay", max_replicas=1, max_model_len=4096,
-        state=state, observed_generation=1 if ran else 0)
+        tenant=world.alpha,
+        name=name,
+        model_source="meta-llama/Meta-Llama-3-8B-Instruct",
+        served_model_name=name,
+        flavor=world.h100,
+        backend="kuberay",
+        max_replicas=1,
+        max_model_len=4096,
+        state=state,
+        observed_generation=1 if ran else 0,
+    )
     if state in HOLDS_QUOTA:
         quota_reserve(tenant=world.alpha, flavor=world.h100, gpus=1, owner_type="deployment", owner_id=dep.pk)
         ModelDeployment.objects.filter(pk=dep.pk).update(reserved_gpus=1)
@@ -40,8 +48,12 @@ def put(world, state: str, name: str) -> ModelDeployment:
 
 
 def actor(role: str) -> Actor | None:
-    return {"viewer": Actor.VIEWER, "member": Actor.MEMBER, "tenant_admin": Actor.TENANT_ADMIN,
-            "platform_admin": Actor.PLATFORM_ADMIN}.get(role)
+    return {
+        "viewer": Actor.VIEWER,
+        "member": Actor.MEMBER,
+        "tenant_admin": Actor.TENANT_ADMIN,
+        "platform_admin": Actor.PLATFORM_ADMIN,
+    }.get(role)
 
 
 def expected_status(role: str, state: str, action: Action) -> int:
@@ -60,8 +72,11 @@ def api_call(client, action: Action, dep: ModelDeployment):
         return client.patch(url, {"served_model_name": "renamed"}, format="json")
     if action == Action.DELETE:
         return client.delete(url)
-    body = {Action.APPROVE: {"generation": dep.generation}, Action.REJECT: {"reason": "not this quarter"},
-            Action.SCALE: {"min_replicas": 0, "max_replicas": 1}}.get(action, {})
+    body = {
+        Action.APPROVE: {"generation": dep.generation},
+        Action.REJECT: {"reason": "not this quarter"},
+        Action.SCALE: {"min_replicas": 0, "max_replicas": 1},
+    }.get(action, {})
     return client.post(f"{url}{action.value}/", body, format="json")
 
 
@@ -71,8 +86,11 @@ def snapshot(dep: ModelDeployment) -> tuple:
 
 
 def audit_entries(dep: ModelDeployment, action: Action) -> list[str]:
-    return list(AuditEvent.objects.filter(object_type="deployments.modeldeployment", object_id=str(dep.pk),
-                                          action=f"deployment.{action.value}").values_list("actor_name", flat=True))
+    return list(
+        AuditEvent.objects.filter(
+            object_type="deployments.modeldeployment", object_id=str(dep.pk), action=f"deployment.{action.value}"
+        ).values_list("actor_name", flat=True)
+    )
 
 
 @pytest.mark.parametrize("action, state", list(itertools.product(list(Action), STATES)))
@@ -91,8 +109,11 @@ def test_api_cell(world, action, state):
 
 
 UI_ACTIONS = [a for a in Action if a not in (Action.UPDATE,)]  # the browser has no spec editor yet
-UI_BODY = {Action.APPROVE: lambda d: {"generation": d.generation}, Action.REJECT: lambda d: {"reason": "no"},
-           Action.SCALE: lambda d: {"min_replicas": 0, "max_replicas": 1}}
+UI_BODY = {
+    Action.APPROVE: lambda d: {"generation": d.generation},
+    Action.REJECT: lambda d: {"reason": "no"},
+    Action.SCALE: lambda d: {"min_replicas": 0, "max_replicas": 1},
+}
 
 
 @pytest.mark.parametrize("action, state", list(itertools.product(UI_ACTIONS, STATES)))

@@ -32,21 +32,24 @@ class TestCreate:
         with pytest.raises(Forbidden):
             services.deployment_create(tenant=world.alpha, user=world.users["viewer"], data=draft(world))
 
-    @pytest.mark.parametrize("overrides, field", [
-        ({"name": "Bad_Name"}, "name"),
-        ({"name": "x" * 41}, "name"),
-        ({"tensor_parallel_size": 16}, "tensor_parallel_size"),
-        ({"tensor_parallel_size": 3}, "tensor_parallel_size"),
-        ({"max_replicas": 13}, "max_replicas"),
-        ({"min_replicas": 3, "max_replicas": 2}, "min_replicas"),
-        ({"model_source": "meta-llama/x\nlabel: injected"}, "model_source"),
-        ({"model_source": "ftp://models/x"}, "model_source"),
-        ({"served_model_name": "ünïcode"}, "served_model_name"),
-        ({"hf_token_secret": "Bad Secret"}, "hf_token_secret"),
-        ({"model_source": "meta-llama/Meta-Llama-3-70B-Instruct", "max_replicas": 1}, "tensor_parallel_size"),
-        ({"enable_chunked_prefill": False, "max_num_batched_tokens": 2048}, "max_num_batched_tokens"),
-        ({"backend": "nomad"}, "backend"),
-    ])
+    @pytest.mark.parametrize(
+        "overrides, field",
+        [
+            ({"name": "Bad_Name"}, "name"),
+            ({"name": "x" * 41}, "name"),
+            ({"tensor_parallel_size": 16}, "tensor_parallel_size"),
+            ({"tensor_parallel_size": 3}, "tensor_parallel_size"),
+            ({"max_replicas": 13}, "max_replicas"),
+            ({"min_replicas": 3, "max_replicas": 2}, "min_replicas"),
+            ({"model_source": "meta-llama/x\nlabel: injected"}, "model_source"),
+            ({"model_source": "ftp://models/x"}, "model_source"),
+            ({"served_model_name": "ünïcode"}, "served_model_name"),
+            ({"hf_token_secret": "Bad Secret"}, "hf_token_secret"),
+            ({"model_source": "meta-llama/Meta-Llama-3-70B-Instruct", "max_replicas": 1}, "tensor_parallel_size"),
+            ({"enable_chunked_prefill": False, "max_num_batched_tokens": 2048}, "max_num_batched_tokens"),
+            ({"backend": "nomad"}, "backend"),
+        ],
+    )
     def test_bad_drafts_are_refused_with_the_field_and_nothing_is_written(self, world, overrides, field):
         with pytest.raises(services.DraftInvalid) as info:
             create(world, **overrides)
@@ -67,7 +70,9 @@ class TestApproveReject:
     def test_approval_reserves_and_enqueues_after_commit(self, world, django_capture_on_commit_callbacks):
         dep = create(world)
         with django_capture_on_commit_callbacks() as callbacks:
-            services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=world.users["platform_admin"])
+            services.deployment_approve(
+                deployment_id=dep.pk, generation=dep.generation, approver=world.users["platform_admin"]
+            )
         dep.refresh_from_db()
         assert dep.state == State.APPROVED and dep.reserved_gpus == 2 and reserved(world) == 2
         assert len(callbacks) == 1
@@ -86,7 +91,9 @@ class TestApproveReject:
     def test_members_cannot_approve_and_reject_needs_a_reason(self, world):
         dep = create(world)
         with pytest.raises(Forbidden):
-            services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=world.users["tenant_admin"])
+            services.deployment_approve(
+                deployment_id=dep.pk, generation=dep.generation, approver=world.users["tenant_admin"]
+            )
         with pytest.raises(Exception, match="reason"):
             services.deployment_reject(deployment_id=dep.pk, approver=world.users["platform_admin"], reason="")
         services.deployment_reject(deployment_id=dep.pk, approver=world.users["platform_admin"], reason="Use 8B")
@@ -99,13 +106,17 @@ class TestApproveReject:
             services.deployment_stop(deployment_id=dep.pk, user=world.users["member"])
         services.deployment_cancel(deployment_id=dep.pk, user=world.users["member"])
         with pytest.raises(TransitionError):
-            services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=world.users["platform_admin"])
+            services.deployment_approve(
+                deployment_id=dep.pk, generation=dep.generation, approver=world.users["platform_admin"]
+            )
 
 
 class TestLifecycleQuota:
     def approved(self, world, **kw):
         dep = create(world, **kw)
-        services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=world.users["platform_admin"])
+        services.deployment_approve(
+            deployment_id=dep.pk, generation=dep.generation, approver=world.users["platform_admin"]
+        )
         dep.refresh_from_db()
         return dep
 
@@ -126,8 +137,12 @@ class TestLifecycleQuota:
         assert reserved(world) == 6
         dep.refresh_from_db()
         assert (dep.state, dep.max_replicas, dep.generation) == (State.APPROVED, 6, 2)
-        assert AuditEvent.objects.filter(action="deployment.approve", actor_name="policy", object_id=str(dep.pk),
-                                         changes__generation=2).count() == 1
+        assert (
+            AuditEvent.objects.filter(
+                action="deployment.approve", actor_name="policy", object_id=str(dep.pk), changes__generation=2
+            ).count()
+            == 1
+        )
 
     def test_scaling_down_shrinks_the_reservation_without_approval(self, world):
         dep = self.approved(world, max_replicas=2)
@@ -137,12 +152,13 @@ class TestLifecycleQuota:
 
     def test_a_bigger_update_goes_back_to_approval_keeping_the_old_reservation(self, world):
         dep = self.approved(world)
-        services.deployment_update(deployment_id=dep.pk, user=world.users["member"],
-                                   data={"tensor_parallel_size": 2})
+        services.deployment_update(deployment_id=dep.pk, user=world.users["member"], data={"tensor_parallel_size": 2})
         dep.refresh_from_db()
         assert dep.state == State.PENDING_APPROVAL and dep.generation == 2
         assert reserved(world) == 2
-        services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=world.users["platform_admin"])
+        services.deployment_approve(
+            deployment_id=dep.pk, generation=dep.generation, approver=world.users["platform_admin"]
+        )
         assert reserved(world) == 4
         assert QuotaReservation.objects.filter(released__isnull=True).count() == 1
 
@@ -168,10 +184,18 @@ class TestLifecycleQuota:
 
     def test_observations_for_an_old_generation_are_ignored(self, world):
         dep = self.approved(world)
-        assert services.deployment_observe(deployment_id=dep.pk, generation=dep.generation,
-                                           state=State.READY, conditions=[], reason="Ready") is True
-        assert services.deployment_observe(deployment_id=dep.pk, generation=dep.generation - 1,
-                                           state=State.FAILED, conditions=[]) is False
+        assert (
+            services.deployment_observe(
+                deployment_id=dep.pk, generation=dep.generation, state=State.READY, conditions=[], reason="Ready"
+            )
+            is True
+        )
+        assert (
+            services.deployment_observe(
+                deployment_id=dep.pk, generation=dep.generation - 1, state=State.FAILED, conditions=[]
+            )
+            is False
+        )
         dep.refresh_from_db()
         assert dep.state == State.READY
 

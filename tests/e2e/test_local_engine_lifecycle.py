@@ -27,35 +27,69 @@ def test_local_deployment_serves_tokens_and_reports_metrics(tx_world, tmp_path, 
     settings.LOCAL_MODEL_ROOT = str(tmp_path)  # local model paths must lie under the model root
     model = tmp_path / "tiny-llama"
     call_command("make_tiny_model", output=model)
-    cpu = GpuFlavor.objects.create(name="cpu-local", gpu_model="CPU (vLLM CPU build)", accelerator_type="CPU",
-                                   gpu_memory_gib=4, gpus_per_node=1, price_per_gpu_hour=Decimal("0"))
+    cpu = GpuFlavor.objects.create(
+        name="cpu-local",
+        gpu_model="CPU (vLLM CPU build)",
+        accelerator_type="CPU",
+        gpu_memory_gib=4,
+        gpus_per_node=1,
+        price_per_gpu_hour=Decimal("0"),
+    )
     TenantQuota.objects.create(tenant=tx_world.alpha, flavor=cpu, nominal_gpus=1)
     purge_broker()
     runtime_dir = tmp_path / "runtime"
-    with celery_worker(tmp_path, extra_env={"LOCAL_RUNTIME_DIR": str(runtime_dir), "RECONCILE_REQUEUE_SECONDS": "3",
-                                            "LOCAL_KVCACHE_GIB": "1", "LOCAL_MODEL_ROOT": str(tmp_path)}):
+    with celery_worker(
+        tmp_path,
+        extra_env={
+            "LOCAL_RUNTIME_DIR": str(runtime_dir),
+            "RECONCILE_REQUEUE_SECONDS": "3",
+            "LOCAL_KVCACHE_GIB": "1",
+            "LOCAL_MODEL_ROOT": str(tmp_path),
+        },
+    ):
         member, admin = tx_world.client("member"), tx_world.client("platform_admin")
-        created = member.post("/api/v1/deployments/", {
-            "tenant": "alpha", "name": "tiny", "model_source": str(model), "served_model_name": "tiny-llama",
-            "flavor": "cpu-local", "backend": "local", "max_model_len": 256, "dtype": "bfloat16"}, format="json")
+        created = member.post(
+            "/api/v1/deployments/",
+            {
+                "tenant": "alpha",
+                "name": "tiny",
+                "model_source": str(model),
+                "served_model_name": "tiny-llama",
+                "flavor": "cpu-local",
+                "backend": "local",
+                "max_model_len": 256,
+                "dtype": "bfloat16",
+            },
+            format="json",
+        )
         assert created.status_code == 201, created.content
         dep_id = created.json()["id"]
         assert admin.post(f"/api/v1/deployments/{dep_id}/approve/", {"generation": 1}, format="json").status_code == 200
         detail = lambda: member.get(f"/api/v1/deployments/{dep_id}/").json()  # noqa: E731
-        body = wait_for(lambda: (d := detail())["state"] in ("ready", "failed") and d, timeout=420,
-                        interval=2, what="the local engine to come up")
+        body = wait_for(
+            lambda: (d := detail())["state"] in ("ready", "failed") and d,
+            timeout=420,
+            interval=2,
+            what="the local engine to come up",
+        )
         assert body["state"] == "ready", body["status_message"]
 
-        answer = requests.post(f"{body['endpoint_url']}/completions", timeout=120, json={
-            "model": "tiny-llama", "prompt": "Hello GPU", "max_tokens": 16})
+        answer = requests.post(
+            f"{body['endpoint_url']}/completions",
+            timeout=120,
+            json={"model": "tiny-llama", "prompt": "Hello GPU", "max_tokens": 16},
+        )
         assert answer.status_code == 200 and answer.json()["choices"][0]["text"] is not None
 
         from runtime.tasks import scrape_metrics_task
 
         def tokens_per_s():
             scrape_metrics_task.delay()
-            requests.post(f"{body['endpoint_url']}/completions", timeout=120, json={
-                "model": "tiny-llama", "prompt": "Once upon a time", "max_tokens": 16})
+            requests.post(
+                f"{body['endpoint_url']}/completions",
+                timeout=120,
+                json={"model": "tiny-llama", "prompt": "Once upon a time", "max_tokens": 16},
+            )
             series = member.get(f"/api/v1/deployments/{dep_id}/metrics/?window=1h").json()["series"]
             rates = [v for v in series["generation_tokens_per_s"] if v]
             kv = [v for v in series["kv_cache_pct"] if v is not None]

@@ -22,8 +22,9 @@ def test_approve_to_ready_to_deleted_through_a_real_worker(tx_world, k8s_api, tm
         assert admin.post(f"/api/v1/deployments/{dep_id}/approve/", {"generation": 1}, format="json").status_code == 200
         name = created.json()["resource_name"]
 
-        obj = wait_for(lambda: k8s_api.get_object(k8s.RAYSERVICE, name, "alpha"), timeout=60,
-                       what="the RayService to appear")
+        obj = wait_for(
+            lambda: k8s_api.get_object(k8s.RAYSERVICE, name, "alpha"), timeout=60, what="the RayService to appear"
+        )
         state = lambda: member.get(f"/api/v1/deployments/{dep_id}/").json()["state"]  # noqa: E731
         wait_for(lambda: state() == "queued", timeout=30, what="queued")
         operators.workload_for(k8s_api, obj, {"QuotaReserved": True, "Admitted": True})
@@ -34,8 +35,11 @@ def test_approve_to_ready_to_deleted_through_a_real_worker(tx_world, k8s_api, tm
         assert {c["type"]: c["status"] for c in body["conditions"]}["Ready"] == "True"
 
         assert member.delete(f"/api/v1/deployments/{dep_id}/").status_code == 202
-        wait_for(lambda: k8s_api.get_object(k8s.RAYSERVICE, name, "alpha") is None, timeout=60,
-                 what="the RayService to be deleted")
+        wait_for(
+            lambda: k8s_api.get_object(k8s.RAYSERVICE, name, "alpha") is None,
+            timeout=60,
+            what="the RayService to be deleted",
+        )
         quota = lambda: TenantQuota.objects.get(tenant=tx_world.alpha, flavor=tx_world.h100)  # noqa: E731
         wait_for(lambda: quota().reserved_gpus == 0, timeout=30, what="GPUs released")
         assert member.get(f"/api/v1/deployments/{dep_id}/").status_code == 404  # deleted drops out

@@ -32,16 +32,36 @@ def celery_worker(tmp_path: Path, *, extra_env: dict[str, str] | None = None, co
     """Start a worker against the test database; yields the Popen; stops it (and dumps its log on
     failure) afterwards."""
     db = connection.settings_dict
-    env = {**os.environ,
-           "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-           "CELERY_BROKER_URL": broker_url(), "RECONCILE_REQUEUE_SECONDS": "0.5", "PYTHONUNBUFFERED": "1",
-           **(extra_env or {})}
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "CELERY_BROKER_URL": broker_url(),
+        "RECONCILE_REQUEUE_SECONDS": "0.5",
+        "PYTHONUNBUFFERED": "1",
+        **(extra_env or {}),
+    }
     log = tmp_path / "worker.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "portal", "worker", "--loglevel=INFO",
-             f"--concurrency={concurrency}", "--without-gossip", "--without-mingle", "--without-heartbeat"],
-            cwd=PROJECT_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "portal",
+                "worker",
+                "--loglevel=INFO",
+                f"--concurrency={concurrency}",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+            cwd=PROJECT_ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 60
         while "ready." not in log.read_text() and time.monotonic() < deadline:

@@ -17,8 +17,11 @@ def built(overlay: str) -> list[dict]:
     kubectl = shutil.which("kubectl") or shutil.which("kustomize")
     if kubectl is None:
         pytest.skip("neither kubectl nor kustomize is installed")
-    cmd = [kubectl, "kustomize", str(K8S / "overlays" / overlay)] if kubectl.endswith("kubectl") else \
-        [kubectl, "build", str(K8S / "overlays" / overlay)]
+    cmd = (
+        [kubectl, "kustomize", str(K8S / "overlays" / overlay)]
+        if kubectl.endswith("kubectl")
+        else [kubectl, "build", str(K8S / "overlays" / overlay)]
+    )
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=60).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
@@ -33,7 +36,11 @@ def test_every_built_object_is_valid_for_kubernetes(overlay):
 
 
 def test_the_validator_rejects_a_broken_object():
-    broken = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"},
-              "spec": {"replicas": "two", "selector": {}, "template": {"spec": {"containers": []}}}}
+    broken = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "x"},
+        "spec": {"replicas": "two", "selector": {}, "template": {"spec": {"containers": []}}},
+    }
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, KUBE_VERSION, strict=True)

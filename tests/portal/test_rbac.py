@@ -49,8 +49,9 @@ def exercise(world, api) -> None:
     sync_kueue()
     member, admin = world.users["member"], world.users["platform_admin"]
     for backend in ("kuberay", "kserve"):
-        dep = services.deployment_create(tenant=world.alpha, user=member,
-                                         data=draft(world, name=f"rbac-{backend}", backend=backend, max_replicas=1))
+        dep = services.deployment_create(
+            tenant=world.alpha, user=member, data=draft(world, name=f"rbac-{backend}", backend=backend, max_replicas=1)
+        )
         services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=admin)
         for step in range(4):
             dep.refresh_from_db()

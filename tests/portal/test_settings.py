@@ -9,32 +9,48 @@ import pytest
 from portal import env
 from tests.shared import PROJECT_ROOT
 
-GOOD = {"DATABASE_URL": "postgres://u@db:5432/portal", "SECRET_KEY": "s" * 60,
-        "CELERY_BROKER_URL": "redis://redis:6379/0", "ALLOWED_HOSTS": "portal.example.com"}
+GOOD = {
+    "DATABASE_URL": "postgres://u@db:5432/portal",
+    "SECRET_KEY": "s" * 60,
+    "CELERY_BROKER_URL": "redis://redis:6379/0",
+    "ALLOWED_HOSTS": "portal.example.com",
+}
 
 
 def load_settings(**overrides) -> subprocess.CompletedProcess:
-    environment = {k: v for k, v in os.environ.items()
-                   if k not in GOOD and k not in ("DEBUG", "HTTPS", "KUBERNETES_URL")}
+    environment = {
+        k: v for k, v in os.environ.items() if k not in GOOD and k not in ("DEBUG", "HTTPS", "KUBERNETES_URL")
+    }
     environment.update({**GOOD, **overrides})
     environment = {k: v for k, v in environment.items() if v is not None}
-    return subprocess.run([sys.executable, "-c", "import django; from django.conf import settings; "
-                           "settings.INSTALLED_APPS; print('DEBUG', settings.DEBUG)"],
-                          cwd=PROJECT_ROOT, env={**environment, "DJANGO_SETTINGS_MODULE": "portal.settings"},
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django; from django.conf import settings; settings.INSTALLED_APPS; print('DEBUG', settings.DEBUG)",
+        ],
+        cwd=PROJECT_ROOT,
+        env={**environment, "DJANGO_SETTINGS_MODULE": "portal.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
-@pytest.mark.parametrize("name, value, message", [
-    ("DEBUG", "yes please", "DEBUG='yes please' is not a boolean"),
-    ("DATABASE_URL", "mysql://x@y/z", "DATABASE_URL="),
-    ("CELERY_BROKER_URL", "kafka://x", "CELERY_BROKER_URL="),
-    ("SECRET_KEY", None, "SECRET_KEY must be set"),
-    ("ALLOWED_HOSTS", "a,,b", "ALLOWED_HOSTS='a,,b' has an empty item"),
-    ("API_TOKEN_TTL_DAYS", "ninety", "API_TOKEN_TTL_DAYS='ninety' is not an integer"),
-    ("METRICS_SCRAPE_SECONDS", "0", "below the minimum"),
-    ("KUBERNETES_URL", "ftp://cluster", "KUBERNETES_URL="),
-    ("NCCL_DEBUG", "LOUD", "NCCL_DEBUG='LOUD' must be one of"),
-])
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("DEBUG", "yes please", "DEBUG='yes please' is not a boolean"),
+        ("DATABASE_URL", "mysql://x@y/z", "DATABASE_URL="),
+        ("CELERY_BROKER_URL", "kafka://x", "CELERY_BROKER_URL="),
+        ("SECRET_KEY", None, "SECRET_KEY must be set"),
+        ("ALLOWED_HOSTS", "a,,b", "ALLOWED_HOSTS='a,,b' has an empty item"),
+        ("API_TOKEN_TTL_DAYS", "ninety", "API_TOKEN_TTL_DAYS='ninety' is not an integer"),
+        ("METRICS_SCRAPE_SECONDS", "0", "below the minimum"),
+        ("KUBERNETES_URL", "ftp://cluster", "KUBERNETES_URL="),
+        ("NCCL_DEBUG", "LOUD", "NCCL_DEBUG='LOUD' must be one of"),
+    ],
+)
 def test_bad_values_stop_startup_naming_the_variable(name, value, message):
     result = load_settings(**{name: value})
     assert result.returncode != 0
@@ -48,13 +64,24 @@ def test_production_like_env_loads_with_debug_off():
 
 
 def test_with_nothing_set_the_demo_runs_on_sqlite_with_a_serverless_broker(tmp_path):
-    environment = {k: v for k, v in os.environ.items()
-                   if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "SECRET_KEY", "DEBUG", "HTTPS")}
+    environment = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "SECRET_KEY", "DEBUG", "HTTPS")
+    }
     result = subprocess.run(
-        [sys.executable, "-c", "from django.conf import settings; print(settings.DATABASES['default']['ENGINE'],"
-         " settings.CELERY_BROKER_URL, settings.DEBUG)"],
-        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60,
-        env={**environment, "DJANGO_SETTINGS_MODULE": "portal.settings", "PORTAL_VAR_DIR": str(tmp_path)})
+        [
+            sys.executable,
+            "-c",
+            "from django.conf import settings; print(settings.DATABASES['default']['ENGINE'],"
+            " settings.CELERY_BROKER_URL, settings.DEBUG)",
+        ],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**environment, "DJANGO_SETTINGS_MODULE": "portal.settings", "PORTAL_VAR_DIR": str(tmp_path)},
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["django.db.backends.sqlite3", "filesystem://", "True"]
 

@@ -32,21 +32,62 @@ def pages(dep):
         "/": {"anonymous": LOGIN, **{r: 200 for r in ROLES if r != "anonymous"}},
         "/deployments/": {"anonymous": LOGIN, **{r: 200 for r in ROLES if r != "anonymous"}},
         "/deployments/new/": {"anonymous": LOGIN, **{r: 200 for r in ROLES if r != "anonymous"}},
-        f"/deployments/{dep.pk}/": {"anonymous": LOGIN, "viewer": 200, "member": 200, "tenant_admin": 200,
-                                    "platform_admin": 200, "other_member": 404},
-        f"/deployments/{dep.pk}/status/": {"anonymous": LOGIN, "viewer": 200, "member": 200,
-                                           "tenant_admin": 200, "platform_admin": 200, "other_member": 404},
-        f"/deployments/{dep.pk}/charts/?window=1h": {"anonymous": LOGIN, "viewer": 200, "member": 200,
-                                                     "tenant_admin": 200, "platform_admin": 200,
-                                                     "other_member": 404},
-        f"/deployments/{dep.pk}/manifest/": {"anonymous": LOGIN, "viewer": 200, "member": 200,
-                                             "tenant_admin": 200, "platform_admin": 200, "other_member": 404},
-        "/quotas/alpha/": {"anonymous": LOGIN, "viewer": 200, "member": 200, "tenant_admin": 200,
-                           "platform_admin": 200, "other_member": 404},
-        "/approvals/": {"anonymous": LOGIN, "viewer": 403, "member": 403, "tenant_admin": 403,
-                        "platform_admin": 200, "other_member": 403},
-        "/cluster/": {"anonymous": LOGIN, "viewer": 403, "member": 403, "tenant_admin": 403,
-                      "platform_admin": 200, "other_member": 403},
+        f"/deployments/{dep.pk}/": {
+            "anonymous": LOGIN,
+            "viewer": 200,
+            "member": 200,
+            "tenant_admin": 200,
+            "platform_admin": 200,
+            "other_member": 404,
+        },
+        f"/deployments/{dep.pk}/status/": {
+            "anonymous": LOGIN,
+            "viewer": 200,
+            "member": 200,
+            "tenant_admin": 200,
+            "platform_admin": 200,
+            "other_member": 404,
+        },
+        f"/deployments/{dep.pk}/charts/?window=1h": {
+            "anonymous": LOGIN,
+            "viewer": 200,
+            "member": 200,
+            "tenant_admin": 200,
+            "platform_admin": 200,
+            "other_member": 404,
+        },
+        f"/deployments/{dep.pk}/manifest/": {
+            "anonymous": LOGIN,
+            "viewer": 200,
+            "member": 200,
+            "tenant_admin": 200,
+            "platform_admin": 200,
+            "other_member": 404,
+        },
+        "/quotas/alpha/": {
+            "anonymous": LOGIN,
+            "viewer": 200,
+            "member": 200,
+            "tenant_admin": 200,
+            "platform_admin": 200,
+            "other_member": 404,
+        },
+        "/approvals/": {
+            "anonymous": LOGIN,
+            "viewer": 403,
+            "member": 403,
+            "tenant_admin": 403,
+            "platform_admin": 200,
+            "other_member": 403,
+        },
+        "/cluster/": {
+            "anonymous": LOGIN,
+            "viewer": 403,
+            "member": 403,
+            "tenant_admin": 403,
+            "platform_admin": 200,
+            "other_member": 403,
+        },
         "/tokens/": {"anonymous": LOGIN, **{r: 200 for r in ROLES if r != "anonymous"}},
     }
 
@@ -118,8 +159,10 @@ class TestApprovalsAndQuotaFlows:
 
     def test_quota_request_then_reject_with_reason_is_visible_to_the_tenant_admin(self, world):
         admin_client = world.browser("tenant_admin")
-        response = admin_client.post("/quotas/alpha/", {"flavor": world.h100.pk, "nominal_gpus": 32,
-                                                        "borrowing_limit_gpus": 0, "justification": "Launch"})
+        response = admin_client.post(
+            "/quotas/alpha/",
+            {"flavor": world.h100.pk, "nominal_gpus": 32, "borrowing_limit_gpus": 0, "justification": "Launch"},
+        )
         assert response.status_code == 302
         from quotas.models import QuotaChangeRequest
 
@@ -165,17 +208,19 @@ class TestStatusPanel:
         from datetime import UTC, datetime, timedelta
 
         changed = (datetime.now(UTC) - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
-        type(dep).objects.filter(pk=dep.pk).update(conditions=[
-            {"type": "Admitted", "status": "False", "reason": "Pending", "lastTransitionTime": changed},
-            {"type": "Ready", "status": "False", "reason": "Odd", "lastTransitionTime": "not a time"}])
+        type(dep).objects.filter(pk=dep.pk).update(
+            conditions=[
+                {"type": "Admitted", "status": "False", "reason": "Pending", "lastTransitionTime": changed},
+                {"type": "Ready", "status": "False", "reason": "Odd", "lastTransitionTime": "not a time"},
+            ]
+        )
         body = world.browser("member").get(f"/deployments/{dep.pk}/status/").content.decode()
         assert f'<time datetime="{changed}" title="{changed}">5\xa0minutes ago</time>' in body
         assert "not a time" in body  # an unparseable value is shown as the cluster wrote it
 
     def test_the_poll_refreshes_the_live_spec_values_and_the_endpoint_once_the_state_moves(self, world, dep):
         url = "http://tiny-1-serve-svc.alpha.svc:8000/v1"
-        type(dep).objects.filter(pk=dep.pk).update(state="ready", endpoint_url=url, generation=2,
-                                                   observed_generation=2)
+        type(dep).objects.filter(pk=dep.pk).update(state="ready", endpoint_url=url, generation=2, observed_generation=2)
         client = world.browser("member")
         moved = client.get(f"/deployments/{dep.pk}/status/?shown=provisioning").content.decode()
         assert '<span id="spec-generation" hx-swap-oob="true">2 (observed 2)</span>' in moved
@@ -202,8 +247,11 @@ class TestTryIt:
 
         server = serve(respond)
         type(dep).objects.filter(pk=dep.pk).update(state="ready", endpoint_url=base_url(server) + "/v1")
-        body = world.browser("viewer").post(f"/deployments/{dep.pk}/try/",
-                                            {"prompt": "Say something", "max_tokens": 8}).content.decode()
+        body = (
+            world.browser("viewer")
+            .post(f"/deployments/{dep.pk}/try/", {"prompt": "Say something", "max_tokens": 8})
+            .content.decode()
+        )
         server.shutdown()
         assert 'data-try="ok"' in body and "GPUs are fast." in body
         assert seen["path"] == "/v1/completions" and seen["body"]["max_tokens"] == 8

@@ -6,31 +6,72 @@ from portal.models import AuditEvent
 from quotas.models import GpuFlavor, QuotaChangeRequest, TenantQuota
 from tests.world import check_matrix
 
-READ_ALL = {"anonymous": 401, "viewer": 200, "member": 200, "tenant_admin": 200, "platform_admin": 200,
-            "other_member": 200}
+READ_ALL = {
+    "anonymous": 401,
+    "viewer": 200,
+    "member": 200,
+    "tenant_admin": 200,
+    "platform_admin": 200,
+    "other_member": 200,
+}
 
 
 def request_body(**kw):
-    return {"tenant": "alpha", "flavor": "h100-sxm5", "nominal_gpus": 16, "borrowing_limit_gpus": 2,
-            "justification": "70B launch", **kw}
+    return {
+        "tenant": "alpha",
+        "flavor": "h100-sxm5",
+        "nominal_gpus": 16,
+        "borrowing_limit_gpus": 2,
+        "justification": "70B launch",
+        **kw,
+    }
 
 
 class TestFlavors:
     def test_everyone_signed_in_reads_and_only_platform_admins_write(self, world):
         check_matrix(world, lambda c: c.get("/api/v1/flavors/"), READ_ALL)
         counter = iter(range(100))
-        check_matrix(world, lambda c: c.post("/api/v1/flavors/", {
-            "name": f"l40s-{next(counter)}", "gpu_model": "L40S", "accelerator_type": "L40S",
-            "gpu_memory_gib": 48, "gpus_per_node": 8}, format="json"),
-            {"anonymous": 401, "viewer": 403, "member": 403, "tenant_admin": 403, "platform_admin": 201,
-             "other_member": 403})
+        check_matrix(
+            world,
+            lambda c: c.post(
+                "/api/v1/flavors/",
+                {
+                    "name": f"l40s-{next(counter)}",
+                    "gpu_model": "L40S",
+                    "accelerator_type": "L40S",
+                    "gpu_memory_gib": 48,
+                    "gpus_per_node": 8,
+                },
+                format="json",
+            ),
+            {
+                "anonymous": 401,
+                "viewer": 403,
+                "member": 403,
+                "tenant_admin": 403,
+                "platform_admin": 201,
+                "other_member": 403,
+            },
+        )
 
-    @pytest.mark.parametrize("field, value", [("name", "Bad_Name"), ("gpus_per_node", 0),
-                                              ("node_labels", {"k": "bad value\n"}),
-                                              ("tolerations", [{"key": "x", "effect": "Sometimes"}])])
+    @pytest.mark.parametrize(
+        "field, value",
+        [
+            ("name", "Bad_Name"),
+            ("gpus_per_node", 0),
+            ("node_labels", {"k": "bad value\n"}),
+            ("tolerations", [{"key": "x", "effect": "Sometimes"}]),
+        ],
+    )
     def test_bad_flavors_are_400(self, world, field, value):
-        body = {"name": "l40s", "gpu_model": "L40S", "accelerator_type": "L40S", "gpu_memory_gib": 48,
-                "gpus_per_node": 8, field: value}
+        body = {
+            "name": "l40s",
+            "gpu_model": "L40S",
+            "accelerator_type": "L40S",
+            "gpu_memory_gib": 48,
+            "gpus_per_node": 8,
+            field: value,
+        }
         response = world.client("platform_admin").post("/api/v1/flavors/", body, format="json")
         assert response.status_code == 400 and field in response.json()
         assert not GpuFlavor.objects.filter(gpu_model="L40S").exists()
@@ -44,10 +85,18 @@ class TestQuotas:
 
     def test_set_is_platform_admin_only(self, world):
         quota = TenantQuota.objects.get(tenant=world.alpha, flavor=world.h100)
-        check_matrix(world, lambda c: c.post(f"/api/v1/quotas/{quota.pk}/set/", {"nominal_gpus": 10},
-                                             format="json"),
-                     {"anonymous": 401, "viewer": 403, "member": 403, "tenant_admin": 403,
-                      "platform_admin": 200, "other_member": 404})
+        check_matrix(
+            world,
+            lambda c: c.post(f"/api/v1/quotas/{quota.pk}/set/", {"nominal_gpus": 10}, format="json"),
+            {
+                "anonymous": 401,
+                "viewer": 403,
+                "member": 403,
+                "tenant_admin": 403,
+                "platform_admin": 200,
+                "other_member": 404,
+            },
+        )
         quota.refresh_from_db()
         assert quota.nominal_gpus == 10
 
@@ -58,27 +107,55 @@ class TestQuotas:
         assert world.client("member").get(url.replace("gpus=10", "gpus=-1")).status_code == 400
 
     def test_cluster_usage_is_for_platform_admins(self, world):
-        check_matrix(world, lambda c: c.get("/api/v1/cluster/usage/"),
-                     {"anonymous": 401, "viewer": 403, "member": 403, "tenant_admin": 403,
-                      "platform_admin": 200, "other_member": 403})
+        check_matrix(
+            world,
+            lambda c: c.get("/api/v1/cluster/usage/"),
+            {
+                "anonymous": 401,
+                "viewer": 403,
+                "member": 403,
+                "tenant_admin": 403,
+                "platform_admin": 200,
+                "other_member": 403,
+            },
+        )
 
 
 class TestQuotaChangeRequests:
     def test_only_tenant_admins_request(self, world):
-        check_matrix(world, lambda c: c.post("/api/v1/quota-requests/", request_body(), format="json"),
-                     {"anonymous": 401, "viewer": 403, "member": 403, "tenant_admin": 201,
-                      "platform_admin": (201, 409), "other_member": 400})
+        check_matrix(
+            world,
+            lambda c: c.post("/api/v1/quota-requests/", request_body(), format="json"),
+            {
+                "anonymous": 401,
+                "viewer": 403,
+                "member": 403,
+                "tenant_admin": 201,
+                "platform_admin": (201, 409),
+                "other_member": 400,
+            },
+        )
 
     def test_approve_and_reject_with_audit(self, world):
         created = world.client("tenant_admin").post("/api/v1/quota-requests/", request_body(), format="json").json()
         url = f"/api/v1/quota-requests/{created['id']}/"
-        check_matrix(world, lambda c: c.post(url + "approve/", {"comment": "ok"}, format="json"),
-                     {"anonymous": 401, "viewer": 403, "member": 403, "tenant_admin": 403,
-                      "platform_admin": 200, "other_member": 404})
+        check_matrix(
+            world,
+            lambda c: c.post(url + "approve/", {"comment": "ok"}, format="json"),
+            {
+                "anonymous": 401,
+                "viewer": 403,
+                "member": 403,
+                "tenant_admin": 403,
+                "platform_admin": 200,
+                "other_member": 404,
+            },
+        )
         quota = TenantQuota.objects.get(tenant=world.alpha, flavor=world.h100)
         assert (quota.nominal_gpus, quota.borrowing_limit_gpus) == (16, 2)
-        assert world.client("platform_admin").post(url + "reject/", {"comment": "late"},
-                                                   format="json").status_code == 409
+        assert (
+            world.client("platform_admin").post(url + "reject/", {"comment": "late"}, format="json").status_code == 409
+        )
         audit = world.client("tenant_admin").get("/api/v1/audit/?action=quota_change.approve").json()["results"]
         assert audit[0]["actor"] == "platform-admin" and audit[0]["changes"]["to"]["nominal_gpus"] == 16
 
@@ -91,9 +168,17 @@ class TestQuotaChangeRequests:
         assert mine["status"] == "rejected" and mine["decision_comment"] == "Use A100s"
         assert AuditEvent.objects.filter(action="quota_change.reject", reason="Use A100s").exists()
 
-    @pytest.mark.parametrize("body", [request_body(nominal_gpus=-1), request_body(nominal_gpus="many"),
-                                      request_body(justification=""), request_body(flavor="nope"),
-                                      request_body(lending_limit_gpus=99), request_body(nominal_gpus=10 ** 9)])
+    @pytest.mark.parametrize(
+        "body",
+        [
+            request_body(nominal_gpus=-1),
+            request_body(nominal_gpus="many"),
+            request_body(justification=""),
+            request_body(flavor="nope"),
+            request_body(lending_limit_gpus=99),
+            request_body(nominal_gpus=10**9),
+        ],
+    )
     def test_bad_requests_are_400_and_nothing_is_written(self, world, body):
         response = world.client("tenant_admin").post("/api/v1/quota-requests/", body, format="json")
         assert response.status_code == 400

@@ -68,8 +68,9 @@ class TestConcurrentReservations:
             close_old_connections()
             try:
                 barrier.wait(timeout=30)
-                services.quota_reserve(tenant=tx_world.alpha, flavor=tx_world.h100, gpus=2,
-                                       owner_type="race", owner_id=i)
+                services.quota_reserve(
+                    tenant=tx_world.alpha, flavor=tx_world.h100, gpus=2, owner_type="race", owner_id=i
+                )
                 results.append(i)
             except QuotaExceeded:
                 pass
@@ -94,8 +95,9 @@ class TestQuotaChangeRequests:
     def create(self, world, user="tenant_admin", **kw):
         values = dict(nominal_gpus=16, borrowing_limit_gpus=0, justification="Llama-70B launch")
         values.update(kw)
-        return services.quota_change_request_create(tenant=world.alpha, flavor=world.h100,
-                                                    user=world.users[user], **values)
+        return services.quota_change_request_create(
+            tenant=world.alpha, flavor=world.h100, user=world.users[user], **values
+        )
 
     def test_members_cannot_request_quota(self, world):
         with pytest.raises(Forbidden):

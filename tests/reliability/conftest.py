@@ -71,12 +71,19 @@ class Api:
         return self.request("POST", path, json=json if json is not None else {}, **kw)
 
 
-def draft(name: str, *, tenant: str = "alpha", flavor: str = "h100-sxm5", max_replicas: int = 1,
-          **overrides) -> dict:
+def draft(name: str, *, tenant: str = "alpha", flavor: str = "h100-sxm5", max_replicas: int = 1, **overrides) -> dict:
     """A valid API draft that needs `max_replicas` GPUs (TP=PP=1)."""
-    data = {"tenant": tenant, "name": name, "model_source": "meta-llama/Meta-Llama-3-8B-Instruct",
-            "flavor": flavor, "min_replicas": 1, "max_replicas": max_replicas, "max_model_len": 8192,
-            "dtype": "bfloat16", "backend": "kuberay"}
+    data = {
+        "tenant": tenant,
+        "name": name,
+        "model_source": "meta-llama/Meta-Llama-3-8B-Instruct",
+        "flavor": flavor,
+        "min_replicas": 1,
+        "max_replicas": max_replicas,
+        "max_model_len": 8192,
+        "dtype": "bfloat16",
+        "backend": "kuberay",
+    }
     data.update(overrides)
     return data
 
@@ -94,12 +101,16 @@ def quota_violations() -> list[str]:
 
     from quotas.models import QuotaReservation, TenantQuota
 
-    active = (QuotaReservation.objects.filter(quota=OuterRef("pk"), released__isnull=True)
-              .values("quota").annotate(total=Sum("gpus")).values("total"))
+    active = (
+        QuotaReservation.objects.filter(quota=OuterRef("pk"), released__isnull=True)
+        .values("quota")
+        .annotate(total=Sum("gpus"))
+        .values("total")
+    )
     problems = []
-    rows = (TenantQuota.objects.annotate(active=Coalesce(Subquery(active), 0))
-            .values_list("tenant__slug", "flavor__name", "reserved_gpus", "active", "nominal_gpus",
-                         "borrowing_limit_gpus"))
+    rows = TenantQuota.objects.annotate(active=Coalesce(Subquery(active), 0)).values_list(
+        "tenant__slug", "flavor__name", "reserved_gpus", "active", "nominal_gpus", "borrowing_limit_gpus"
+    )
     for tenant, flavor, reserved, held, nominal, borrowing in rows:
         label = f"{tenant}/{flavor}"
         if reserved != held:
@@ -120,12 +131,14 @@ def deployment_pair_violations() -> list[str]:
     deps = set(ModelDeployment.objects.values_list("pk", flat=True))
     requested = set(DeploymentEvent.objects.filter(reason="Requested").values_list("deployment_id", flat=True))
     problems += [f"deployment {pk} has no Requested event" for pk in deps - requested]
-    audited = {int(pk) for pk in AuditEvent.objects.filter(action="deployment.request")
-               .values_list("object_id", flat=True)}
+    audited = {
+        int(pk) for pk in AuditEvent.objects.filter(action="deployment.request").values_list("object_id", flat=True)
+    }
     problems += [f"audit entry for missing deployment {pk}" for pk in audited - deps]
     problems += [f"deployment {pk} has no request audit entry" for pk in deps - audited]
-    held = set(QuotaReservation.objects.filter(owner_type=OWNER, released__isnull=True)
-               .values_list("owner_id", flat=True))
+    held = set(
+        QuotaReservation.objects.filter(owner_type=OWNER, released__isnull=True).values_list("owner_id", flat=True)
+    )
     problems += [f"reservation for missing deployment {pk}" for pk in held - deps]
     return problems
 
@@ -198,9 +211,23 @@ class RedisServer:
         if binary is None:
             pytest.skip("redis-server is not installed")
         self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         wait_for(self.ping, timeout=10, what=f"redis-server on {self.port}")
 
     def ping(self) -> bool:
@@ -235,31 +262,41 @@ def private_redis(tmp_path):
 
 def _test_db_env() -> dict[str, str]:
     db = connection.settings_dict
-    return {"DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-            "PYTHONUNBUFFERED": "1"}
+    return {"DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}", "PYTHONUNBUFFERED": "1"}
 
 
 @contextmanager
-def portal_process(args: list[str], log: Path, *, env: dict[str, str], ready: str | None,
-                   timeout: float = 60):
+def portal_process(args: list[str], log: Path, *, env: dict[str, str], ready: str | None, timeout: float = 60):
     """Run `python -m <args>` in the project against the test database; stop it afterwards."""
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", *args], cwd=PROJECT_ROOT,
-                                env={**os.environ, **_test_db_env(), **env},
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", *args],
+            cwd=PROJECT_ROOT,
+            env={**os.environ, **_test_db_env(), **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         if ready is not None:
+
             def started():
                 if proc.poll() is not None:
                     raise RuntimeError(f"{args[0]} exited early:\n{log.read_text()[-3000:]}")
                 return ready in log.read_text()
+
             wait_for(started, timeout=timeout, interval=0.2, what=f"{args[0]} to start")
         proc.log_path = log  # type: ignore[attr-defined]
         yield proc
     except BaseException:
         text = log.read_text()
-        notable = [line for line in text.splitlines() if any(
-            word in line for word in ("ERROR", "CRITICAL", "WARNING", "onnect", "raised", "succeeded", "received"))]
+        notable = [
+            line
+            for line in text.splitlines()
+            if any(
+                word in line for word in ("ERROR", "CRITICAL", "WARNING", "onnect", "raised", "succeeded", "received")
+            )
+        ]
         print(f"--- {' '.join(args[:3])}: notable lines ---\n" + "\n".join(notable[-60:]))
         print(f"--- {' '.join(args[:3])}: log tail ---\n{text[-3000:]}")
         raise
@@ -284,14 +321,28 @@ def kill_group(proc: subprocess.Popen, sig: int) -> None:
 def worker(log: Path, *, env: dict[str, str], concurrency: int = 2):
     """A real `celery worker` (prefork) on the broker in env/settings."""
     return portal_process(
-        ["celery", "-A", "portal", "worker", "--loglevel=INFO", f"--concurrency={concurrency}",
-         "--without-gossip", "--without-mingle", "--without-heartbeat"],
-        log, env={"RECONCILE_REQUEUE_SECONDS": "0.5", **env}, ready="ready.")
+        [
+            "celery",
+            "-A",
+            "portal",
+            "worker",
+            "--loglevel=INFO",
+            f"--concurrency={concurrency}",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ],
+        log,
+        env={"RECONCILE_REQUEUE_SECONDS": "0.5", **env},
+        ready="ready.",
+    )
 
 
 def web_server(log: Path, port: int, *, env: dict[str, str]):
     """The portal under gunicorn (threads), as in production."""
     return portal_process(
-        ["gunicorn", "portal.wsgi", "-b", f"127.0.0.1:{port}", "--workers", "1", "--threads", "4",
-         "--timeout", "60"],
-        log, env=env, ready="Booting worker")
+        ["gunicorn", "portal.wsgi", "-b", f"127.0.0.1:{port}", "--workers", "1", "--threads", "4", "--timeout", "60"],
+        log,
+        env=env,
+        ready="Booting worker",
+    )

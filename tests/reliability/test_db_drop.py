@@ -22,8 +22,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def _connect(*, autocommit: bool) -> psycopg.Connection:
     db = connection.settings_dict
-    return psycopg.connect(host=db["HOST"], port=db["PORT"], user=db["USER"], dbname=db["NAME"],
-                           password=db.get("PASSWORD") or None, autocommit=autocommit)
+    return psycopg.connect(
+        host=db["HOST"],
+        port=db["PORT"],
+        user=db["USER"],
+        dbname=db["NAME"],
+        password=db.get("PASSWORD") or None,
+        autocommit=autocommit,
+    )
 
 
 def _terminate_request_waiting_on(table: str) -> int:
@@ -34,9 +40,11 @@ def _terminate_request_waiting_on(table: str) -> int:
 
     def blocked():
         with observer.cursor() as cur:
-            cur.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                        "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid() AND query LIKE %s",
-                        (f"%{table}%FOR UPDATE%",))
+            cur.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid() AND query LIKE %s",
+                (f"%{table}%FOR UPDATE%",),
+            )
             row = cur.fetchone()
             return row[0] if row else None
 
@@ -65,8 +73,9 @@ class TestConnectionDroppedMidRequest:
         if operation == "approve":
             tx_world.alpha.auto_approve_max_gpus = 0
             tx_world.alpha.save()
-            pending = services.deployment_create(tenant=tx_world.alpha, user=tx_world.users["member"],
-                                                 data={**draft("waiting"), "flavor": tx_world.h100})
+            pending = services.deployment_create(
+                tenant=tx_world.alpha, user=tx_world.users["member"], data={**draft("waiting"), "flavor": tx_world.h100}
+            )
         quota = TenantQuota.objects.get(tenant=tx_world.alpha, flavor=tx_world.h100)
         before = (ModelDeployment.objects.count(), DeploymentEvent.objects.count(), AuditEvent.objects.count())
 
@@ -104,7 +113,10 @@ class TestConnectionDroppedMidRequest:
         assert deployment_pair_violations() == [] and quota_violations() == []
 
         # The server recovered: the next request gets a fresh connection and succeeds.
-        retry = (member.post("/api/v1/deployments/", draft("dropped")) if pending is None
-                 else admin.post(f"/api/v1/deployments/{pending.pk}/approve/", {"reason": "x", "generation": 1}))
+        retry = (
+            member.post("/api/v1/deployments/", draft("dropped"))
+            if pending is None
+            else admin.post(f"/api/v1/deployments/{pending.pk}/approve/", {"reason": "x", "generation": 1})
+        )
         assert retry.status_code in (200, 201), retry.text[:300]
         assert deployment_pair_violations() == [] and quota_violations() == []

@@ -45,21 +45,36 @@ def _make_ready(k8s_api, dep: ModelDeployment) -> None:
 
 
 def _rayservices(k8s_api, dep: ModelDeployment) -> list[dict]:
-    return [o for o in k8s_api.list_objects(k8s.RAYSERVICE, dep.tenant.namespace)
-            if o["metadata"]["name"] == dep.resource_name]
+    return [
+        o
+        for o in k8s_api.list_objects(k8s.RAYSERVICE, dep.tenant.namespace)
+        if o["metadata"]["name"] == dep.resource_name
+    ]
 
 
 def beat(tmp_path, env: dict[str, str]):
     """Celery beat with the project's schedule (sweep, Kueue sync, scrape) in a local file."""
-    args = ["celery", "-A", "portal", "beat", "--loglevel=INFO",
-            "--scheduler", "celery.beat:PersistentScheduler", "--schedule", str(tmp_path / "beat-schedule")]
+    args = [
+        "celery",
+        "-A",
+        "portal",
+        "beat",
+        "--loglevel=INFO",
+        "--scheduler",
+        "celery.beat:PersistentScheduler",
+        "--schedule",
+        str(tmp_path / "beat-schedule"),
+    ]
     return portal_process(args, tmp_path / "beat.log", env=env, ready="beat: Starting")
 
 
 def _create_and_approve(world, name: str, **overrides) -> ModelDeployment:
-    dep = services.deployment_create(tenant=world.alpha, user=world.users["member"],
-                                     data={**draft(name, **overrides), "flavor": world.h100})
-    return services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=world.users["platform_admin"])
+    dep = services.deployment_create(
+        tenant=world.alpha, user=world.users["member"], data={**draft(name, **overrides), "flavor": world.h100}
+    )
+    return services.deployment_approve(
+        deployment_id=dep.pk, generation=dep.generation, approver=world.users["platform_admin"]
+    )
 
 
 class TestKubernetesApiFaults:
@@ -93,9 +108,11 @@ class TestKubernetesApiFaults:
         assert gave_up == [], gave_up[:3]  # no reconcile ran out of retries
         assert quota_violations() == []
         with capsys.disabled():
-            print(f"\n[k8s-faults] {n} deployments ready in {elapsed:.0f}s with {share:.0%} of API calls failing; "
-                  f"injected {dict(injected)}; {log.count('Retry in')} task retries; "
-                  f"{k8s_api.proxy.forwarded} calls forwarded; {sweeps} sweeps sent")
+            print(
+                f"\n[k8s-faults] {n} deployments ready in {elapsed:.0f}s with {share:.0%} of API calls failing; "
+                f"injected {dict(injected)}; {log.count('Retry in')} task retries; "
+                f"{k8s_api.proxy.forwarded} calls forwarded; {sweeps} sweeps sent"
+            )
 
 
 class TestWorkerKilledMidReconcile:
@@ -126,17 +143,25 @@ class TestWorkerKilledMidReconcile:
         assert len(_rayservices(k8s_api, dep)) == 1
         assert quota_violations() == []
         with capsys.disabled():
-            print(f"\n[sigkill] reconcile redelivered to a new worker {redelivered_after:.0f}s after kill -9 "
-                  f"(visibility timeout 10s); one RayService; ready")
+            print(
+                f"\n[sigkill] reconcile redelivered to a new worker {redelivered_after:.0f}s after kill -9 "
+                f"(visibility timeout 10s); one RayService; ready"
+            )
 
 
 class TestBrokerRestart:
     def test_approvals_while_redis_is_down_are_not_lost_and_readyz_follows_the_broker(
-            self, tx_world, k8s_api, private_redis, tmp_path, capsys):
+        self, tx_world, k8s_api, private_redis, tmp_path, capsys
+    ):
         port = free_port()
-        env = {"CELERY_BROKER_URL": private_redis.url, "KUBERNETES_URL": k8s_api.url,
-               "KUBERNETES_TIMEOUT_SECONDS": "2", "RECONCILE_SWEEP_SECONDS": "2", "HTTPS": "false",
-               "ALLOWED_HOSTS": "127.0.0.1,localhost"}
+        env = {
+            "CELERY_BROKER_URL": private_redis.url,
+            "KUBERNETES_URL": k8s_api.url,
+            "KUBERNETES_TIMEOUT_SECONDS": "2",
+            "RECONCILE_SWEEP_SECONDS": "2",
+            "HTTPS": "false",
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        }
         base = f"http://127.0.0.1:{port}"
         member = Api(base, tx_world.users["member"])
         admin = Api(base, tx_world.users["platform_admin"])
@@ -149,7 +174,9 @@ class TestBrokerRestart:
             def request_and_approve(name: str):
                 created = member.post("/api/v1/deployments/", draft(name))
                 assert created.status_code == 201, created.text[:300]
-                approved = admin.post(f"/api/v1/deployments/{created.json()['id']}/approve/", {"reason": name, "generation": 1, "generation": 1})
+                approved = admin.post(
+                    f"/api/v1/deployments/{created.json()['id']}/approve/", {"reason": name, "generation": 1}
+                )
                 return created.json()["id"], approved
 
             before_id, approved = request_and_approve("before-outage")
@@ -167,27 +194,34 @@ class TestBrokerRestart:
             outage_started = time.monotonic()
 
             private_redis.start()  # empty: the enqueue made during the outage is gone for good
-            wait_for(lambda: requests.get(f"{base}/readyz", timeout=10).status_code == 200, timeout=60,
-                     what="readyz to recover")
+            wait_for(
+                lambda: requests.get(f"{base}/readyz", timeout=10).status_code == 200,
+                timeout=60,
+                what="readyz to recover",
+            )
             # celery 5.7 / kombu 5.7: a worker that loses its Redis connection while holding an
             # unacked message dies ("Unrecoverable error: AttributeError … 'hostname'"); the
             # container's restart policy (docker-compose: unless-stopped; a Deployment) starts a
             # new one (the dying process may also linger without consuming: a liveness probe
             # has to catch that). Do what the supervisor does, and report it.
-            worker_died = first_worker.poll() is not None or "Unrecoverable error" in (
-                tmp_path / "worker.log").read_text()
+            worker_died = (
+                first_worker.poll() is not None or "Unrecoverable error" in (tmp_path / "worker.log").read_text()
+            )
             if worker_died:
                 kill_group(first_worker, signal.SIGKILL)  # it may linger after the error: end it
                 stack.enter_context(worker(tmp_path / "worker-restarted.log", env=env))
-            wait_for(lambda: _state(during_id) == "queued", timeout=120,
-                     what="the beat sweep to re-enqueue the deployment approved during the outage")
+            wait_for(
+                lambda: _state(during_id) == "queued",
+                timeout=120,
+                what="the beat sweep to re-enqueue the deployment approved during the outage",
+            )
             recovered_after = time.monotonic() - outage_started
         during = ModelDeployment.objects.get(pk=during_id)
         assert len(_rayservices(k8s_api, during)) == 1
         assert quota_violations() == []
         with capsys.disabled():
-            print(f"\n[redis-restart] readyz 503 while down, 200 after; the approval made during the outage "
-                  f"reached the cluster {recovered_after:.0f}s after Redis came back (sweep every 2s); "
-                  f"worker {'died on the connection loss and was restarted' if worker_died else 'survived'}")
-
-
+            print(
+                f"\n[redis-restart] readyz 503 while down, 200 after; the approval made during the outage "
+                f"reached the cluster {recovered_after:.0f}s after Redis came back (sweep every 2s); "
+                f"worker {'died on the connection loss and was restarted' if worker_died else 'survived'}"
+            )

@@ -54,13 +54,31 @@ HOSTILE_NUMBERS = {
     "text": "12abc",
     "bool": True,
 }
-STRING_FIELDS = ("name", "model_source", "served_model_name", "hf_token_secret", "flavor", "backend",
-                 "quantization", "dtype", "tenant")
-NUMBER_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "min_replicas", "max_replicas",
-                 "target_ongoing_requests", "max_model_len", "gpu_memory_utilization",
-                 "max_num_batched_tokens", "parameter_count_b")
-CASES = ([(f, k) for f in STRING_FIELDS for k in HOSTILE_STRINGS]
-         + [(f, k) for f in NUMBER_FIELDS for k in HOSTILE_NUMBERS])
+STRING_FIELDS = (
+    "name",
+    "model_source",
+    "served_model_name",
+    "hf_token_secret",
+    "flavor",
+    "backend",
+    "quantization",
+    "dtype",
+    "tenant",
+)
+NUMBER_FIELDS = (
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "min_replicas",
+    "max_replicas",
+    "target_ongoing_requests",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "max_num_batched_tokens",
+    "parameter_count_b",
+)
+CASES = [(f, k) for f in STRING_FIELDS for k in HOSTILE_STRINGS] + [
+    (f, k) for f in NUMBER_FIELDS for k in HOSTILE_NUMBERS
+]
 
 
 def _json(body: dict) -> str:
@@ -77,8 +95,12 @@ def _value(kind: str):
 
 
 def _snapshot():
-    return (ModelDeployment.objects.count(), DeploymentEvent.objects.count(), AuditEvent.objects.count(),
-            QuotaReservation.objects.count())
+    return (
+        ModelDeployment.objects.count(),
+        DeploymentEvent.objects.count(),
+        AuditEvent.objects.count(),
+        QuotaReservation.objects.count(),
+    )
 
 
 def _refused(response, field: str, value) -> None:
@@ -97,20 +119,26 @@ def _refused(response, field: str, value) -> None:
 class TestHostileFieldValues:
     @pytest.mark.parametrize(("field", "kind"), CASES, ids=[f"{f}-{k}" for f, k in CASES])
     def test_it_answers_400_for_the_field_and_writes_and_renders_nothing(
-            self, world, field, kind, django_capture_on_commit_callbacks):
+        self, world, field, kind, django_capture_on_commit_callbacks
+    ):
         value = _value(kind)
         member = world.client("member")
-        existing = services.deployment_create(tenant=world.alpha, user=world.users["member"],
-                                              data=model_draft(world, name="existing"))
+        existing = services.deployment_create(
+            tenant=world.alpha, user=world.users["member"], data=model_draft(world, name="existing")
+        )
         manifest = rendered_manifest(existing)
         body = {**model_draft(world, name="hostile"), "flavor": "h100-sxm5", "tenant": "alpha", field: value}
         before = _snapshot()
         with django_capture_on_commit_callbacks() as scheduled:
             created = member.post("/api/v1/deployments/", _json(body), content_type="application/json")
             preview = member.post("/api/v1/deployments/preview/", _json(body), content_type="application/json")
-            patched = (member.patch(f"/api/v1/deployments/{existing.pk}/", _json({field: value}),
-                                    content_type="application/json")
-                       if field not in ("name", "tenant") else None)  # not updatable: ignored on PATCH
+            patched = (
+                member.patch(
+                    f"/api/v1/deployments/{existing.pk}/", _json({field: value}), content_type="application/json"
+                )
+                if field not in ("name", "tenant")
+                else None
+            )  # not updatable: ignored on PATCH
         _refused(created, field, value)
         if preview.status_code == 200:  # preview's contract: type errors 400, rule errors listed
             assert preview.json()["valid"] is False and field in preview.json()["errors"], preview.json()
@@ -137,9 +165,13 @@ full_schema.config.phases.update(phases=["examples", "coverage", "fuzzing"])
 # status_code_conformance is left out: drf-spectacular documents the success code only, so every
 # (correct) 400/403/404/409 would count as "undocumented".
 CHECKS = [not_a_server_error, response_schema_conformance, content_type_conformance]
-SETTINGS = hypothesis.settings(max_examples=int(knob("REL_SCHEMA_EXAMPLES", 10)), deadline=None,
-                               derandomize=True, suppress_health_check=list(hypothesis.HealthCheck),
-                               database=None)
+SETTINGS = hypothesis.settings(
+    max_examples=int(knob("REL_SCHEMA_EXAMPLES", 10)),
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=list(hypothesis.HealthCheck),
+    database=None,
+)
 
 
 @pytest.fixture
@@ -160,15 +192,21 @@ def fuzz_world(world):
 
     dep = services.deployment_create(tenant=world.alpha, user=world.users["member"], data=model_draft(world))
     change = quota_services.quota_change_request_create(
-        tenant=world.alpha, flavor=world.a100, user=world.users["tenant_admin"], nominal_gpus=6,
-        justification="fuzz")
+        tenant=world.alpha, flavor=world.a100, user=world.users["tenant_admin"], nominal_gpus=6, justification="fuzz"
+    )
     tokens = {role: token_create(user=world.users[role], name="fuzz") for role in ("member", "platform_admin")}
-    ids = {"id": None, "name": "a100-pcie", "slug": "alpha",
-           "token_key": tokens["member"][0].token_key}
-    objects = {"deployments": dep.pk, "quotas": TenantQuota.objects.filter(tenant=world.alpha).first().pk,
-               "quota-requests": change.pk, "audit": AuditEvent.objects.filter(tenant=world.alpha).first().pk}
-    yield {"headers": {role: {"Authorization": f"Token {secret}"} for role, (_, secret) in tokens.items()},
-           "ids": ids, "objects": objects}
+    ids = {"id": None, "name": "a100-pcie", "slug": "alpha", "token_key": tokens["member"][0].token_key}
+    objects = {
+        "deployments": dep.pk,
+        "quotas": TenantQuota.objects.filter(tenant=world.alpha).first().pk,
+        "quota-requests": change.pk,
+        "audit": AuditEvent.objects.filter(tenant=world.alpha).first().pk,
+    }
+    yield {
+        "headers": {role: {"Authorization": f"Token {secret}"} for role, (_, secret) in tokens.items()},
+        "ids": ids,
+        "objects": objects,
+    }
     signals.request_started.connect(close_old_connections)
     signals.request_finished.connect(close_old_connections)
 
@@ -217,8 +255,7 @@ MULTIPART = "multipart/form-data; boundary=B"
 
 
 def _multipart(name: str, value: bytes) -> bytes:
-    return (b'--B\r\nContent-Disposition: form-data; name="' + name.encode() + b'"\r\n\r\n' + value
-            + b"\r\n--B--\r\n")
+    return b'--B\r\nContent-Disposition: form-data; name="' + name.encode() + b'"\r\n\r\n' + value + b"\r\n--B--\r\n"
 
 
 def hostile_bodies(limit: int) -> list[tuple[str, str, bytes, int, str]]:
@@ -234,15 +271,20 @@ def hostile_bodies(limit: int) -> list[tuple[str, str, bytes, int, str]]:
         ("unknown-charset", f"{JSON}; charset=nope", b"{}", 400, "charset"),
         ("bytes-codec-charset", f"{JSON}; charset=bz2_codec", b"{}", 400, "charset"),
         ("invalid-json", JSON, b'{"name": ', 400, "json parse error"),
-        ("lone-surrogate", JSON, b'{"name": "a\\ud800", "reason": "a\\ud800", "comment": "a\\ud800"}', 400,
-         "surrogate"),
+        (
+            "lone-surrogate",
+            JSON,
+            b'{"name": "a\\ud800", "reason": "a\\ud800", "comment": "a\\ud800"}',
+            400,
+            "surrogate",
+        ),
         ("form-bad-percent", FORM, b"name=%zz&reason=%", 400, "percent"),
         ("form-not-utf8", FORM, b"name=%ff%fe&reason=%ff", 400, "utf-8"),
         ("form-unknown-charset", f"{FORM}; charset=nope", b"name=a", 400, "charset"),
         ("form-bytes-codec-charset", f"{FORM}; charset=bz2_codec", b"name=a", 400, "charset"),
         ("form-too-many-fields", FORM, b"&".join(b"f%d=1" % i for i in range(2_000)), 400, "fields"),
         ("multipart-no-boundary", "multipart/form-data", _multipart("name", b"a"), 400, "boundary"),
-        ("multipart-broken-boundary", "multipart/form-data; boundary=\"", _multipart("name", b"a"), 400, "boundary"),
+        ("multipart-broken-boundary", 'multipart/form-data; boundary="', _multipart("name", b"a"), 400, "boundary"),
     ]
 
 
@@ -255,8 +297,12 @@ def body_targets(world):
 
     dep = services.deployment_create(tenant=world.alpha, user=world.users["member"], data=model_draft(world))
     change = quota_services.quota_change_request_create(
-        tenant=world.alpha, flavor=world.a100, user=world.users["tenant_admin"], nominal_gpus=6,
-        justification="hostile bodies")
+        tenant=world.alpha,
+        flavor=world.a100,
+        user=world.users["tenant_admin"],
+        nominal_gpus=6,
+        justification="hostile bodies",
+    )
     quota = TenantQuota.objects.get(tenant=world.alpha, flavor=world.h100)
     return [
         ("member", "POST", "/api/v1/deployments/"),
@@ -278,8 +324,7 @@ def body_targets(world):
 
 def _template(path: str) -> str:
     """/api/v1/deployments/12/scale/ → /api/v1/deployments/{id}/scale/ (the schema's spelling)."""
-    return "/".join("{name}" if part == "h100-sxm5" else "{id}" if part.isdigit() else part
-                    for part in path.split("/"))
+    return "/".join("{name}" if part == "h100-sxm5" else "{id}" if part.isdigit() else part for part in path.split("/"))
 
 
 class TestHostileBodies:
@@ -287,13 +332,13 @@ class TestHostileBodies:
         from drf_spectacular.generators import SchemaGenerator
 
         paths = SchemaGenerator().get_schema(request=None, public=True)["paths"]
-        with_body = {(method.upper(), path) for path, item in paths.items() for method, op in item.items()
-                     if "requestBody" in op}
+        with_body = {
+            (method.upper(), path) for path, item in paths.items() for method, op in item.items() if "requestBody" in op
+        }
         assert {(method, _template(path)) for _, method, path in body_targets} == with_body
 
     @pytest.mark.parametrize("index", range(14), ids=lambda i: f"op{i}")
-    def test_every_malformed_body_gets_a_json_400_or_413_naming_the_problem(
-            self, world, body_targets, settings, index):
+    def test_every_malformed_body_gets_a_json_400_or_413_naming_the_problem(self, world, body_targets, settings, index):
         role, method, path = body_targets[index]
         client = world.client(role)
         before = _snapshot()
@@ -305,8 +350,9 @@ class TestHostileBodies:
                 wrong.append(f"{kind}: 500 ({type(exc).__name__}: {str(exc)[:80]})")
                 continue
             if response.status_code != status or response.get("Content-Type") != "application/json":
-                wrong.append(f"{kind}: {response.status_code} {response.get('Content-Type')} "
-                             f"{response.content[:120]!r}")
+                wrong.append(
+                    f"{kind}: {response.status_code} {response.get('Content-Type')} {response.content[:120]!r}"
+                )
             elif words not in json.dumps(response.json()).lower():
                 wrong.append(f"{kind}: {response.json()} does not say {words!r}")
         assert wrong == [], f"{method} {path}:\n" + "\n".join(wrong)
@@ -329,9 +375,16 @@ class TestHostileBodies:
         assert wrong == [], f"{method} {path}:\n" + "\n".join(wrong)
 
 
-UI_FRAMING_ERRORS = {"oversized-form", "oversized-multipart", "form-too-many-fields", "form-unknown-charset",
-                     "form-bytes-codec-charset", "bytes-codec-charset", "unknown-charset",
-                     "multipart-no-boundary"}
+UI_FRAMING_ERRORS = {
+    "oversized-form",
+    "oversized-multipart",
+    "form-too-many-fields",
+    "form-unknown-charset",
+    "form-bytes-codec-charset",
+    "bytes-codec-charset",
+    "unknown-charset",
+    "multipart-no-boundary",
+}
 
 
 @pytest.fixture
@@ -341,8 +394,12 @@ def ui_targets(world):
 
     dep = services.deployment_create(tenant=world.alpha, user=world.users["member"], data=model_draft(world))
     change = quota_services.quota_change_request_create(
-        tenant=world.alpha, flavor=world.a100, user=world.users["tenant_admin"], nominal_gpus=6,
-        justification="hostile bodies")
+        tenant=world.alpha,
+        flavor=world.a100,
+        user=world.users["tenant_admin"],
+        nominal_gpus=6,
+        justification="hostile bodies",
+    )
     return [
         ("member", "/deployments/new/"),
         ("member", "/deployments/preview/"),
@@ -379,14 +436,14 @@ class TestHostileBodiesInTheBrowser:
                 response = client.generic("GET", path, "x", content_type=f"text/plain; charset={charset}")
                 assert response.status_code == 400, (path, charset, response.status_code)
                 assert charset in response.content.decode()
-        answer = world.client("member").generic("GET", "/api/v1/deployments/", "",
-                                                content_type="text/plain; charset=nope")
+        answer = world.client("member").generic(
+            "GET", "/api/v1/deployments/", "", content_type="text/plain; charset=nope"
+        )
         assert answer.json()["code"] == "unsupported_charset"
 
 
 def _wsgi_get(app, path: str, content_type: str) -> tuple[str, bytes]:
-    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": path, "QUERY_STRING": "state=ready",
-               "CONTENT_TYPE": content_type}
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": path, "QUERY_STRING": "state=ready", "CONTENT_TYPE": content_type}
     setup_testing_defaults(environ)
     started = []
     body = b"".join(app(environ, lambda status, headers, exc_info=None: started.append(status)))
@@ -400,8 +457,13 @@ class TestCharsetBeforeDjangoBuildsTheRequest:
     def test_django_alone_cannot_build_such_a_request(self):
         from django.core.handlers.wsgi import WSGIRequest
 
-        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "QUERY_STRING": "state=ready",
-                   "CONTENT_TYPE": "text/plain; charset=bz2_codec", "wsgi.input": io.BytesIO()}
+        environ = {
+            "REQUEST_METHOD": "GET",
+            "PATH_INFO": "/",
+            "QUERY_STRING": "state=ready",
+            "CONTENT_TYPE": "text/plain; charset=bz2_codec",
+            "wsgi.input": io.BytesIO(),
+        }
         setup_testing_defaults(environ)
         with pytest.raises(LookupError):
             WSGIRequest(environ)

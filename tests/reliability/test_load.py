@@ -66,8 +66,9 @@ class TestConcurrentRequestsAndApprovals:
             created = member.post("/api/v1/deployments/", draft(f"load-{i}"))
             out.append(("create", created))
             if created.status_code == 201:
-                approved = admins[i % 2].post(f"/api/v1/deployments/{created.json()['id']}/approve/",
-                                              {"reason": f"load {i}", "generation": 1})
+                approved = admins[i % 2].post(
+                    f"/api/v1/deployments/{created.json()['id']}/approve/", {"reason": f"load {i}", "generation": 1}
+                )
                 out.append(("approve", approved))
             latencies.append(time.perf_counter() - started)
             return out
@@ -89,18 +90,25 @@ class TestConcurrentRequestsAndApprovals:
         assert watcher.violations == [] and quota_violations() == []
         assert deployment_pair_violations() == []
         with capsys.disabled():
-            print(f"\n[load] {requests_n} create+approve jobs, {clients} clients: {elapsed:.1f}s, "
-                  f"{len(results) / elapsed:.0f} req/s, job p50 {statistics.median(latencies) * 1000:.0f} ms "
-                  f"p95 {statistics.quantiles(latencies, n=20)[-1] * 1000:.0f} ms; create {dict(by_kind['create'])} "
-                  f"approve {dict(by_kind['approve'])}; admitted {fits} GPUs; {watcher.samples} invariant samples")
+            print(
+                f"\n[load] {requests_n} create+approve jobs, {clients} clients: {elapsed:.1f}s, "
+                f"{len(results) / elapsed:.0f} req/s, job p50 {statistics.median(latencies) * 1000:.0f} ms "
+                f"p95 {statistics.quantiles(latencies, n=20)[-1] * 1000:.0f} ms; create {dict(by_kind['create'])} "
+                f"approve {dict(by_kind['approve'])}; admitted {fits} GPUs; {watcher.samples} invariant samples"
+            )
 
     def test_two_admins_approving_the_same_request_get_one_200_and_one_409(self, tx_world, live_server, capsys):
         rounds = int(knob("REL_RACE_ROUNDS", 10))
         TenantQuota.objects.filter(tenant=tx_world.alpha, flavor=tx_world.h100).update(nominal_gpus=max(8, rounds))
         admins = [Api(live_server.url, tx_world.users["platform_admin"]), Api(live_server.url, second_admin())]
-        deps = [deployment_services.deployment_create(
-            tenant=tx_world.alpha, user=tx_world.users["member"],
-            data={**draft(f"twice-{i}"), "flavor": tx_world.h100}) for i in range(rounds)]
+        deps = [
+            deployment_services.deployment_create(
+                tenant=tx_world.alpha,
+                user=tx_world.users["member"],
+                data={**draft(f"twice-{i}"), "flavor": tx_world.h100},
+            )
+            for i in range(rounds)
+        ]
         outcomes = []
         for dep in deps:
             barrier = threading.Barrier(2)
@@ -140,13 +148,20 @@ class TestQuotaChangesRacingReservations:
                 Membership.objects.create(user=tx_world.users["tenant_admin"], tenant=tenant, role="tenant_admin")
                 TenantQuota.objects.create(tenant=tenant, flavor=tx_world.h100, nominal_gpus=8)
                 member = User.objects.get(pk=member.pk)  # roles are cached per user object
-                deps = [deployment_services.deployment_create(
-                    tenant=tenant, user=member, data={**draft(f"d{j}", max_replicas=4), "flavor": tx_world.h100})
-                    for j in range(3)]
+                deps = [
+                    deployment_services.deployment_create(
+                        tenant=tenant, user=member, data={**draft(f"d{j}", max_replicas=4), "flavor": tx_world.h100}
+                    )
+                    for j in range(3)
+                ]
                 target = (i % 3) * 4
                 change = quota_services.quota_change_request_create(
-                    tenant=tenant, flavor=tx_world.h100, user=User.objects.get(pk=tx_world.users["tenant_admin"].pk),
-                    nominal_gpus=target, justification="race test")
+                    tenant=tenant,
+                    flavor=tx_world.h100,
+                    user=User.objects.get(pk=tx_world.users["tenant_admin"].pk),
+                    nominal_gpus=target,
+                    justification="race test",
+                )
                 barrier = threading.Barrier(1 + len(deps))
 
                 def approve_change(barrier=barrier, change=change):

@@ -53,11 +53,12 @@ def _fresh_throttles():
 
 def _dep(world, state: str = "pending") -> ModelDeployment:
     dep = deployment_services.deployment_create(
-        tenant=world.alpha, user=world.users["member"],
-        data=model_draft(world, name=f"m{next(_names)}", max_replicas=1))
+        tenant=world.alpha, user=world.users["member"], data=model_draft(world, name=f"m{next(_names)}", max_replicas=1)
+    )
     if state in ("approved", "stopped"):
-        deployment_services.deployment_approve(deployment_id=dep.pk, generation=dep.generation,
-                                               approver=world.users["platform_admin"])
+        deployment_services.deployment_approve(
+            deployment_id=dep.pk, generation=dep.generation, approver=world.users["platform_admin"]
+        )
     if state == "stopped":
         deployment_services.deployment_stop(deployment_id=dep.pk, user=world.users["member"])
     return dep
@@ -66,19 +67,30 @@ def _dep(world, state: str = "pending") -> ModelDeployment:
 def _quota_request(world) -> QuotaChangeRequest:
     QuotaChangeRequest.objects.filter(status=QuotaChangeStatus.PENDING).update(status=QuotaChangeStatus.REJECTED)
     return quota_services.quota_change_request_create(
-        tenant=world.alpha, flavor=world.a100, user=world.users["tenant_admin"], nominal_gpus=6,
-        justification="more")
+        tenant=world.alpha, flavor=world.a100, user=world.users["tenant_admin"], nominal_gpus=6, justification="more"
+    )
 
 
 def _flavor_body(name: str) -> dict:
-    return {"name": name, "gpu_model": "L4", "accelerator_type": "L4", "gpu_memory_gib": 24,
-            "gpus_per_node": 4, "cpu_per_gpu": 8, "memory_gib_per_gpu": 32, "node_labels": {},
-            "tolerations": [], "price_per_gpu_hour": "0.80", "active": True}
+    return {
+        "name": name,
+        "gpu_model": "L4",
+        "accelerator_type": "L4",
+        "gpu_memory_gib": 24,
+        "gpus_per_node": 4,
+        "cpu_per_gpu": 8,
+        "memory_gib_per_gpu": 32,
+        "node_labels": {},
+        "tolerations": [],
+        "price_per_gpu_hour": "0.80",
+        "active": True,
+    }
 
 
 def _flavor() -> GpuFlavor:
-    return GpuFlavor.objects.create(name=f"l4-{next(_names)}", gpu_model="L4", accelerator_type="L4",
-                                    gpu_memory_gib=24, gpus_per_node=4)
+    return GpuFlavor.objects.create(
+        name=f"l4-{next(_names)}", gpu_model="L4", accelerator_type="L4", gpu_memory_gib=24, gpus_per_node=4
+    )
 
 
 def _alpha_quota(world) -> TenantQuota:
@@ -86,13 +98,22 @@ def _alpha_quota(world) -> TenantQuota:
 
 
 def _alpha_audit(world) -> AuditEvent:
-    return AuditEvent.objects.filter(tenant=world.alpha).first() or _dep(world) and AuditEvent.objects.filter(
-        tenant=world.alpha).first()
+    return (
+        AuditEvent.objects.filter(tenant=world.alpha).first()
+        or _dep(world)
+        and AuditEvent.objects.filter(tenant=world.alpha).first()
+    )
 
 
 def expect(anonymous=401, viewer=200, member=200, tenant_admin=200, platform_admin=200, other_member=404):
-    return dict(anonymous=anonymous, viewer=viewer, member=member, tenant_admin=tenant_admin,
-                platform_admin=platform_admin, other_member=other_member)
+    return dict(
+        anonymous=anonymous,
+        viewer=viewer,
+        member=member,
+        tenant_admin=tenant_admin,
+        platform_admin=platform_admin,
+        other_member=other_member,
+    )
 
 
 READ_ALL = expect(other_member=200)  # lists and global reads: filtered, never refused
@@ -106,68 +127,103 @@ MATRIX = {
     ("api-me", "get"): (lambda w, c: c.get("/api/v1/me/"), READ_ALL),
     ("quota-preview", "get"): (
         lambda w, c: c.get("/api/v1/quota-preview/", {"tenant": "alpha", "flavor": "h100-sxm5", "gpus": 1}),
-        ALPHA_READ),
+        ALPHA_READ,
+    ),
     ("cluster-usage", "get"): (
         lambda w, c: c.get("/api/v1/cluster/usage/"),
-        expect(viewer=403, member=403, tenant_admin=403, other_member=403)),
+        expect(viewer=403, member=403, tenant_admin=403, other_member=403),
+    ),
     ("token-list", "get"): (lambda w, c: c.get("/api/v1/tokens/"), READ_ALL),
-    ("token-list", "post"): (lambda w, c: c.post("/api/v1/tokens/", {"name": "ci"}), expect(
-        viewer=201, member=201, tenant_admin=201, platform_admin=201, other_member=201)),
+    ("token-list", "post"): (
+        lambda w, c: c.post("/api/v1/tokens/", {"name": "ci"}),
+        expect(viewer=201, member=201, tenant_admin=201, platform_admin=201, other_member=201),
+    ),
     # A member's token: only its owner sees (and revokes) it.
     ("token-detail", "delete"): (
         lambda w, c: c.delete(f"/api/v1/tokens/{token_create(user=w.users['member'], name='x')[0].token_key}/"),
-        expect(viewer=404, member=204, tenant_admin=404, platform_admin=404)),
+        expect(viewer=404, member=204, tenant_admin=404, platform_admin=404),
+    ),
     ("tenant-list", "get"): (lambda w, c: c.get("/api/v1/tenants/"), READ_ALL),
     ("tenant-detail", "get"): (lambda w, c: c.get("/api/v1/tenants/alpha/"), ALPHA_READ),
     ("tenant-members", "get"): (lambda w, c: c.get("/api/v1/tenants/alpha/members/"), expect(viewer=403, member=403)),
     ("audit-list", "get"): (lambda w, c: c.get("/api/v1/audit/"), READ_ALL),
     # Tenant admins read their tenant's audit log; viewers and members do not.
-    ("audit-detail", "get"): (lambda w, c: c.get(f"/api/v1/audit/{_alpha_audit(w).pk}/"),
-                              expect(viewer=404, member=404)),
+    ("audit-detail", "get"): (
+        lambda w, c: c.get(f"/api/v1/audit/{_alpha_audit(w).pk}/"),
+        expect(viewer=404, member=404),
+    ),
     ("flavor-list", "get"): (lambda w, c: c.get("/api/v1/flavors/"), READ_ALL),
-    ("flavor-list", "post"): (lambda w, c: c.post("/api/v1/flavors/", _flavor_body(f"new-{next(_names)}")),
-                              expect(viewer=403, member=403, tenant_admin=403, platform_admin=201, other_member=403)),
+    ("flavor-list", "post"): (
+        lambda w, c: c.post("/api/v1/flavors/", _flavor_body(f"new-{next(_names)}")),
+        expect(viewer=403, member=403, tenant_admin=403, platform_admin=201, other_member=403),
+    ),
     ("flavor-detail", "get"): (lambda w, c: c.get("/api/v1/flavors/a100-pcie/"), READ_ALL),
     ("flavor-detail", "put"): (
         lambda w, c: (f := _flavor()) and c.put(f"/api/v1/flavors/{f.name}/", _flavor_body(f.name)),
-        expect(viewer=403, member=403, tenant_admin=403, other_member=403)),
+        expect(viewer=403, member=403, tenant_admin=403, other_member=403),
+    ),
     ("flavor-detail", "patch"): (
         lambda w, c: c.patch(f"/api/v1/flavors/{_flavor().name}/", {"price_per_gpu_hour": "0.90"}),
-        expect(viewer=403, member=403, tenant_admin=403, other_member=403)),
-    ("flavor-detail", "delete"): (lambda w, c: c.delete(f"/api/v1/flavors/{_flavor().name}/"),
-                                  expect(viewer=403, member=403, tenant_admin=403, platform_admin=204,
-                                         other_member=403)),
+        expect(viewer=403, member=403, tenant_admin=403, other_member=403),
+    ),
+    ("flavor-detail", "delete"): (
+        lambda w, c: c.delete(f"/api/v1/flavors/{_flavor().name}/"),
+        expect(viewer=403, member=403, tenant_admin=403, platform_admin=204, other_member=403),
+    ),
     ("quota-list", "get"): (lambda w, c: c.get("/api/v1/quotas/"), READ_ALL),
     ("quota-detail", "get"): (lambda w, c: c.get(f"/api/v1/quotas/{_alpha_quota(w).pk}/"), ALPHA_READ),
     ("quota-set-values", "post"): (
-        lambda w, c: c.post(f"/api/v1/quotas/{_alpha_quota(w).pk}/set/",
-                            {"nominal_gpus": 1000, "borrowing_limit_gpus": 4, "reason": "matrix"}), ADMIN_ONLY),
+        lambda w, c: c.post(
+            f"/api/v1/quotas/{_alpha_quota(w).pk}/set/",
+            {"nominal_gpus": 1000, "borrowing_limit_gpus": 4, "reason": "matrix"},
+        ),
+        ADMIN_ONLY,
+    ),
     ("quota-request-list", "get"): (lambda w, c: c.get("/api/v1/quota-requests/"), READ_ALL),
     # Another tenant's slug is "does not exist" (400), like an unknown one.
     ("quota-request-list", "post"): (
-        lambda w, c: _quota_request(w) and QuotaChangeRequest.objects.update(status="rejected") >= 0 and c.post(
-            "/api/v1/quota-requests/", {"tenant": "alpha", "flavor": "a100-pcie", "nominal_gpus": 6,
-                                        "justification": "matrix"}),
-        expect(viewer=403, member=403, tenant_admin=201, platform_admin=201, other_member=400)),
-    ("quota-request-detail", "get"): (lambda w, c: c.get(f"/api/v1/quota-requests/{_quota_request(w).pk}/"),
-                                      ALPHA_READ),
+        lambda w, c: (
+            _quota_request(w)
+            and QuotaChangeRequest.objects.update(status="rejected") >= 0
+            and c.post(
+                "/api/v1/quota-requests/",
+                {"tenant": "alpha", "flavor": "a100-pcie", "nominal_gpus": 6, "justification": "matrix"},
+            )
+        ),
+        expect(viewer=403, member=403, tenant_admin=201, platform_admin=201, other_member=400),
+    ),
+    ("quota-request-detail", "get"): (
+        lambda w, c: c.get(f"/api/v1/quota-requests/{_quota_request(w).pk}/"),
+        ALPHA_READ,
+    ),
     ("quota-request-approve", "post"): (
-        lambda w, c: c.post(f"/api/v1/quota-requests/{_quota_request(w).pk}/approve/", {"comment": "ok"}), ADMIN_ONLY),
+        lambda w, c: c.post(f"/api/v1/quota-requests/{_quota_request(w).pk}/approve/", {"comment": "ok"}),
+        ADMIN_ONLY,
+    ),
     ("quota-request-reject", "post"): (
-        lambda w, c: c.post(f"/api/v1/quota-requests/{_quota_request(w).pk}/reject/", {"comment": "no"}), ADMIN_ONLY),
+        lambda w, c: c.post(f"/api/v1/quota-requests/{_quota_request(w).pk}/reject/", {"comment": "no"}),
+        ADMIN_ONLY,
+    ),
     ("deployment-list", "get"): (lambda w, c: c.get(f"{D}/"), READ_ALL),
     ("deployment-list", "post"): (
-        lambda w, c: c.post(f"{D}/", {**model_draft(w, name=f"n{next(_names)}", max_replicas=1),
-                                      "flavor": "h100-sxm5", "tenant": "alpha"}),
-        expect(viewer=403, member=201, tenant_admin=201, platform_admin=201, other_member=400)),
+        lambda w, c: c.post(
+            f"{D}/",
+            {**model_draft(w, name=f"n{next(_names)}", max_replicas=1), "flavor": "h100-sxm5", "tenant": "alpha"},
+        ),
+        expect(viewer=403, member=201, tenant_admin=201, platform_admin=201, other_member=400),
+    ),
     ("deployment-preview", "post"): (
-        lambda w, c: c.post(f"{D}/preview/", {**model_draft(w, max_replicas=1), "flavor": "h100-sxm5",
-                                              "tenant": "alpha"}), expect(other_member=400)),
+        lambda w, c: c.post(
+            f"{D}/preview/", {**model_draft(w, max_replicas=1), "flavor": "h100-sxm5", "tenant": "alpha"}
+        ),
+        expect(other_member=400),
+    ),
     ("deployment-detail", "get"): (lambda w, c: c.get(f"{D}/{_dep(w).pk}/"), ALPHA_READ),
     ("deployment-detail", "patch"): (lambda w, c: c.patch(f"{D}/{_dep(w).pk}/", {"max_model_len": 4096}), MEMBER_WRITE),
     ("deployment-detail", "delete"): (
         lambda w, c: c.delete(f"{D}/{_dep(w).pk}/"),
-        expect(viewer=403, member=202, tenant_admin=202, platform_admin=202)),
+        expect(viewer=403, member=202, tenant_admin=202, platform_admin=202),
+    ),
     ("deployment-advice", "get"): (lambda w, c: c.get(f"{D}/{_dep(w).pk}/advice/"), ALPHA_READ),
     ("deployment-events", "get"): (lambda w, c: c.get(f"{D}/{_dep(w).pk}/events/"), ALPHA_READ),
     ("deployment-metrics", "get"): (lambda w, c: c.get(f"{D}/{_dep(w).pk}/metrics/"), ALPHA_READ),
@@ -178,7 +234,9 @@ MATRIX = {
     ("deployment-stop", "post"): (lambda w, c: c.post(f"{D}/{_dep(w, 'approved').pk}/stop/"), MEMBER_WRITE),
     ("deployment-start", "post"): (lambda w, c: c.post(f"{D}/{_dep(w, 'stopped').pk}/start/"), MEMBER_WRITE),
     ("deployment-scale", "post"): (
-        lambda w, c: c.post(f"{D}/{_dep(w).pk}/scale/", {"min_replicas": 1, "max_replicas": 2}), MEMBER_WRITE),
+        lambda w, c: c.post(f"{D}/{_dep(w).pk}/scale/", {"min_replicas": 1, "max_replicas": 2}),
+        MEMBER_WRITE,
+    ),
 }
 
 
@@ -227,8 +285,13 @@ class TestTenantIsolation:
         _dep(world)
         _quota_request(world)
         other = world.client("other_member")
-        for path in ("/api/v1/deployments/", "/api/v1/quotas/", "/api/v1/quota-requests/", "/api/v1/tenants/",
-                     "/api/v1/audit/"):
+        for path in (
+            "/api/v1/deployments/",
+            "/api/v1/quotas/",
+            "/api/v1/quota-requests/",
+            "/api/v1/tenants/",
+            "/api/v1/audit/",
+        ):
             body = other.get(path).json()
             rows = body["results"] if isinstance(body, dict) else body
             assert all(row.get("tenant") in (None, "beta") and row.get("slug") in (None, "beta") for row in rows), path
@@ -266,8 +329,9 @@ class TestThrottling:
         refused = member.post("/api/v1/deployments/preview/", body)
         assert refused.status_code == 429 and int(refused["Retry-After"]) > 0
         assert member.get("/api/v1/deployments/").status_code == 200  # GETs are not writes
-        assert _token_client(world.users["tenant_admin"]).post(
-            "/api/v1/deployments/preview/", body).status_code == 200  # per user
+        assert (
+            _token_client(world.users["tenant_admin"]).post("/api/v1/deployments/preview/", body).status_code == 200
+        )  # per user
 
     def test_failed_tokens_lock_the_address_out_with_a_json_429(self, world, settings):
         settings.AXES_FAILURE_LIMIT = 3
@@ -332,8 +396,9 @@ class TestBrowserLogin:
 
     def test_successful_sign_ins_are_not_counted(self, world, settings):
         settings.AXES_FAILURE_LIMIT = 2
-        assert [Client(REMOTE_ADDR="10.0.0.8").post("/accounts/login/", RIGHT).status_code
-                for _ in range(4)] == [302] * 4
+        assert [Client(REMOTE_ADDR="10.0.0.8").post("/accounts/login/", RIGHT).status_code for _ in range(4)] == [
+            302
+        ] * 4
 
 
 class TestClientAddress:
@@ -341,8 +406,9 @@ class TestClientAddress:
         settings.AXES_FAILURE_LIMIT = 3
         browser = Client(REMOTE_ADDR="10.0.0.66")
         # A new forged address on every guess does not spread the failures over many counts…
-        codes = [browser.post("/accounts/login/", WRONG, HTTP_X_FORWARDED_FOR=f"203.0.113.{n}").status_code
-                 for n in range(3)]
+        codes = [
+            browser.post("/accounts/login/", WRONG, HTTP_X_FORWARDED_FOR=f"203.0.113.{n}").status_code for n in range(3)
+        ]
         assert codes == [200, 200, 429]
         # …and a locked client cannot walk out under another one.
         assert browser.post("/accounts/login/", RIGHT, HTTP_X_FORWARDED_FOR="198.51.100.1").status_code == 429
@@ -354,15 +420,18 @@ class TestClientAddress:
         settings.AXES_FAILURE_LIMIT = 3
         settings.TRUSTED_PROXY_COUNT = 1
         proxy = Client(REMOTE_ADDR="10.0.0.1")  # the ingress: every client arrives from its address
-        codes = [proxy.post("/accounts/login/", WRONG, HTTP_X_FORWARDED_FOR="198.51.100.7").status_code
-                 for _ in range(3)]
+        codes = [
+            proxy.post("/accounts/login/", WRONG, HTTP_X_FORWARDED_FOR="198.51.100.7").status_code for _ in range(3)
+        ]
         assert codes == [200, 200, 429]
         # Another client behind the same proxy is not locked out…
         assert proxy.post("/accounts/login/", RIGHT, HTTP_X_FORWARDED_FOR="198.51.100.8").status_code == 302
         # …and the locked one cannot escape by writing its own entry before the proxy's.
         forged = "198.51.100.9, 198.51.100.7"
-        assert Client(REMOTE_ADDR="10.0.0.1").post("/accounts/login/", RIGHT,
-                                                   HTTP_X_FORWARDED_FOR=forged).status_code == 429
+        assert (
+            Client(REMOTE_ADDR="10.0.0.1").post("/accounts/login/", RIGHT, HTTP_X_FORWARDED_FOR=forged).status_code
+            == 429
+        )
 
 
 class TestCsrf:
@@ -393,9 +462,14 @@ class TestCsrf:
 
 
 # Production as the k8s overlay sets it, with the shared Redis cache (check --deploy connects to nothing).
-PRODUCTION = {"DEBUG": "false", "HTTPS": "true", "SECRET_KEY": secrets.token_urlsafe(64),
-              "ALLOWED_HOSTS": "portal.example.com", "CSRF_TRUSTED_ORIGINS": "https://portal.example.com",
-              "CACHE_URL": "redis://127.0.0.1:6379/11"}
+PRODUCTION = {
+    "DEBUG": "false",
+    "HTTPS": "true",
+    "SECRET_KEY": secrets.token_urlsafe(64),
+    "ALLOWED_HOSTS": "portal.example.com",
+    "CSRF_TRUSTED_ORIGINS": "https://portal.example.com",
+    "CACHE_URL": "redis://127.0.0.1:6379/11",
+}
 
 
 def _check_deploy(**overrides: str) -> str:
@@ -403,9 +477,14 @@ def _check_deploy(**overrides: str) -> str:
     # DJANGO_ALLOW_ASYNC_UNSAFE is the browser tests' (session-wide, for Playwright's loop);
     # a production environment never has it and check --deploy rightly warns about it.
     inherited = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
-    done = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-                          cwd=PROJECT_ROOT, env={**inherited, **PRODUCTION, **overrides},
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=PROJECT_ROOT,
+        env={**inherited, **PRODUCTION, **overrides},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return f"exit {done.returncode}\n{done.stdout}{done.stderr}"
 
 
@@ -440,7 +519,7 @@ class TestTokens:
             key = created.json()["id"]
             assert member.delete(f"/api/v1/tokens/{key}/").status_code == 204
         assert created.status_code == 201 and secret.startswith("llmp_")
-        secret_part = secret[CONSTANTS.TOKEN_KEY_LENGTH:]  # what the public prefix does not reveal
+        secret_part = secret[CONSTANTS.TOKEN_KEY_LENGTH :]  # what the public prefix does not reveal
         for record in caplog.records:
             assert secret_part not in record.getMessage(), record.name
         assert all(secret_part not in q["sql"] for q in queries.captured_queries)
@@ -449,7 +528,7 @@ class TestTokens:
     def test_the_row_holds_the_digest_not_the_secret(self, world):
         token, secret = token_create(user=world.users["member"], name="x")
         row = ApiToken.objects.filter(pk=token.pk).values().get()
-        assert row["digest"] == hash_token(secret) and row["token_key"] == secret[:CONSTANTS.TOKEN_KEY_LENGTH]
+        assert row["digest"] == hash_token(secret) and row["token_key"] == secret[: CONSTANTS.TOKEN_KEY_LENGTH]
         assert not any(secret in str(value) for value in row.values())
         with connection.cursor() as cursor:  # and nothing in the table, read raw
             cursor.execute(f"SELECT * FROM {ApiToken._meta.db_table}")
@@ -467,8 +546,10 @@ class TestAuditLog:
         qr = _quota_request(world)
         assert admin.post(f"/api/v1/quota-requests/{qr.pk}/reject/", {"comment": "no budget"}).status_code == 200
         quota = _alpha_quota(world)
-        assert admin.post(f"/api/v1/quotas/{quota.pk}/set/", {"nominal_gpus": 10, "reason": "new nodes"}
-                          ).status_code == 200
+        assert (
+            admin.post(f"/api/v1/quotas/{quota.pk}/set/", {"nominal_gpus": 10, "reason": "new nodes"}).status_code
+            == 200
+        )
         created = world.client("member").post("/api/v1/tokens/", {"name": "ci"}).json()
         assert world.client("member").delete(f"/api/v1/tokens/{created['id']}/").status_code == 204
 

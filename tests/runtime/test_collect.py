@@ -75,7 +75,8 @@ class TestCollect:
             got = samples[i]
             interval = (got.ts - samples[i - 1].ts).total_seconds()
             assert got.generation_tokens_per_s * interval == pytest.approx(
-                expected.generation_tokens_per_s * 2.0, rel=0.05, abs=1e-6)
+                expected.generation_tokens_per_s * 2.0, rel=0.05, abs=1e-6
+            )
             assert got.kv_cache_pct == pytest.approx(expected.kv_cache_pct)
             assert got.waiting == expected.waiting and got.running == expected.running
 
@@ -91,14 +92,14 @@ class TestCollect:
     def test_an_unreachable_endpoint_does_not_stop_the_others(self, world, serving, series_files):
         from deployments import services
 
-        other = services.deployment_create(tenant=world.alpha, user=world.users["member"],
-                                           data=draft(world, name="other", max_replicas=1))
+        other = services.deployment_create(
+            tenant=world.alpha, user=world.users["member"], data=draft(world, name="other", max_replicas=1)
+        )
         endpoint = Exposition([series_files[0].read_text()])
         make_ready(serving, "http://127.0.0.1:1/metrics")
         make_ready(other, endpoint.url)
         assert collect_all() == 1
         assert "127.0.0.1:1" not in (ScrapeState.objects.get(deployment=other).last_error or "")
-
 
     def test_a_failed_read_keeps_the_last_good_snapshot_and_time(self, serving, series_files):
         endpoint = Exposition([series_files[0].read_text()])
@@ -143,8 +144,9 @@ class TestShardedCycle:
         endpoint = Exposition([f.read_text() for f in series_files[:2]])
         deps = []
         for name in ("one", "two", "three"):
-            dep = services.deployment_create(tenant=world.alpha, user=world.users["member"],
-                                             data=draft(world, name=name, max_replicas=1))
+            dep = services.deployment_create(
+                tenant=world.alpha, user=world.users["member"], data=draft(world, name=name, max_replicas=1)
+            )
             make_ready(dep, endpoint.url)
             deps.append(dep)
         yield deps
@@ -201,6 +203,7 @@ class TestShardedCycle:
         assert shards(list(range(7)), 3) == [[0, 1, 2], [3, 4, 5], [6]]
         assert shards([], 3) == []
 
+
 RAY_UNDER_LOAD = "ray-serve-llm-vllm-0.32-cpu-under-load.prom"
 
 
@@ -209,19 +212,23 @@ def as_another_replica(text: str, tag: str) -> str:
     return text.replace('ReplicaId="', f'ReplicaId="{tag}-').replace('WorkerId="', f'WorkerId="{tag}-')
 
 
-def ray_pod(dep, name: str, url: str | None, *, phase: str = "Running", owner: str | None = None,
-            **meta) -> dict:
+def ray_pod(dep, name: str, url: str | None, *, phase: str = "Running", owner: str | None = None, **meta) -> dict:
     """A pod as KubeRay creates it from the RayService's template (the portal's labels on it)."""
-    labels = {"app.kubernetes.io/managed-by": "llm-portal", "llm-portal.io/deployment-id": owner or str(dep.pk),
-              "ray.io/node-type": "head" if name.endswith("head") else "worker"}
+    labels = {
+        "app.kubernetes.io/managed-by": "llm-portal",
+        "llm-portal.io/deployment-id": owner or str(dep.pk),
+        "ray.io/node-type": "head" if name.endswith("head") else "worker",
+    }
     status = {"phase": phase}
     port = 8080
     if url:
         host_port = url.split("//")[1].split("/")[0]
         status["podIP"], port = host_port.rsplit(":", 1)[0], int(host_port.rsplit(":", 1)[1])
-    return {"metadata": {"name": name, "namespace": dep.tenant.namespace, "labels": labels, **meta},
-            "spec": {"containers": [{"name": "ray", "ports": [{"name": "metrics", "containerPort": port}]}]},
-            "status": status}
+    return {
+        "metadata": {"name": name, "namespace": dep.tenant.namespace, "labels": labels, **meta},
+        "spec": {"containers": [{"name": "ray", "ports": [{"name": "metrics", "containerPort": port}]}]},
+        "status": status,
+    }
 
 
 class TestRayPods:
@@ -231,7 +238,8 @@ class TestRayPods:
     @pytest.fixture
     def ray_dep(self, serving, cluster_api):
         type(serving).objects.filter(pk=serving.pk).update(
-            state="ready", metrics_url=f"http://{serving.resource_name}-head-svc.alpha.svc:8080/metrics")
+            state="ready", metrics_url=f"http://{serving.resource_name}-head-svc.alpha.svc:8080/metrics"
+        )
         serving.refresh_from_db()
         return serving
 
@@ -247,15 +255,17 @@ class TestRayPods:
 
     def test_every_running_pod_is_read_and_merged_into_one_snapshot(self, ray_dep, cluster_api, ray_text):
         one, two = Exposition([ray_text]), Exposition([as_another_replica(ray_text, "w2")])
-        self.put_pods(cluster_api,
-                      # The head is not read (no replica on it; num-gpus 0): unreachable, no error.
-                      ray_pod(ray_dep, "llm-head", "http://127.0.0.1:1/metrics"), ray_pod(ray_dep, "llm-w1", one.url),
-                      ray_pod(ray_dep, "llm-w2", two.url),
-                      # Not read: not started, on its way out, another deployment's.
-                      ray_pod(ray_dep, "llm-w3", None, phase="Pending"),
-                      ray_pod(ray_dep, "llm-w4", "http://127.0.0.1:1/metrics",
-                              deletionTimestamp="2026-11-30T08:00:00Z"),
-                      ray_pod(ray_dep, "other-w1", "http://127.0.0.1:1/metrics", owner="999"))
+        self.put_pods(
+            cluster_api,
+            # The head is not read (no replica on it; num-gpus 0): unreachable, no error.
+            ray_pod(ray_dep, "llm-head", "http://127.0.0.1:1/metrics"),
+            ray_pod(ray_dep, "llm-w1", one.url),
+            ray_pod(ray_dep, "llm-w2", two.url),
+            # Not read: not started, on its way out, another deployment's.
+            ray_pod(ray_dep, "llm-w3", None, phase="Pending"),
+            ray_pod(ray_dep, "llm-w4", "http://127.0.0.1:1/metrics", deletionTimestamp="2026-11-30T08:00:00Z"),
+            ray_pod(ray_dep, "other-w1", "http://127.0.0.1:1/metrics", owner="999"),
+        )
 
         collect_all()
 
@@ -271,8 +281,9 @@ class TestRayPods:
 
     def test_one_unreadable_pod_leaves_a_gap_not_a_partial_number(self, ray_dep, cluster_api, ray_text):
         one = Exposition([ray_text])
-        self.put_pods(cluster_api, ray_pod(ray_dep, "llm-w1", one.url),
-                      ray_pod(ray_dep, "llm-w2", "http://127.0.0.1:1/metrics"))
+        self.put_pods(
+            cluster_api, ray_pod(ray_dep, "llm-w1", one.url), ray_pod(ray_dep, "llm-w2", "http://127.0.0.1:1/metrics")
+        )
         assert collect_all() == 0
         state = ScrapeState.objects.get(deployment=ray_dep)
         assert "127.0.0.1:1" in state.last_error and state.last_success is None
@@ -286,8 +297,9 @@ class TestRayPods:
     def test_no_running_pod_is_an_error_for_that_deployment_only(self, ray_dep, cluster_api, ray_text, world):
         from deployments import services
 
-        local = services.deployment_create(tenant=world.alpha, user=world.users["member"],
-                                           data=draft(world, name="local-one", max_replicas=1))
+        local = services.deployment_create(
+            tenant=world.alpha, user=world.users["member"], data=draft(world, name="local-one", max_replicas=1)
+        )
         make_ready(local, Exposition([ray_text]).url)
         self.put_pods(cluster_api, ray_pod(ray_dep, "llm-w1", None, phase="Pending"))
         assert collect_all() == 1
@@ -309,8 +321,9 @@ class TestRayPods:
         for i in range(2):  # created alternately, so by id alone every shard would span both
             for tenant in (world.alpha, world.beta):
                 user = world.users["member"] if tenant == world.alpha else world.users["other_member"]
-                dep = services.deployment_create(tenant=tenant, user=user,
-                                                 data=draft(world, name=f"r{i}", max_replicas=1))
+                dep = services.deployment_create(
+                    tenant=tenant, user=user, data=draft(world, name=f"r{i}", max_replicas=1)
+                )
                 type(dep).objects.filter(pk=dep.pk).update(state="ready")
                 dep.refresh_from_db()
                 self.put_pods(cluster_api, ray_pod(dep, f"{dep.resource_name}-w1", one.url))
@@ -326,22 +339,39 @@ class TestRayPods:
     def test_the_metrics_port_is_the_one_the_pod_names(self):
         from runtime.collect import pod_metrics_url
 
-        pod = {"metadata": {}, "status": {"phase": "Running", "podIP": "10.1.2.3"},
-               "spec": {"containers": [{"ports": [{"name": "serve", "containerPort": 8000},
-                                                  {"name": "metrics", "containerPort": 9090}]}]}}
+        pod = {
+            "metadata": {},
+            "status": {"phase": "Running", "podIP": "10.1.2.3"},
+            "spec": {
+                "containers": [
+                    {"ports": [{"name": "serve", "containerPort": 8000}, {"name": "metrics", "containerPort": 9090}]}
+                ]
+            },
+        }
         assert pod_metrics_url(pod) == "http://10.1.2.3:9090/metrics"
         assert pod_metrics_url({**pod, "spec": {}}) == "http://10.1.2.3:8080/metrics"  # KubeRay's default
-        assert pod_metrics_url({**pod, "status": {"phase": "Running", "podIP": "fd00::7"}}) == \
-            "http://[fd00::7]:9090/metrics"
+        assert (
+            pod_metrics_url({**pod, "status": {"phase": "Running", "podIP": "fd00::7"}})
+            == "http://[fd00::7]:9090/metrics"
+        )
         assert pod_metrics_url({**pod, "status": {"phase": "Succeeded", "podIP": "10.1.2.3"}}) is None
 
 
 class TestDashboardData:
     def test_series_feed_the_charts_and_downsampling_bounds_storage(self, serving):
         now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-        rows = [MetricSample(deployment=serving, resolution=Resolution.RAW, ts=now - timedelta(seconds=15 * i),
-                             generation_tokens_per_s=float(i % 50), kv_cache_pct=40.0, waiting=0, running=1)
-                for i in range(4 * 24 * 60 * 2)]  # two days of 15 s points
+        rows = [
+            MetricSample(
+                deployment=serving,
+                resolution=Resolution.RAW,
+                ts=now - timedelta(seconds=15 * i),
+                generation_tokens_per_s=float(i % 50),
+                kv_cache_pct=40.0,
+                waiting=0,
+                running=1,
+            )
+            for i in range(4 * 24 * 60 * 2)
+        ]  # two days of 15 s points
         MetricSample.objects.bulk_create(rows)
         data = series(serving, "1h", now=now)
         assert len(data["timestamps"]) == 241  # the window includes both ends
@@ -363,18 +393,39 @@ class TestDashboardData:
 class TestAdvisorOnStoredSamples:
     def test_sustained_queue_advises_scale_out_with_quota_headroom(self, serving):
         now = datetime.now(UTC)
-        MetricSample.objects.bulk_create([
-            MetricSample(deployment=serving, ts=now - timedelta(seconds=15 * i), waiting=30, running=4,
-                         kv_cache_pct=60, generation_tokens_per_s=100) for i in range(25)])
+        MetricSample.objects.bulk_create(
+            [
+                MetricSample(
+                    deployment=serving,
+                    ts=now - timedelta(seconds=15 * i),
+                    waiting=30,
+                    running=4,
+                    kv_cache_pct=60,
+                    generation_tokens_per_s=100,
+                )
+                for i in range(25)
+            ]
+        )
         advice = advice_for(serving, now=now)
         assert [a.code for a in advice] == ["scale_out"]
         assert advice[0].evidence["series"] == "waiting"
 
     def test_quiet_deployment_gets_no_advice(self, serving):
         now = datetime.now(UTC)
-        MetricSample.objects.bulk_create([
-            MetricSample(deployment=serving, ts=now - timedelta(seconds=15 * i), waiting=0, running=1,
-                         kv_cache_pct=10, generation_tokens_per_s=50, ttft_p95=0.2) for i in range(25)])
+        MetricSample.objects.bulk_create(
+            [
+                MetricSample(
+                    deployment=serving,
+                    ts=now - timedelta(seconds=15 * i),
+                    waiting=0,
+                    running=1,
+                    kv_cache_pct=10,
+                    generation_tokens_per_s=50,
+                    ttft_p95=0.2,
+                )
+                for i in range(25)
+            ]
+        )
         assert advice_for(serving, now=now) == []
 
 
@@ -399,8 +450,9 @@ class TestPrometheusSource:
 
         httpd = serve(respond)
         settings.PROMETHEUS_URL = base_url(httpd)
-        dep = services.deployment_create(tenant=world.alpha, user=world.users["member"],
-                                         data=draft(world, backend="kserve", name="isvc"))
+        dep = services.deployment_create(
+            tenant=world.alpha, user=world.users["member"], data=draft(world, backend="kserve", name="isvc")
+        )
         type(dep).objects.filter(pk=dep.pk).update(state="ready")
         for i in range(3):
             state["i"] = i

@@ -178,9 +178,7 @@ class TestList:
         operators.workload_for(k8s_api, mine, {"QuotaReserved": True, "Admitted": True})
         operators.workload_for(k8s_api, other, {"QuotaReserved": False})
 
-        found = cluster.list(
-            k8s.WORKLOAD, NS, label_selector={LABEL_JOB_UID: mine["metadata"]["uid"]}
-        )
+        found = cluster.list(k8s.WORKLOAD, NS, label_selector={LABEL_JOB_UID: mine["metadata"]["uid"]})
 
         assert len(found) == 1
         admitted = {c["type"]: c["status"] for c in found[0]["status"]["conditions"]}
@@ -338,9 +336,7 @@ class TestRetryTransient:
 
         k8s_api.clear_faults()
         stored = k8s_api.list_objects(k8s.RAYSERVICE, NS)
-        assert sorted(o["metadata"]["name"] for o in stored) == sorted(
-            f"llm-{i}" for i in range(15)
-        )
+        assert sorted(o["metadata"]["name"] for o in stored) == sorted(f"llm-{i}" for i in range(15))
         assert all(o["spec"]["replicas"] == 2 for o in stored)
         injected = k8s_api.injected
         assert sum(injected.values()) >= 5, injected  # the test must really have seen faults
@@ -479,13 +475,9 @@ class TestSimulatedOperators:
         rs = cluster.apply(rayservice())
 
         operators.workload_for(k8s_api, rs, {"QuotaReserved": False})
-        (pending,) = cluster.list(
-            k8s.WORKLOAD, NS, label_selector={LABEL_JOB_UID: rs["metadata"]["uid"]}
-        )
+        (pending,) = cluster.list(k8s.WORKLOAD, NS, label_selector={LABEL_JOB_UID: rs["metadata"]["uid"]})
         name = pending["metadata"]["name"]
-        operators.workload_set_conditions(
-            k8s_api, NS, name, {"QuotaReserved": True, "Admitted": True}
-        )
+        operators.workload_set_conditions(k8s_api, NS, name, {"QuotaReserved": True, "Admitted": True})
         admitted = cluster.get(k8s.WORKLOAD, name, NS)
 
         assert _conditions(pending) == {"QuotaReserved": "False"}

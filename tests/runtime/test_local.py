@@ -51,8 +51,16 @@ STANDIN = textwrap.dedent("""
 
 def make_spec(deployment_id: int = 7, **changes: Any) -> DeploymentSpec:
     values: dict[str, Any] = dict(
-        deployment_id=deployment_id, name="tiny", namespace="team-a", tenant_slug="team-a", queue_name="lq",
-        model_source="/models/tiny", served_model_name="tiny", flavor=CPU, backend="local")
+        deployment_id=deployment_id,
+        name="tiny",
+        namespace="team-a",
+        tenant_slug="team-a",
+        queue_name="lq",
+        model_source="/models/tiny",
+        served_model_name="tiny",
+        flavor=CPU,
+        backend="local",
+    )
     return DeploymentSpec(**{**values, **changes})
 
 
@@ -140,10 +148,14 @@ class TestEngineNotInstalled:
 class TestPortAllocation:
     def test_concurrent_allocations_from_threads_and_processes_never_collide(self, tmp_path):
         root = tmp_path / "runtime"
-        code = ("import sys; from pathlib import Path; from runtime.local import PortAllocator; "
-                "a = PortAllocator(Path(sys.argv[1])); print(*[p for _ in range(25) for p in a.allocate(2)])")
-        procs = [subprocess.Popen([sys.executable, "-c", code, str(root)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
-                 for _ in range(3)]
+        code = (
+            "import sys; from pathlib import Path; from runtime.local import PortAllocator; "
+            "a = PortAllocator(Path(sys.argv[1])); print(*[p for _ in range(25) for p in a.allocate(2)])"
+        )
+        procs = [
+            subprocess.Popen([sys.executable, "-c", code, str(root)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+            for _ in range(3)
+        ]
         with ThreadPoolExecutor(max_workers=8) as pool:
             in_threads = list(pool.map(lambda _: PortAllocator(root).allocate(2), range(100)))
         from_processes = [int(p) for proc in procs for p in proc.communicate(timeout=60)[0].split()]
@@ -164,8 +176,7 @@ class TestPortAllocation:
 
 
 class TestLifecycle:
-    def test_a_new_backend_finds_a_running_engine_through_its_state_file_and_removes_it_without_orphans(
-            self, backends):
+    def test_a_new_backend_finds_a_running_engine_through_its_state_file_and_removes_it_without_orphans(self, backends):
         spec = make_spec()
         first = backends(engine=StandInEngine())
         started = first.ensure(spec)
@@ -224,7 +235,6 @@ class TestLifecycle:
         obs = wait_for(lambda: (o := backends(engine=StandInEngine()).observe(spec)).state == "failed" and o)
         assert obs.reason == "EngineExited"
 
-
     def test_an_engine_stopped_by_another_worker_process_does_not_linger_as_a_zombie(self, backends):
         # In a Celery pool, `remove` may run in a different worker process from the one that
         # started the engine; that process only signals it, and the starter (the parent) alone
@@ -244,16 +254,23 @@ class TestLifecycle:
 
 class TestAppConfig:
     def test_the_local_app_is_the_cluster_app_adapted_only_for_a_cpu(self):
-        spec = make_spec(flavor=FlavorSpec(name="h100", gpu_model="H100", accelerator_type="H100",
-                                           gpu_memory_gib=80, gpus_per_node=8),
-                         tensor_parallel_size=2, engine=EngineOptions(max_model_len=1024, dtype="bfloat16"))
+        spec = make_spec(
+            flavor=FlavorSpec(
+                name="h100", gpu_model="H100", accelerator_type="H100", gpu_memory_gib=80, gpus_per_node=8
+            ),
+            tensor_parallel_size=2,
+            engine=EngineOptions(max_model_len=1024, dtype="bfloat16"),
+        )
         cluster, local = llm_config(spec), local_llm_config(spec)
 
         assert cluster["accelerator_type"] == "H100" and "accelerator_type" not in local
         assert local["model_loading_config"] == cluster["model_loading_config"]
         assert local["placement_group_config"] == {"bundles": [{"CPU": 1}]}
-        kept = {k: v for k, v in cluster["engine_kwargs"].items() if k not in ("gpu_memory_utilization",
-                                                                               "tensor_parallel_size")}
+        kept = {
+            k: v
+            for k, v in cluster["engine_kwargs"].items()
+            if k not in ("gpu_memory_utilization", "tensor_parallel_size")
+        }
         assert kept.items() <= local["engine_kwargs"].items()
         assert (local["engine_kwargs"]["tensor_parallel_size"], local["engine_kwargs"]["block_size"]) == (1, 32)
         app = local_serve_config(spec)["applications"][0]
@@ -319,12 +336,26 @@ def model_root(tmp_path):
 
 
 class TestModelSource:
-    @pytest.mark.parametrize("source", [
-        "/etc", "/etc/passwd", "{root}/../secrets", "{root}/tiny/../../secrets", "{root}/evil",
-        "{root}/evil/key", "{root}", "{root}-evil/tiny", "{root}/tiny\x00", "file://{root}/tiny", "~/tiny",
-        "{root}\\..\\secrets", "../../secrets", "org/../../../secrets",
-        "pvc://models/tiny",  # mounted at /models/models/tiny in a pod: outside this machine's root
-    ])
+    @pytest.mark.parametrize(
+        "source",
+        [
+            "/etc",
+            "/etc/passwd",
+            "{root}/../secrets",
+            "{root}/tiny/../../secrets",
+            "{root}/evil",
+            "{root}/evil/key",
+            "{root}",
+            "{root}-evil/tiny",
+            "{root}/tiny\x00",
+            "file://{root}/tiny",
+            "~/tiny",
+            "{root}\\..\\secrets",
+            "../../secrets",
+            "org/../../../secrets",
+            "pvc://models/tiny",  # mounted at /models/models/tiny in a pod: outside this machine's root
+        ],
+    )
     def test_the_engine_is_never_started_on_a_path_outside_the_model_root(self, backends, model_root, source):
         backend = backends(engine=StandInEngine(), model_root=model_root)
 
@@ -335,8 +366,10 @@ class TestModelSource:
 
     def test_without_a_model_root_no_local_path_is_opened(self, backends, model_root):
         obs = backends(engine=StandInEngine(), model_root=None).ensure(make_spec(model_source=f"{model_root}/tiny"))
-        assert (obs.reason, obs.message) == ("ModelSourceRefused", "No model root is configured (LOCAL_MODEL_ROOT): "
-                                                                   "local paths are refused.")
+        assert (obs.reason, obs.message) == (
+            "ModelSourceRefused",
+            "No model root is configured (LOCAL_MODEL_ROOT): local paths are refused.",
+        )
 
     @pytest.mark.parametrize("source", ["{root}/tiny", "{root}/tiny/", "{root}/not-there-yet", "Qwen/Qwen2.5-0.5B"])
     def test_paths_under_the_root_and_hub_ids_start(self, backends, model_root, source):
@@ -361,19 +394,37 @@ class TestModelSource:
 # --- what the engine may see ----------------------------------------------------------------------
 
 PORTAL_SECRETS = {
-    "SECRET_KEY": "django-secret", "DATABASE_URL": "postgres://portal:pw@db/portal",
-    "CELERY_BROKER_URL": "redis://:pw@redis:6379/0", "CACHE_URL": "redis://:pw@redis:6379/1",
-    "AWS_ACCESS_KEY_ID": "AKIA0000", "AWS_SECRET_ACCESS_KEY": "aws-secret", "AWS_SESSION_TOKEN": "aws-session",
-    "HF_TOKEN": "hf_portal", "HUGGING_FACE_HUB_TOKEN": "hf_portal_old", "METRICS_TOKEN": "metrics-bearer",
-    "OIDC_RP_CLIENT_SECRET": "oidc-secret", "KUBECONFIG": "/home/portal/.kube/config",
-    "GOOGLE_APPLICATION_CREDENTIALS": "/secrets/gcp.json", "AZURE_STORAGE_KEY": "azure",
-    "VLLM_API_KEY": "would-lock-the-health-check", "RAY_REDIS_PASSWORD": "ray-secret",
-    "SENTRY_DSN": "https://key@sentry/1", "DJANGO_SETTINGS_MODULE": "portal.settings", "SOMETHING_ELSE": "x",
+    "SECRET_KEY": "django-secret",
+    "DATABASE_URL": "postgres://portal:pw@db/portal",
+    "CELERY_BROKER_URL": "redis://:pw@redis:6379/0",
+    "CACHE_URL": "redis://:pw@redis:6379/1",
+    "AWS_ACCESS_KEY_ID": "AKIA0000",
+    "AWS_SECRET_ACCESS_KEY": "aws-secret",
+    "AWS_SESSION_TOKEN": "aws-session",
+    "HF_TOKEN": "hf_portal",
+    "HUGGING_FACE_HUB_TOKEN": "hf_portal_old",
+    "METRICS_TOKEN": "metrics-bearer",
+    "OIDC_RP_CLIENT_SECRET": "oidc-secret",
+    "KUBECONFIG": "/home/portal/.kube/config",
+    "GOOGLE_APPLICATION_CREDENTIALS": "/secrets/gcp.json",
+    "AZURE_STORAGE_KEY": "azure",
+    "VLLM_API_KEY": "would-lock-the-health-check",
+    "RAY_REDIS_PASSWORD": "ray-secret",
+    "SENTRY_DSN": "https://key@sentry/1",
+    "DJANGO_SETTINGS_MODULE": "portal.settings",
+    "SOMETHING_ELSE": "x",
 }
 ENGINE_NEEDS = {
-    "PATH": "/usr/bin:/bin", "HOME": "/home/portal", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TMPDIR": "/tmp",
-    "VLLM_CPU_OMP_THREADS_BIND": "0-1", "RAY_memory_monitor_refresh_ms": "0", "CUDA_VISIBLE_DEVICES": "",
-    "HF_HOME": "/var/cache/hf", "PYTHONPATH": "/opt/extra",
+    "PATH": "/usr/bin:/bin",
+    "HOME": "/home/portal",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "TMPDIR": "/tmp",
+    "VLLM_CPU_OMP_THREADS_BIND": "0-1",
+    "RAY_memory_monitor_refresh_ms": "0",
+    "CUDA_VISIBLE_DEVICES": "",
+    "HF_HOME": "/var/cache/hf",
+    "PYTHONPATH": "/opt/extra",
 }
 
 
@@ -384,10 +435,12 @@ class TestEngineEnvironment:
         env = engine_environment({**PORTAL_SECRETS, **ENGINE_NEEDS}, kvcache_gib=3, threads=2)
 
         assert not set(PORTAL_SECRETS) & set(env)
-        assert not any(secret in value for value in env.values() for secret in PORTAL_SECRETS.values()
-                       if len(secret) > 1)
+        assert not any(
+            secret in value for value in env.values() for secret in PORTAL_SECRETS.values() if len(secret) > 1
+        )
         assert {k: env[k] for k in ENGINE_NEEDS if k != "PYTHONPATH"} == {
-            k: v for k, v in ENGINE_NEEDS.items() if k != "PYTHONPATH"}
+            k: v for k, v in ENGINE_NEEDS.items() if k != "PYTHONPATH"
+        }
         assert env["PYTHONPATH"] == f"{PROJECT_ROOT}:/opt/extra"  # the Ray launcher is runtime.local
         assert (env["VLLM_CPU_KVCACHE_SPACE"], env["OMP_NUM_THREADS"], env["HF_HUB_OFFLINE"]) == ("3", "2", "1")
 
@@ -399,7 +452,8 @@ class TestEngineEnvironment:
         backend.ensure(make_spec())
 
         pid = backend.load_state(7).pid
-        environ = dict(item.split("=", 1) for item in
-                       Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in item)
+        environ = dict(
+            item.split("=", 1) for item in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in item
+        )
         assert not set(PORTAL_SECRETS) & set(environ), sorted(set(PORTAL_SECRETS) & set(environ))
         assert environ["PATH"] and environ["OMP_NUM_THREADS"] == "2" and environ["HF_HUB_OFFLINE"] == "1"

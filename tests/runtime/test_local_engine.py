@@ -23,8 +23,10 @@ from runtime.spec import DeploymentSpec, EngineOptions, FlavorSpec
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.local_engine,
-    pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                       reason="vllm is not installed: pip install '.[local]' to run the local engine test"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None,
+        reason="vllm is not installed: pip install '.[local]' to run the local engine test",
+    ),
 ]
 
 READY_TIMEOUT_SECONDS = 240 if settings.LOCAL_ENGINE == "vllm" else 360
@@ -42,11 +44,24 @@ def test_the_local_backend_serves_a_tiny_model_end_to_end(tmp_path: Path):
     model = tmp_path / "tiny-llama"
     call_command("make_tiny_model", output=model)
     spec = DeploymentSpec(
-        deployment_id=1, name="tiny", namespace="demo", tenant_slug="demo", queue_name="lq",
-        model_source=str(model), served_model_name="tiny-llama", flavor=CPU, backend="local",
-        engine=EngineOptions(max_model_len=512))
-    backend = LocalBackend(tmp_path / "runtime", engine=ENGINES[settings.LOCAL_ENGINE](), model_root=tmp_path,
-                           kvcache_gib=settings.LOCAL_KVCACHE_GIB, threads=settings.LOCAL_ENGINE_THREADS)
+        deployment_id=1,
+        name="tiny",
+        namespace="demo",
+        tenant_slug="demo",
+        queue_name="lq",
+        model_source=str(model),
+        served_model_name="tiny-llama",
+        flavor=CPU,
+        backend="local",
+        engine=EngineOptions(max_model_len=512),
+    )
+    backend = LocalBackend(
+        tmp_path / "runtime",
+        engine=ENGINES[settings.LOCAL_ENGINE](),
+        model_root=tmp_path,
+        kvcache_gib=settings.LOCAL_KVCACHE_GIB,
+        threads=settings.LOCAL_ENGINE_THREADS,
+    )
     try:
         obs = backend.ensure(spec)
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
@@ -56,8 +71,11 @@ def test_the_local_backend_serves_a_tiny_model_end_to_end(tmp_path: Path):
         assert obs.state == "ready", f"{obs.state}: {obs.reason}: {obs.message}"
         pid = backend.load_state(1).pid
 
-        response = requests.post(f"{obs.endpoint_url}/completions", timeout=60, json={
-            "model": "tiny-llama", "prompt": "The model serves", "max_tokens": 16, "ignore_eos": True})
+        response = requests.post(
+            f"{obs.endpoint_url}/completions",
+            timeout=60,
+            json={"model": "tiny-llama", "prompt": "The model serves", "max_tokens": 16, "ignore_eos": True},
+        )
 
         assert response.status_code == 200, response.text
         choice = response.json()["choices"][0]

@@ -60,9 +60,7 @@ H100 = FlavorSpec(
         Toleration(key="dedicated", operator="Equal", value="inference", effect="NoExecute"),
     ),
 )
-L4 = FlavorSpec(
-    name="l4", gpu_model="L4", accelerator_type="L4", gpu_memory_gib=24, gpus_per_node=4
-)
+L4 = FlavorSpec(name="l4", gpu_model="L4", accelerator_type="L4", gpu_memory_gib=24, gpus_per_node=4)
 PLATFORM = PlatformSpec()
 
 
@@ -161,9 +159,7 @@ def test_rendered_object_matches_golden_file(case: str) -> None:
 def test_rendering_is_deterministic() -> None:
     first = manifests.render_serve_config(large_spec())
     assert first == manifests.render_serve_config(large_spec())
-    assert manifests.render_rayservice(large_spec(), PLATFORM) == manifests.render_rayservice(
-        large_spec(), PLATFORM
-    )
+    assert manifests.render_rayservice(large_spec(), PLATFORM) == manifests.render_rayservice(large_spec(), PLATFORM)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,9 +186,7 @@ class TestCrdSchemas:
     def test_validator_rejects_a_field_the_api_server_would_prune(self) -> None:
         rayservice = manifests.render_rayservice(small_spec(), PLATFORM)
         worker_group(rayservice)["template"]["spec"]["nodeSelectr"] = {"a": "b"}
-        with pytest.raises(
-            SchemaError, match=r"workerGroupSpecs\[0\]\.template\.spec\.nodeSelectr"
-        ):
+        with pytest.raises(SchemaError, match=r"workerGroupSpecs\[0\]\.template\.spec\.nodeSelectr"):
             assert_valid(rayservice)
 
     def test_validator_rejects_a_wrong_type(self) -> None:
@@ -243,8 +237,7 @@ class TestCrdSchemas:
         # rayStartParams is a map (additionalProperties): arbitrary keys are legitimate.
         worker_group(rayservice)["rayStartParams"]["anything-goes"] = "1"
         assert unknown_fields(rayservice, schema) == [
-            "spec.rayClusterConfig.workerGroupSpecs[0].template.spec.containers[0].env[0]"
-            ".valueFromm"
+            "spec.rayClusterConfig.workerGroupSpecs[0].template.spec.containers[0].env[0].valueFromm"
         ]
 
     def test_an_unserved_version_is_refused(self) -> None:
@@ -272,9 +265,7 @@ class TestLlmConfig:
 
     def test_a_pvc_source_points_at_the_mounted_path(self) -> None:
         config = manifests.llm_config(large_spec())
-        assert config["model_loading_config"]["model_source"] == (
-            "/models/weights/meta/llama-3.1-405b-fp8"
-        )
+        assert config["model_loading_config"]["model_source"] == ("/models/weights/meta/llama-3.1-405b-fp8")
 
     def test_a_pvc_source_without_path_is_the_claim_root(self) -> None:
         config = manifests.llm_config(small_spec(model_source="pvc://weights"))
@@ -314,9 +305,7 @@ class TestLlmConfig:
     def test_rayservice_carries_the_same_serve_config(self) -> None:
         spec = large_spec()
         rayservice = manifests.render_rayservice(spec, PLATFORM)
-        assert yaml.safe_load(rayservice["spec"]["serveConfigV2"]) == manifests.serve_config_v2(
-            spec
-        )
+        assert yaml.safe_load(rayservice["spec"]["serveConfigV2"]) == manifests.serve_config_v2(spec)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -369,9 +358,7 @@ class TestRenderRayService:
             assert "affinity" not in pod_spec
 
     def test_head_takes_no_gpu_and_exposes_ray_ports(self) -> None:
-        head = manifests.render_rayservice(small_spec(), PLATFORM)["spec"]["rayClusterConfig"][
-            "headGroupSpec"
-        ]
+        head = manifests.render_rayservice(small_spec(), PLATFORM)["spec"]["rayClusterConfig"]["headGroupSpec"]
         assert head["rayStartParams"]["num-gpus"] == "0"
         (container,) = head["template"]["spec"]["containers"]
         ports = {port["name"]: port["containerPort"] for port in container["ports"]}
@@ -389,9 +376,9 @@ class TestRenderRayService:
         group = worker_group(manifests.render_rayservice(small_spec(max_replicas=3), PLATFORM))
         assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (1, 1, 3)
         assert (
-            worker_container({"spec": {"rayClusterConfig": {"workerGroupSpecs": [group]}}})[
-                "resources"
-            ]["limits"]["nvidia.com/gpu"]
+            worker_container({"spec": {"rayClusterConfig": {"workerGroupSpecs": [group]}}})["resources"]["limits"][
+                "nvidia.com/gpu"
+            ]
             == 1
         )
 
@@ -410,18 +397,13 @@ class TestRenderRayService:
 
     def test_uneven_split_across_nodes_is_refused(self) -> None:
         with pytest.raises(ValueError, match="whole 4-GPU nodes"):
-            manifests.render_rayservice(
-                small_spec(tensor_parallel_size=2, pipeline_parallel_size=3), PLATFORM
-            )
+            manifests.render_rayservice(small_spec(tensor_parallel_size=2, pipeline_parallel_size=3), PLATFORM)
 
     def test_name_over_47_characters_is_refused(self) -> None:
         name = "a" * 48
         with pytest.raises(ValueError, match="at most 47"):
             manifests.render_rayservice(small_spec(name=name), PLATFORM)
-        assert (
-            manifests.render_rayservice(small_spec(name="a" * 47), PLATFORM)["metadata"]["name"]
-            == "a" * 47
-        )
+        assert manifests.render_rayservice(small_spec(name="a" * 47), PLATFORM)["metadata"]["name"] == "a" * 47
 
     def test_name_that_is_not_dns_1123_is_refused(self) -> None:
         with pytest.raises(ValueError, match="DNS-1123"):
@@ -430,17 +412,13 @@ class TestRenderRayService:
     def test_hf_token_env_only_when_a_secret_is_given(self) -> None:
         without = manifests.render_rayservice(small_spec(), PLATFORM)
         assert "HF_TOKEN" not in env_names(worker_container(without))
-        (bare_head,) = without["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"][
-            "containers"
-        ]
+        (bare_head,) = without["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"]
         assert "HF_TOKEN" not in env_names(bare_head)
 
         with_secret = manifests.render_rayservice(small_spec(hf_token_secret="hf"), PLATFORM)
         (token,) = [e for e in worker_container(with_secret)["env"] if e["name"] == "HF_TOKEN"]
         assert token["valueFrom"] == {"secretKeyRef": {"name": "hf", "key": "HF_TOKEN"}}
-        (head,) = with_secret["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"][
-            "containers"
-        ]
+        (head,) = with_secret["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"]
         assert "HF_TOKEN" in env_names(head)
 
     def test_worker_has_nccl_settings_and_ptrace(self) -> None:
@@ -456,13 +434,9 @@ class TestRenderRayService:
         for shm, expected in ((16, "16Gi"), (4, "16Gi"), (64, "64Gi")):
             platform = replace(PLATFORM, shm_size_gi=shm)
             rayservice = manifests.render_rayservice(small_spec(), platform)
-            volumes = {
-                v["name"]: v for v in worker_group(rayservice)["template"]["spec"]["volumes"]
-            }
+            volumes = {v["name"]: v for v in worker_group(rayservice)["template"]["spec"]["volumes"]}
             assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": expected}
-            mounts = {
-                m["name"]: m["mountPath"] for m in worker_container(rayservice)["volumeMounts"]
-            }
+            mounts = {m["name"]: m["mountPath"] for m in worker_container(rayservice)["volumeMounts"]}
             assert mounts["dshm"] == "/dev/shm"
 
     def test_model_cache_is_mounted_at_the_hf_cache_only_when_configured(self) -> None:
@@ -483,9 +457,7 @@ class TestRenderRayService:
             "claimName": "weights",
             "readOnly": True,
         }
-        (mount,) = [
-            m for m in worker_container(rayservice)["volumeMounts"] if m["name"] == "model-source"
-        ]
+        (mount,) = [m for m in worker_container(rayservice)["volumeMounts"] if m["name"] == "model-source"]
         assert mount == {"name": "model-source", "mountPath": "/models/weights", "readOnly": True}
 
     def test_an_invalid_pvc_claim_is_refused(self) -> None:
@@ -496,9 +468,7 @@ class TestRenderRayService:
         platform = replace(PLATFORM, ray_version="2.99.0", ray_image="registry.local/ray:2.99.0")
         cluster = manifests.render_rayservice(small_spec(), platform)["spec"]["rayClusterConfig"]
         assert cluster["rayVersion"] == "2.99.0"
-        assert worker_container({"spec": {"rayClusterConfig": cluster}})["image"] == (
-            "registry.local/ray:2.99.0"
-        )
+        assert worker_container({"spec": {"rayClusterConfig": cluster}})["image"] == ("registry.local/ray:2.99.0")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -554,17 +524,13 @@ class TestRenderKueue:
     def test_quota_admits_a_deployment_using_all_gpus_one_replica_each(self) -> None:
         # Kueue counts the head pod too: a 1-GPU quota must admit a 1-GPU deployment.
         one_gpu = tenant_queue(quotas=(FlavorQuotaSpec(flavor=L4, nominal_gpus=1),))
-        (flavor,) = manifests.render_cluster_queue(one_gpu, PLATFORM)["spec"]["resourceGroups"][0][
-            "flavors"
-        ]
+        (flavor,) = manifests.render_cluster_queue(one_gpu, PLATFORM)["spec"]["resourceGroups"][0]["flavors"]
         quota = {r["name"]: r["nominalQuota"] for r in flavor["resources"]}
         rayservice = manifests.render_rayservice(small_spec(), PLATFORM)
         cluster = rayservice["spec"]["rayClusterConfig"]
         (head,) = cluster["headGroupSpec"]["template"]["spec"]["containers"]
         worker = worker_container(rayservice)
-        used_cpu = (
-            int(head["resources"]["requests"]["cpu"]) + worker["resources"]["requests"]["cpu"]
-        )
+        used_cpu = int(head["resources"]["requests"]["cpu"]) + worker["resources"]["requests"]["cpu"]
         used_gi = int(head["resources"]["requests"]["memory"][:-2]) + int(
             worker["resources"]["requests"]["memory"][:-2]
         )
@@ -575,9 +541,7 @@ class TestRenderKueue:
     def test_fractional_head_sizes_give_exact_quantities(self) -> None:
         platform = replace(PLATFORM, head_cpu="500m", head_memory="1536Mi")
         one = tenant_queue(quotas=(FlavorQuotaSpec(flavor=L4, nominal_gpus=1),))
-        (flavor,) = manifests.render_cluster_queue(one, platform)["spec"]["resourceGroups"][0][
-            "flavors"
-        ]
+        (flavor,) = manifests.render_cluster_queue(one, platform)["spec"]["resourceGroups"][0]["flavors"]
         quota = {r["name"]: r["nominalQuota"] for r in flavor["resources"]}
         assert quota["cpu"] == "8500m"
         assert quota["memory"] == "67072Mi"  # 64Gi + 1.5Gi
@@ -589,9 +553,7 @@ class TestRenderKueue:
             "reclaimWithinCohort": "Any",
             "withinClusterQueue": "LowerPriority",
         }
-        assert spec["namespaceSelector"] == {
-            "matchLabels": {"kubernetes.io/metadata.name": "tenant-acme"}
-        }
+        assert spec["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "tenant-acme"}}
 
     def test_without_cohort_there_are_no_borrowing_or_lending_limits(self) -> None:
         # CEL rule on ClusterQueue: borrowingLimit must be nil when the cohort is empty.
@@ -629,9 +591,18 @@ def test_renderers_do_not_share_mutable_state() -> None:
     assert manifests.render_rayservice(large_spec(), PLATFORM) == snapshot
 
 
-@pytest.mark.parametrize("source", ["pvc://models/../etc", "pvc://models/a/../../x", "pvc://models/a//b",
-                                    "pvc://models/./a", "pvc://models/a\\\\..\\\\b", "pvc://models/%2e%2e/x",
-                                    "pvc://models/a\x00b"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "pvc://models/../etc",
+        "pvc://models/a/../../x",
+        "pvc://models/a//b",
+        "pvc://models/./a",
+        "pvc://models/a\\\\..\\\\b",
+        "pvc://models/%2e%2e/x",
+        "pvc://models/a\x00b",
+    ],
+)
 def test_a_pvc_path_that_leaves_its_volume_is_never_rendered(source):
     """Validation refuses these first; the renderer refuses them again (rows saved before it)."""
     from runtime.manifests import pvc_model_path

@@ -140,13 +140,16 @@ class TestRayContextLabels:
             assert names and not names & set(RAY_CONTEXT_LABELS)
             assert {"ReplicaId", "WorkerId", "engine", "model_name"} <= names
             # Exactly as many distinct series as the file has (nothing merged by the drop).
-            raw = {line.split(" ")[0] for line in text.splitlines()
-                   if line.startswith("ray_vllm_num_requests_running{")}
+            raw = {
+                line.split(" ")[0] for line in text.splitlines() if line.startswith("ray_vllm_num_requests_running{")
+            }
             assert len(snap.gauges["num_requests_running"]) == len(raw)
 
     def test_a_label_value_that_looks_like_a_context_label_is_left_alone(self) -> None:
-        line = ('ray_vllm_num_requests_running{Component="core_worker",ReplicaId="r1",'
-                'model_name="a,Version=\\"x\\",b",otel_scope_version=""} 2\n')
+        line = (
+            'ray_vllm_num_requests_running{Component="core_worker",ReplicaId="r1",'
+            'model_name="a,Version=\\"x\\",b",otel_scope_version=""} 2\n'
+        )
         (key,) = parse_exposition(line).gauges["num_requests_running"]
         assert dict(key) == {"ReplicaId": "r1", "model_name": 'a,Version="x",b'}
 
@@ -222,10 +225,7 @@ class TestParseExposition:
         text = fixture(RAY_AFTER)
         kept = filter_exposition(text)
         assert len(kept) < len(text) / 5  # ~900 kB → the vLLM families only
-        assert all(
-            line.startswith(("ray_vllm_", "# HELP ray_vllm_", "# TYPE ray_vllm_"))
-            for line in kept.splitlines()
-        )
+        assert all(line.startswith(("ray_vllm_", "# HELP ray_vllm_", "# TYPE ray_vllm_")) for line in kept.splitlines())
         full = {
             s.name: s.value
             for family in text_string_to_metric_families(text)
@@ -238,12 +238,7 @@ class TestParseExposition:
 
     def test_match_labels_picks_one_deployment(self) -> None:
         text = fixture(VLLM_BUSY)
-        assert (
-            parse_exposition(text, match_labels={"model_name": "tiny"}).counter(
-                "generation_tokens_total"
-            )
-            == 3348.0
-        )
+        assert parse_exposition(text, match_labels={"model_name": "tiny"}).counter("generation_tokens_total") == 3348.0
         with pytest.raises(ScrapeError, match="no vllm"):
             parse_exposition(text, match_labels={"model_name": "other"})
 
@@ -338,10 +333,9 @@ class TestDeriveOverTheSeries:
         files = series_files()
         for i in range(1, len(files)):
             (t0, a), (t1, b) = files[i - 1], files[i]
-            by_hand = (
-                hand_sum(b, "vllm:generation_tokens_total")
-                - hand_sum(a, "vllm:generation_tokens_total")
-            ) / (t1 - t0)
+            by_hand = (hand_sum(b, "vllm:generation_tokens_total") - hand_sum(a, "vllm:generation_tokens_total")) / (
+                t1 - t0
+            )
             assert points[i].generation_tokens_per_s == pytest.approx(by_hand)
             assert points[i].interval_s == pytest.approx(t1 - t0)
         # Written out: (11544 - 9600) / 2.001 and (15419 - 11544) / 2.000, then idle.
@@ -373,17 +367,12 @@ class TestDeriveOverTheSeries:
         dt = t1 - t0
         p = points[1]
         assert p.requests_per_s == pytest.approx(
-            (hand_sum(b, "vllm:request_success_total") - hand_sum(a, "vllm:request_success_total"))
-            / dt
+            (hand_sum(b, "vllm:request_success_total") - hand_sum(a, "vllm:request_success_total")) / dt
         )
         assert p.errors_per_s == 0.0
         assert p.preemptions_per_s == pytest.approx((164.0 - 143.0) / dt)
-        hits = hand_sum(b, "vllm:prefix_cache_hits_total") - hand_sum(
-            a, "vllm:prefix_cache_hits_total"
-        )
-        queries = hand_sum(b, "vllm:prefix_cache_queries_total") - hand_sum(
-            a, "vllm:prefix_cache_queries_total"
-        )
+        hits = hand_sum(b, "vllm:prefix_cache_hits_total") - hand_sum(a, "vllm:prefix_cache_hits_total")
+        queries = hand_sum(b, "vllm:prefix_cache_queries_total") - hand_sum(a, "vllm:prefix_cache_queries_total")
         assert p.prefix_cache_hit_pct == pytest.approx(100 * hits / queries)
         assert (p.running, p.waiting, p.kv_cache_pct) == (7.0, 17.0, 100.0)
 
@@ -402,12 +391,7 @@ class TestDeriveEdgeCases:
         assert point.ttft_p50 == pytest.approx(
             hand_quantile(
                 0.5,
-                {
-                    le_key(k): v
-                    for k, v in hand_buckets(
-                        fixture(VLLM_BUSY), "vllm:time_to_first_token_seconds"
-                    ).items()
-                },
+                {le_key(k): v for k, v in hand_buckets(fixture(VLLM_BUSY), "vllm:time_to_first_token_seconds").items()},
             )
         )
 
@@ -436,16 +420,12 @@ class TestDeriveEdgeCases:
 
     def test_scale_down_is_not_a_counter_reset(self) -> None:
         # Summing first would see generation tokens fall 16386 → 8193 and call it a reset.
-        point = derive(
-            parse_exposition(self._two_replicas(), 0.0), parse_exposition(fixture(RAY_BUSY), 10.0)
-        )
+        point = derive(parse_exposition(self._two_replicas(), 0.0), parse_exposition(fixture(RAY_BUSY), 10.0))
         assert point.generation_tokens_per_s == 0.0
         assert point.requests_per_s == 0.0
 
     def test_a_new_replica_does_not_spike_the_rates(self) -> None:
-        point = derive(
-            parse_exposition(fixture(RAY_BUSY), 0.0), parse_exposition(self._two_replicas(), 10.0)
-        )
+        point = derive(parse_exposition(fixture(RAY_BUSY), 0.0), parse_exposition(self._two_replicas(), 10.0))
         assert point.generation_tokens_per_s == 0.0
 
     def test_a_counter_ray_creates_late_counts_from_zero(self) -> None:
@@ -529,9 +509,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.queries.append(query)
                 self._send(200, json.dumps(prometheus_answer(self.fixtures["busy"], query)))
             elif url.path == "/bad/api/v1/query":
-                self._send(
-                    200, json.dumps({"status": "error", "errorType": "bad_data", "error": "parse"})
-                )
+                self._send(200, json.dumps({"status": "error", "errorType": "bad_data", "error": "parse"}))
             else:
                 self._send(500, "boom")
         except (BrokenPipeError, ConnectionResetError):  # the client gave up: that is the test
@@ -595,12 +573,15 @@ class TestScrape:
         assert scrape_many({}, timeout=1) == {}
 
     def test_a_target_of_several_urls_is_merged_and_fails_as_a_whole(self, server: str) -> None:
-        results = scrape_many({
-            "two-nodes": [server + "/metrics", server + "/ray"],
-            "one-bad": [server + "/metrics", server + "/missing"],
-            "one-slow": [server + "/metrics", server + "/slow"],
-            "none": [],
-        }, timeout=0.5)
+        results = scrape_many(
+            {
+                "two-nodes": [server + "/metrics", server + "/ray"],
+                "one-bad": [server + "/metrics", server + "/missing"],
+                "one-slow": [server + "/metrics", server + "/slow"],
+                "none": [],
+            },
+            timeout=0.5,
+        )
         merged = results["two-nodes"]
         assert merged.gauge_sum("num_requests_running") == 4.0 + 39.0
         assert merged.replica_count == scrape(server + "/metrics").replica_count + scrape(server + "/ray").replica_count

@@ -44,8 +44,12 @@ class TestLifecycle:
         obj = rayservice(cluster_api, dep)
         assert obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "alpha"
         assert dep.state == State.QUEUED
-        operators.workload_for(cluster_api, obj, {"QuotaReserved": False},
-                               messages={"QuotaReserved": "insufficient unused quota for nvidia.com/gpu"})
+        operators.workload_for(
+            cluster_api,
+            obj,
+            {"QuotaReserved": False},
+            messages={"QuotaReserved": "insufficient unused quota for nvidia.com/gpu"},
+        )
         run(dep)
         assert dep.state == State.QUEUED
         assert "insufficient" in dep.condition("Admitted")["message"]
@@ -95,11 +99,13 @@ class TestLifecycle:
         dep = approved(world)
         run(dep)
         if fail == "deploy_failed":
-            operators.rayservice_app_status(cluster_api, "alpha", dep.resource_name, "llm", "DEPLOY_FAILED",
-                                            "ValueError: model not found")
+            operators.rayservice_app_status(
+                cluster_api, "alpha", dep.resource_name, "llm", "DEPLOY_FAILED", "ValueError: model not found"
+            )
         else:
-            operators.rayservice_not_ready(cluster_api, "alpha", dep.resource_name, "ValidationFailed",
-                                           "spec.rayClusterConfig invalid")
+            operators.rayservice_not_ready(
+                cluster_api, "alpha", dep.resource_name, "ValidationFailed", "spec.rayClusterConfig invalid"
+            )
         run(dep)
         assert dep.state == State.FAILED
         assert dep.condition("Degraded")["status"] == "True"
@@ -130,9 +136,13 @@ class TestLifecycle:
         operators.rayservice_ready(cluster_api, "alpha", dep.resource_name)
         run(dep)
         operators.rayservice_not_ready(cluster_api, "alpha", dep.resource_name, "Initializing", "restarting")
-        operators.workload_set_conditions(cluster_api, "alpha", operators.workload_name(obj),
-                                          {"Admitted": False, "Evicted": True},
-                                          {"Evicted": "Preempted to reclaim quota in the cohort"})
+        operators.workload_set_conditions(
+            cluster_api,
+            "alpha",
+            operators.workload_name(obj),
+            {"Admitted": False, "Evicted": True},
+            {"Evicted": "Preempted to reclaim quota in the cohort"},
+        )
         run(dep)
         assert dep.state == State.QUEUED
         assert dep.events.filter(reason="Evicted").exists()
@@ -174,8 +184,7 @@ class TestFaultsAndErrors:
     def test_transient_errors_propagate_for_retry_and_converge(self, world, cluster_api):
         dep = approved(world)
         cluster_api.inject_faults(0.5, faults=(500, 429), seed=3)
-        attempts = 0
-        for attempts in range(1, 40):
+        for _attempt in range(1, 40):
             try:
                 run(dep)
                 if rayservice(cluster_api, dep) is not None and dep.state == State.QUEUED:
@@ -218,8 +227,11 @@ class TestSweep:
         assert cluster.calls == {"list": 2}
         cluster_api.delete_object(k8s.RAYSERVICE, deps[0].resource_name, "alpha")
         stray = dict(rayservice(cluster_api, deps[1]))
-        stray["metadata"] = {**stray["metadata"], "name": "stray-999", "labels": {
-            **stray["metadata"]["labels"], "llm-portal.io/deployment-id": "999999"}}
+        stray["metadata"] = {
+            **stray["metadata"],
+            "name": "stray-999",
+            "labels": {**stray["metadata"]["labels"], "llm-portal.io/deployment-id": "999999"},
+        }
         stray["metadata"].pop("uid", None)
         cluster_api.put(k8s.RAYSERVICE, stray)
         report = sweep()
@@ -261,11 +273,17 @@ class TestKServeBackend:
         dep = approved(world, backend="kserve", name="kserve-bad")
         run(dep)
         if kind == "revision":
-            operators.inferenceservice_status(cluster_api, "alpha", dep.resource_name, ready=False,
-                                              failure=("RevisionFailed", "container exited: CUDA OOM"))
+            operators.inferenceservice_status(
+                cluster_api,
+                "alpha",
+                dep.resource_name,
+                ready=False,
+                failure=("RevisionFailed", "container exited: CUDA OOM"),
+            )
         else:
-            operators.inferenceservice_status(cluster_api, "alpha", dep.resource_name, ready=False,
-                                              model_failed="Repository not found")
+            operators.inferenceservice_status(
+                cluster_api, "alpha", dep.resource_name, ready=False, model_failed="Repository not found"
+            )
         run(dep)
         assert dep.state == State.FAILED
         run(dep)
@@ -276,8 +294,9 @@ class TestKServeBackend:
 
         dep = approved(world, backend="kserve", name="kserve-idle", min_replicas=0, max_replicas=1)
         run(dep)
-        operators.inferenceservice_status(cluster_api, "alpha", dep.resource_name, ready=True, copies=0,
-                                          url="http://idle.alpha.example.com")
+        operators.inferenceservice_status(
+            cluster_api, "alpha", dep.resource_name, ready=True, copies=0, url="http://idle.alpha.example.com"
+        )
         run(dep)
         assert dep.state == State.READY and derived_badge(dep) == "scaled_to_zero"
         assert "Scaled to zero" in dep.status_message
@@ -296,13 +315,18 @@ class TestSweepLocal:
         settings.KUBERNETES_URL = None
         settings.KUBECONFIG = None
         settings.LOCAL_MODEL_ROOT = "/models"
-        cpu = GpuFlavor.objects.create(name="cpu-local", gpu_model="CPU", accelerator_type="CPU",
-                                       gpu_memory_gib=4, gpus_per_node=1, price_per_gpu_hour=Decimal("0"))
+        cpu = GpuFlavor.objects.create(
+            name="cpu-local",
+            gpu_model="CPU",
+            accelerator_type="CPU",
+            gpu_memory_gib=4,
+            gpus_per_node=1,
+            price_per_gpu_hour=Decimal("0"),
+        )
         TenantQuota.objects.create(tenant=world.alpha, flavor=cpu, nominal_gpus=1)
         LocalBackend._instance = LocalBackend(tmp_path)
         try:
-            approved(world, backend="local", flavor=cpu, max_replicas=1, name="local-one",
-                     model_source="/models/tiny")
+            approved(world, backend="local", flavor=cpu, max_replicas=1, name="local-one", model_source="/models/tiny")
             report = sweep()
         finally:
             LocalBackend._instance = None

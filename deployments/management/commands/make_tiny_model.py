@@ -105,8 +105,9 @@ class Command(BaseCommand):
     help = "Generate a tiny random-weight Llama model with a locally trained tokenizer (HF format)."
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--output", type=Path, default=None,
-                            help="target directory (default: LOCAL_MODEL_ROOT/tiny-llama)")
+        parser.add_argument(
+            "--output", type=Path, default=None, help="target directory (default: LOCAL_MODEL_ROOT/tiny-llama)"
+        )
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--vocab-size", type=int, default=1024)
 
@@ -126,6 +127,9 @@ class Command(BaseCommand):
         params = sum(p.numel() for p in model.parameters())
         (target / "portal-tiny-model.json").write_text(json.dumps({"seed": seed, "parameters": params}) + "\n")
         if options["verbosity"] > 0:
-            self.stdout.write(self.style.SUCCESS(
-                f"tiny Llama ({params / 1e6:.2f}M parameters, vocab {len(tokenizer)}) written to {target} "
-                f"in {time.monotonic() - started:.1f}s"))
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"tiny Llama ({params / 1e6:.2f}M parameters, vocab {len(tokenizer)}) written to {target} "
+                    f"in {time.monotonic() - started:.1f}s"
+                )
+            )

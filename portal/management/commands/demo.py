@@ -17,18 +17,49 @@ from quotas.models import PLATFORM_ADMIN_GROUP, GpuFlavor, Membership, Tenant, T
 PASSWORD = "demo-password-123"
 
 FLAVORS = [
-    dict(name="h100-sxm5", gpu_model="H100 SXM5 80GB", accelerator_type="H100", gpu_memory_gib=80,
-         gpus_per_node=8, cpu_per_gpu=12, memory_gib_per_gpu=120, price_per_gpu_hour=Decimal("3.90"),
-         node_labels={"node.kubernetes.io/instance-type": "p5.48xlarge"},
-         tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
-    dict(name="a100-pcie", gpu_model="A100 PCIe 80GB", accelerator_type="A100", gpu_memory_gib=80,
-         gpus_per_node=4, cpu_per_gpu=8, memory_gib_per_gpu=64, price_per_gpu_hour=Decimal("1.80"),
-         node_labels={"node.kubernetes.io/instance-type": "a2-ultragpu-4g"}),
-    dict(name="l4", gpu_model="L4 24GB", accelerator_type="L4", gpu_memory_gib=24, gpus_per_node=8,
-         cpu_per_gpu=4, memory_gib_per_gpu=32, price_per_gpu_hour=Decimal("0.70")),
+    dict(
+        name="h100-sxm5",
+        gpu_model="H100 SXM5 80GB",
+        accelerator_type="H100",
+        gpu_memory_gib=80,
+        gpus_per_node=8,
+        cpu_per_gpu=12,
+        memory_gib_per_gpu=120,
+        price_per_gpu_hour=Decimal("3.90"),
+        node_labels={"node.kubernetes.io/instance-type": "p5.48xlarge"},
+        tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    ),
+    dict(
+        name="a100-pcie",
+        gpu_model="A100 PCIe 80GB",
+        accelerator_type="A100",
+        gpu_memory_gib=80,
+        gpus_per_node=4,
+        cpu_per_gpu=8,
+        memory_gib_per_gpu=64,
+        price_per_gpu_hour=Decimal("1.80"),
+        node_labels={"node.kubernetes.io/instance-type": "a2-ultragpu-4g"},
+    ),
+    dict(
+        name="l4",
+        gpu_model="L4 24GB",
+        accelerator_type="L4",
+        gpu_memory_gib=24,
+        gpus_per_node=8,
+        cpu_per_gpu=4,
+        memory_gib_per_gpu=32,
+        price_per_gpu_hour=Decimal("0.70"),
+    ),
     # The local backend runs on this machine's CPU; the "GPU" here is one engine slot.
-    dict(name="cpu-local", gpu_model="This machine (CPU, vLLM CPU build)", accelerator_type="CPU",
-         gpu_memory_gib=4, gpus_per_node=1, cpu_per_gpu=2, memory_gib_per_gpu=4),
+    dict(
+        name="cpu-local",
+        gpu_model="This machine (CPU, vLLM CPU build)",
+        accelerator_type="CPU",
+        gpu_memory_gib=4,
+        gpus_per_node=1,
+        cpu_per_gpu=2,
+        memory_gib_per_gpu=4,
+    ),
 ]
 TENANTS = [
     ("search", "Search Relevance", {"h100-sxm5": (16, 8), "a100-pcie": (8, 0), "cpu-local": (2, 0)}, 0),
@@ -49,19 +80,22 @@ class Command(BaseCommand):
         logins = [("admin", "platform admin (all tenants, approvals, cluster view)")]
         for slug, display, quotas, auto in TENANTS:
             tenant, _ = Tenant.objects.update_or_create(
-                slug=slug, defaults={"display_name": display, "auto_approve_max_gpus": auto})
+                slug=slug, defaults={"display_name": display, "auto_approve_max_gpus": auto}
+            )
             for flavor, (nominal, borrow) in quotas.items():
                 TenantQuota.objects.get_or_create(
-                    tenant=tenant, flavor=GpuFlavor.objects.get(name=flavor),
-                    defaults={"nominal_gpus": nominal, "borrowing_limit_gpus": borrow})
+                    tenant=tenant,
+                    flavor=GpuFlavor.objects.get(name=flavor),
+                    defaults={"nominal_gpus": nominal, "borrowing_limit_gpus": borrow},
+                )
             for role in ("viewer", "member", "tenant_admin"):
                 username = f"{slug}-{role.replace('_', '-')}"
-                Membership.objects.update_or_create(user=self._user(username), tenant=tenant,
-                                                    defaults={"role": role})
+                Membership.objects.update_or_create(user=self._user(username), tenant=tenant, defaults={"role": role})
                 logins.append((username, f"{role.replace('_', ' ')} of {display}"))
         self._samples(admin)
-        self.stdout.write(self.style.SUCCESS("Demo data ready. Sign in with any of these "
-                                             f"(password for all: {PASSWORD}):"))
+        self.stdout.write(
+            self.style.SUCCESS(f"Demo data ready. Sign in with any of these (password for all: {PASSWORD}):")
+        )
         for username, what in logins:
             self.stdout.write(f"  {username:28} {what}")
 
@@ -77,22 +111,43 @@ class Command(BaseCommand):
         search = Tenant.objects.get(slug="search")
         member = User.objects.get(username="search-member")
         samples = [
-            dict(name="llama3-70b-chat", model_source="meta-llama/Meta-Llama-3-70B-Instruct",
-                 served_model_name="llama3-70b", flavor="h100-sxm5", tensor_parallel_size=4,
-                 max_replicas=2, max_model_len=8192, approve=True),
-            dict(name="qwen-7b-rerank", model_source="Qwen/Qwen2.5-7B-Instruct",
-                 served_model_name="qwen2.5-7b", flavor="a100-pcie", max_replicas=2,
-                 max_model_len=16384, approve=False),
+            dict(
+                name="llama3-70b-chat",
+                model_source="meta-llama/Meta-Llama-3-70B-Instruct",
+                served_model_name="llama3-70b",
+                flavor="h100-sxm5",
+                tensor_parallel_size=4,
+                max_replicas=2,
+                max_model_len=8192,
+                approve=True,
+            ),
+            dict(
+                name="qwen-7b-rerank",
+                model_source="Qwen/Qwen2.5-7B-Instruct",
+                served_model_name="qwen2.5-7b",
+                flavor="a100-pcie",
+                max_replicas=2,
+                max_model_len=16384,
+                approve=False,
+            ),
         ]
         for sample in samples:
-            if ModelDeployment.objects.filter(tenant=search, name=sample["name"]).exclude(
-                    state=State.DELETED).exists():
+            if ModelDeployment.objects.filter(tenant=search, name=sample["name"]).exclude(state=State.DELETED).exists():
                 continue
             approve = sample.pop("approve")
-            data = {"backend": settings.RUNTIME_DEFAULT_BACKEND if "kuberay" not in settings.RUNTIME_BACKENDS
-                    else "kuberay", "dtype": "bfloat16", **sample,
-                    "flavor": GpuFlavor.objects.get(name=sample["flavor"])}
+            data = {
+                "backend": settings.RUNTIME_DEFAULT_BACKEND
+                if "kuberay" not in settings.RUNTIME_BACKENDS
+                else "kuberay",
+                "dtype": "bfloat16",
+                **sample,
+                "flavor": GpuFlavor.objects.get(name=sample["flavor"]),
+            }
             dep = services.deployment_create(tenant=search, user=member, data=data)
             if approve:
-                services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=admin,
-                                            reason="Demo: approved by the platform team.")
+                services.deployment_approve(
+                    deployment_id=dep.pk,
+                    generation=dep.generation,
+                    approver=admin,
+                    reason="Demo: approved by the platform team.",
+                )

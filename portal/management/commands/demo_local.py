@@ -40,13 +40,31 @@ class Command(BaseCommand):
             self.stdout.write(f"{NAME} already exists.")
             return
         with transaction.atomic():
-            dep = services.deployment_create(tenant=tenant, user=User.objects.get(username="search-member"), data={
-                "name": NAME, "model_source": str(model_dir), "served_model_name": "tiny-llama",
-                "flavor": GpuFlavor.objects.get(name="cpu-local"), "backend": "local", "max_replicas": 1,
-                "min_replicas": 1, "max_model_len": 512, "dtype": "bfloat16", "quantization": ""})
+            dep = services.deployment_create(
+                tenant=tenant,
+                user=User.objects.get(username="search-member"),
+                data={
+                    "name": NAME,
+                    "model_source": str(model_dir),
+                    "served_model_name": "tiny-llama",
+                    "flavor": GpuFlavor.objects.get(name="cpu-local"),
+                    "backend": "local",
+                    "max_replicas": 1,
+                    "min_replicas": 1,
+                    "max_model_len": 512,
+                    "dtype": "bfloat16",
+                    "quantization": "",
+                },
+            )
             if dep.state == State.PENDING_APPROVAL:
-                services.deployment_approve(deployment_id=dep.pk, generation=dep.generation,
-                                            approver=User.objects.get(username="admin"),
-                                            reason="Demo: the local tiny model.")
-        self.stdout.write(self.style.SUCCESS(
-            f"Requested {NAME} (deployment {dep.pk}); the worker starts vLLM on this machine (~1–2 min)."))
+                services.deployment_approve(
+                    deployment_id=dep.pk,
+                    generation=dep.generation,
+                    approver=User.objects.get(username="admin"),
+                    reason="Demo: the local tiny model.",
+                )
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Requested {NAME} (deployment {dep.pk}); the worker starts vLLM on this machine (~1–2 min)."
+            )
+        )
