@@ -18,7 +18,6 @@ import argparse
 import http.client
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,30 +26,21 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, bench_env, header, on_exit, pct, row, setup_django  # noqa: E402
+from _common import ROOT, bench_env, header, on_exit, pct, row, seed_flavor, setup_django  # noqa: E402
+
+from tests.support.processes import free_port, kill_group  # noqa: E402
 
 TENANTS = 10
 CLIENTS = 32
 
 
 def seed_base():
-    from decimal import Decimal
-
     from django.contrib.auth.models import Group, User
 
     from portal.api import token_create
-    from quotas.models import PLATFORM_ADMIN_GROUP, GpuFlavor, Membership, Tenant, TenantQuota
+    from quotas.models import PLATFORM_ADMIN_GROUP, Membership, Tenant, TenantQuota
 
-    flavor = GpuFlavor.objects.create(
-        name="h100-sxm5",
-        gpu_model="H100 SXM5",
-        accelerator_type="H100",
-        gpu_memory_gib=80,
-        gpus_per_node=8,
-        cpu_per_gpu=12,
-        memory_gib_per_gpu=120,
-        price_per_gpu_hour=Decimal("3.90"),
-    )
+    flavor = seed_flavor()
     tenants = [Tenant.objects.create(slug=f"team-{i:02d}", display_name=f"Team {i}") for i in range(TENANTS)]
     for t in tenants:
         TenantQuota.objects.create(tenant=t, flavor=flavor, nominal_gpus=100_000)
@@ -145,12 +135,6 @@ def in_process_times(token: str) -> dict[str, tuple[float, float]]:
 # --- load -----------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_gunicorn(db_name: str, port: int, log_dir: Path) -> subprocess.Popen:
     env = {**os.environ, **bench_env(db_name), "PYTHONUNBUFFERED": "1"}
     log = open(log_dir / "gunicorn.log", "w")
@@ -174,16 +158,7 @@ def start_gunicorn(db_name: str, port: int, log_dir: Path) -> subprocess.Popen:
         start_new_session=True,
     )
 
-    def stop():
-        if proc.poll() is None:
-            os.killpg(proc.pid, 15)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, 9)
-                proc.wait(10)
-
-    on_exit(stop)
+    on_exit(lambda: kill_group(proc))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:

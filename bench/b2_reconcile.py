@@ -88,12 +88,12 @@ def main() -> None:
     from django.contrib.auth.models import Group, User
 
     from deployments.models import ModelDeployment
+    from deployments.reconcile import reconcile, sweep
     from quotas.models import PLATFORM_ADMIN_GROUP
     from runtime import k8s
     from runtime.backends import get_cluster
-    from runtime.reconcile import reconcile, sweep
-    from tests import operators
-    from tests.k8sapi import K8sApiServer
+    from tests.support import operators
+    from tests.support.k8s import K8sApiServer
 
     server = K8sApiServer().start()
     on_exit(server.stop)
@@ -115,9 +115,9 @@ def main() -> None:
     # portal renders it (spec-hash annotations included), an admitted Workload and a ready status,
     # then record in the database what a reconcile would observe from those objects. Reconciling
     # 2,000 times over HTTP instead is slow only because kmock scans its whole store per request.
-    from deployments.queries import deployment_spec
+    from deployments.reconcile import _record
+    from deployments.specs import deployment_spec
     from runtime.backends import get_backend
-    from runtime.reconcile import _record
 
     backend = get_backend("kuberay")
     started = time.perf_counter()
@@ -182,7 +182,7 @@ def main() -> None:
     row("sweep() per deployment checked (best)", f"{min(timings) / first_report['checked'] * 1e3:.2f} ms")
 
     # --- 2. convergence through a real worker -------------------------------------------------
-    from tests.e2e.workers import celery_worker
+    from tests.support.processes import celery_worker
 
     server2 = K8sApiServer().start()  # empty store: kmock's per-request cost grows with its store
     on_exit(server2.stop)
@@ -198,9 +198,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-b2-") as tmp:
         spawn = time.perf_counter()
         with celery_worker(
-            Path(tmp),
+            Path(tmp) / "worker.log",
             concurrency=2,
-            extra_env={
+            env={
                 "KUBERNETES_URL": server.direct_url,
                 "RECONCILE_REQUEUE_SECONDS": args.requeue_seconds,
                 "LOG_LEVEL": "INFO",

@@ -86,13 +86,11 @@ def serve(port: int) -> None:
 
 
 def start_servers() -> list[tuple[subprocess.Popen, int]]:
-    import socket
+    from tests.support.processes import free_port
 
     servers = []
     for _ in range(SERVERS):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         proc = subprocess.Popen(
             [sys.executable, __file__, "--serve", str(port)],
             cwd=ROOT,
@@ -220,9 +218,9 @@ def whole_cycles(servers, mixes: list[str], endpoints: int) -> None:
 
     from django.conf import settings
 
-    from runtime.collect import collect_all
-    from runtime.tasks import scrape_metrics_task
-    from tests.e2e.workers import celery_worker
+    from metrics.collect import collect_all
+    from metrics.tasks import scrape_metrics_task
+    from tests.support.processes import celery_worker
 
     ids = seed_serving(endpoints)
     print(f"   whole cycle: {endpoints} ready deployments, METRICS_SHARD_SIZE={settings.METRICS_SHARD_SIZE}")
@@ -230,7 +228,7 @@ def whole_cycles(servers, mixes: list[str], endpoints: int) -> None:
         # A shard left waiting longer than one scrape interval expires unread (no pile-up in
         # production); here the whole cycle must be read to be timed, so the expiry is long.
         with celery_worker(
-            Path(tmp), concurrency=2, extra_env={"LOG_LEVEL": "WARNING", "METRICS_SCRAPE_SECONDS": "600"}
+            Path(tmp) / "worker.log", concurrency=2, env={"LOG_LEVEL": "WARNING", "METRICS_SCRAPE_SECONDS": "600"}
         ):
             for mix in mixes:
                 point_at(servers, ids, mix)

@@ -11,7 +11,9 @@ from django.utils.dateparse import parse_datetime
 from deployments.charts import CHARTS
 from deployments.choices import State
 from deployments.models import MetricSample, ModelDeployment, Resolution
-from deployments.queries import deployment_spec, derived_badge, platform_spec
+from deployments.queries import derived_badge
+from deployments.specs import deployment_spec
+from runtime.platform import platform_spec
 
 CONDITION_WORDS = {
     "Ready": ("Serving requests", "Not serving yet"),

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from django.db import IntegrityError, transaction
 
+from core.exceptions import ConflictError, DomainError, Forbidden
+from core.models import audit
 from deployments.choices import EventType, State
 from deployments.models import DeploymentEvent, ModelDeployment
 from deployments.states import HOLDS_QUOTA, PERMISSIONS, RUNNING, Action, Actor, actor_of, authorize, check_transition
 from deployments.validation import check_draft
-from portal.exceptions import ConflictError, DomainError, Forbidden
-from portal.models import audit
 from quotas.choices import Fit
 from quotas.models import Tenant
 from quotas.services import quota_release, quota_reserve
@@ -82,7 +82,7 @@ def _authorized(dep: ModelDeployment, user, action: Action) -> None:
 
 
 def _enqueue_reconcile(dep: ModelDeployment) -> None:
-    from runtime.tasks import reconcile_deployment_task
+    from deployments.tasks import reconcile_deployment_task
 
     # robust: the decision is committed by then. If the broker is down the publish fails, and the
     # beat sweep re-enqueues the deployment later; the caller must not get a 500 for a done change.

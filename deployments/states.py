@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from core.exceptions import Forbidden, TransitionError
 from deployments.choices import State
-from portal.exceptions import Forbidden, TransitionError
 
 S = State
 

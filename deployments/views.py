@@ -9,6 +9,8 @@ from django.http import Http404, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from core.exceptions import DomainError
+from core.redirects import safe_next
 from deployments import services
 from deployments.choices import Backend, State
 from deployments.filtersets import DeploymentFilterSet
@@ -16,8 +18,6 @@ from deployments.forms import DeploymentForm, ReasonForm, ScaleForm
 from deployments.models import ModelDeployment
 from deployments.presenters import detail_context, latest_samples
 from deployments.states import Action, actions_for, actor_of
-from portal.exceptions import DomainError
-from portal.redirects import safe_next
 
 
 def _visible(request, pk: int) -> ModelDeployment:

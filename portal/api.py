@@ -13,8 +13,8 @@ from rest_framework.decorators import action, api_view, permission_classes
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
-from portal.models import AuditEvent, audit
-from portal.throttles import WriteThrottle
+from core.models import AuditEvent, audit
+from core.throttles import WriteThrottle
 from quotas.choices import Role
 from quotas.models import Membership, Tenant, is_platform_admin
 

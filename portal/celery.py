@@ -20,7 +20,7 @@ def _task_started(task_id=None, task=None, **_):
 
 @signals.task_postrun.connect
 def _task_finished(task_id=None, task=None, state=None, **_):
-    from portal.observability import TASK_SECONDS
+    from core.observability import TASK_SECONDS
 
     started = _started.pop(task_id, None)
     if started is not None and task is not None:

@@ -74,7 +74,7 @@ class CharsetGuard:
 class DataErrorMiddleware:
     """A value PostgreSQL cannot hold or compare (a NUL byte in a path or a filter, a number past
     its column) is the request's fault: 400, not a 500. The API answers the same through
-    portal.exceptions.api_exception_handler; this covers the browser views."""
+    core.exceptions.api_exception_handler; this covers the browser views."""
 
     def __init__(self, get_response):
         self.get_response = get_response

@@ -6,7 +6,7 @@ A hostile body must cost a 400 that says what is wrong, never a 500:
   recurses once per level and gives up with RecursionError near Python's recursion limit (a
   500); on a thread with a small stack it could overflow first. The body is already bounded by
   DATA_UPLOAD_MAX_MEMORY_SIZE (DRF reads JSON and form bodies through `request.body`, which
-  raises RequestDataTooBig: portal.exceptions answers 413), so the pre-scan is linear in a
+  raises RequestDataTooBig: core.exceptions answers 413), so the pre-scan is linear in a
   bounded input.
 * A string holding an unpaired surrogate (`"\\ud800"`) is valid JSON but not Unicode: nothing
   can encode it, so it would fail at the database or the renderer.

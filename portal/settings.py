@@ -53,9 +53,11 @@ INSTALLED_APPS = [
     "django_htmx",
     "django_celery_beat",
     "axes",
+    "core",
     "portal",
     "quotas",
     "deployments",
+    "metrics",
     "runtime",
 ]
 
@@ -72,7 +74,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "portal.observability.MetricsMiddleware",
+    "core.observability.MetricsMiddleware",
     "portal.middleware.DataErrorMiddleware",
     # Last, as axes asks: it turns a request it flagged as locked out into the 429 answer.
     "axes.middleware.AxesMiddleware",
@@ -215,7 +217,7 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
-    "EXCEPTION_HANDLER": "portal.exceptions.api_exception_handler",
+    "EXCEPTION_HANDLER": "core.exceptions.api_exception_handler",
     "DEFAULT_THROTTLE_CLASSES": [
         "rest_framework.throttling.UserRateThrottle",
         "rest_framework.throttling.AnonRateThrottle",
@@ -304,19 +306,19 @@ RECONCILE_SWEEP_SECONDS = env_int("RECONCILE_SWEEP_SECONDS", 30, minimum=1)
 METRICS_SCRAPE_SECONDS = env_int("METRICS_SCRAPE_SECONDS", 15, minimum=1)
 CELERY_BEAT_SCHEDULE = {
     "reconcile-sweep": {
-        "task": "runtime.tasks.sweep_task",
+        "task": "deployments.tasks.sweep_task",
         "schedule": float(RECONCILE_SWEEP_SECONDS),
     },
     "kueue-sync": {
-        "task": "runtime.tasks.sync_kueue_task",
+        "task": "quotas.tasks.sync_kueue_task",
         "schedule": float(env_int("KUEUE_SYNC_SECONDS", 300, minimum=5)),
     },
     "metrics-scrape": {
-        "task": "runtime.tasks.scrape_metrics_task",
+        "task": "metrics.tasks.scrape_metrics_task",
         "schedule": float(METRICS_SCRAPE_SECONDS),
     },
     "metrics-downsample": {
-        "task": "deployments.tasks.downsample_metrics_task",
+        "task": "metrics.tasks.downsample_metrics_task",
         "schedule": 600.0,
     },
 }

@@ -6,9 +6,9 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from core.observability import metrics_view
 from portal import health
 from portal.login import ThrottledLoginView
-from portal.observability import metrics_view
 
 # The API docs pages (templates/drf_spectacular/) follow the site-wide Content-Security-Policy plus:
 # Swagger UI: drf-spectacular's init script (swagger_ui.js), inline, with this response's nonce.

@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from portal.exceptions import ConflictError, DomainError, Forbidden, QuotaExceeded
-from portal.models import audit
+from core.exceptions import ConflictError, DomainError, Forbidden, QuotaExceeded
+from core.models import audit
 from quotas.choices import Fit, QuotaChangeStatus, Role
 from quotas.models import (
     GpuFlavor,
@@ -180,7 +180,7 @@ def quota_release(*, owner_type: str, owner_id: int) -> bool:
 
 
 def _schedule_kueue_sync(tenant_id: int) -> None:
-    from runtime.tasks import sync_kueue_task
+    from quotas.tasks import sync_kueue_task
 
     # robust: the quota change is committed; the periodic Kueue sync repairs a lost enqueue.
     transaction.on_commit(lambda: sync_kueue_task.delay(tenant_id), robust=True)

@@ -8,9 +8,9 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from portal.exceptions import DomainError
-from portal.models import AuditEvent
-from portal.redirects import safe_next
+from core.exceptions import DomainError
+from core.models import AuditEvent
+from core.redirects import safe_next
 from quotas import services
 from quotas.choices import Role
 from quotas.forms import DecisionForm, QuotaRequestForm

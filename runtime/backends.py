@@ -200,7 +200,7 @@ def _in_cluster() -> bool:
 
 def get_backend(name: str) -> Backend:
     """The backend for a deployment's `backend` field."""
-    from deployments.queries import platform_spec
+    from runtime.platform import platform_spec
 
     if name == "kuberay":
         return KubeRayBackend(get_cluster(), platform_spec())

@@ -8,6 +8,7 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from core.throttles import WriteThrottle
 from deployments import series as series_mod
 from deployments import services
 from deployments.api.serializers import (
@@ -25,7 +26,6 @@ from deployments.api.serializers import (
 from deployments.filtersets import DeploymentFilterSet
 from deployments.models import ModelDeployment
 from deployments.validation import check_draft
-from portal.throttles import WriteThrottle
 
 
 class MetricsQuerySerializer(serializers.Serializer):

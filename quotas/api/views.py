@@ -10,7 +10,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.throttles import WriteThrottle
+from core.throttles import WriteThrottle
 from quotas import services
 from quotas.api.serializers import (
     DecisionSerializer,

@@ -9,7 +9,7 @@ port (the head is skipped); a deployment's reads are merged into one snapshot, a
 must succeed. A failing endpoint leaves a gap and a recorded error for that deployment only;
 it never stops the cycle or produces a number from a partial read.
 
-A cycle is cut into shards of METRICS_SHARD_SIZE deployments (runtime.tasks): parsing is CPU
+A cycle is cut into shards of METRICS_SHARD_SIZE deployments (metrics.tasks): parsing is CPU
 work under the GIL, so one process tops out at about one core; shards spread it over every
 worker process (bench/b3_metrics.py measures both). Each shard writes its samples and scrape
 states in two statements.
@@ -26,10 +26,10 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from core.observability import SCRAPE_FAILURES
 from deployments.choices import Backend, State
 from deployments.models import MetricSample, ModelDeployment, ScrapeState
 from deployments.series import new_sample
-from portal.observability import SCRAPE_FAILURES
 from runtime import k8s
 from runtime.manifests import PORT_METRICS
 from runtime.metrics import ScrapeError, Snapshot, derive, query_prometheus, scrape_many

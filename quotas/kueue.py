@@ -7,8 +7,8 @@ import logging
 
 from django.utils import timezone
 
-from deployments.queries import flavor_spec, platform_spec, tenant_queue_spec
 from quotas.models import GpuFlavor, Tenant
+from quotas.specs import flavor_spec, tenant_queue_spec
 from runtime import k8s
 from runtime.backends import digest, get_cluster
 from runtime.manifests import (
@@ -18,6 +18,7 @@ from runtime.manifests import (
     render_namespace,
     render_resource_flavor,
 )
+from runtime.platform import platform_spec
 
 log = logging.getLogger(__name__)
 ANNOTATION_HASH = "llm-portal.io/spec-hash"

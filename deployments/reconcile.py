@@ -17,7 +17,7 @@ from django.core.cache import cache
 from deployments import services
 from deployments.choices import State
 from deployments.models import ModelDeployment
-from deployments.queries import deployment_spec
+from deployments.specs import deployment_spec
 from deployments.states import RUNNING
 from runtime import k8s
 from runtime.backends import ANNOTATION_SPEC_HASH, KubeRayBackend, get_backend
@@ -53,7 +53,7 @@ def _record(dep: ModelDeployment, obs, *, spec_generation: int) -> bool:
 
 def _requeue(dep_id: int, seconds: float | None = None) -> None:
     """Check back later, at most one pending follow-up per deployment."""
-    from runtime.tasks import reconcile_deployment_task
+    from deployments.tasks import reconcile_deployment_task
 
     delay = seconds if seconds is not None else settings.RECONCILE_REQUEUE_SECONDS
     if cache.add(f"reconcile-requeue:{dep_id}", 1, timeout=max(1, int(delay))):
@@ -178,7 +178,7 @@ def _drifted(dep: ModelDeployment, backend: KubeRayBackend, obj: dict | None, wo
 
 def _sweep_local(report: dict) -> None:
     """Local engines: compare each deployment with its process (state file + health check)."""
-    from runtime.tasks import reconcile_deployment_task
+    from deployments.tasks import reconcile_deployment_task
 
     deps = (
         ModelDeployment.objects.filter(backend="local")
@@ -204,7 +204,7 @@ def _sweep_local(report: dict) -> None:
 def sweep() -> dict:
     """Per backend and namespace, list the portal's objects and the Workloads once; re-enqueue
     what drifted; report orphans (portal-labelled objects with no live deployment)."""
-    from runtime.tasks import reconcile_deployment_task
+    from deployments.tasks import reconcile_deployment_task
 
     groups: dict[tuple[str, str], list[ModelDeployment]] = defaultdict(list)
     live = (

@@ -1,0 +1,38 @@
+"""A deployment row turned into the frozen spec the runtime renders."""
+
+from __future__ import annotations
+
+from deployments.models import ModelDeployment
+from quotas.specs import flavor_spec
+from runtime.spec import DeploymentSpec, EngineOptions
+
+
+def deployment_spec(dep: ModelDeployment) -> DeploymentSpec:
+    """The frozen spec the runtime renders for this deployment."""
+    engine = EngineOptions(
+        max_model_len=dep.max_model_len,
+        gpu_memory_utilization=dep.gpu_memory_utilization,
+        enable_chunked_prefill=dep.enable_chunked_prefill,
+        max_num_batched_tokens=dep.max_num_batched_tokens,
+        quantization=dep.quantization or None,
+        dtype=dep.dtype,
+    )
+    return DeploymentSpec(
+        deployment_id=dep.pk,
+        name=dep.resource_name,
+        namespace=dep.tenant.namespace,
+        tenant_slug=dep.tenant.slug,
+        queue_name=dep.tenant.local_queue,
+        model_source=dep.model_source,
+        served_model_name=dep.served_model_name or dep.name,
+        flavor=flavor_spec(dep.flavor),
+        tensor_parallel_size=dep.tensor_parallel_size,
+        pipeline_parallel_size=dep.pipeline_parallel_size,
+        min_replicas=dep.min_replicas,
+        max_replicas=dep.max_replicas,
+        target_ongoing_requests=dep.target_ongoing_requests,
+        engine=engine,
+        hf_token_secret=dep.hf_token_secret or None,
+        generation=dep.generation,
+        backend=dep.backend,
+    )
