@@ -286,6 +286,8 @@ if CELERY_BROKER_URL == "filesystem://":
         "data_folder_out": str(_queue_dir),
         "processed_folder": str(VAR_DIR / "broker-processed"),
         "store_processed": False,
+        # kombu's exchange tables; its default is ./control in the working directory.
+        "control_folder": str(VAR_DIR / "broker-control"),
     }
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {

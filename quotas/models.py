@@ -234,6 +234,7 @@ class TenantQuota(models.Model):
 
     @property
     def ceiling_gpus(self) -> int:
+        """The most this tenant may hold on the flavor: nominal plus what it may borrow."""
         return self.nominal_gpus + self.borrowing_limit_gpus
 
     def clean(self) -> None:

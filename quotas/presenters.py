@@ -8,7 +8,7 @@ from quotas.models import Tenant
 def quota_rows(tenant: Tenant) -> list[dict]:
     rows = []
     for q in tenant.quotas.select_related("flavor").order_by("flavor__name"):
-        ceiling = max(1, q.nominal_gpus + q.borrowing_limit_gpus)
+        ceiling = max(1, q.ceiling_gpus)
         within = min(q.reserved_gpus, q.nominal_gpus)
         borrowed = max(0, q.reserved_gpus - q.nominal_gpus)
         rows.append(
