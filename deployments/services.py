@@ -132,10 +132,17 @@ def _reserve(dep: ModelDeployment) -> None:
     dep.reserved_gpus = reservation.gpus
 
 
+def _give_back(dep: ModelDeployment) -> bool:
+    """Release the reservation (exactly once) and zero the row's copy; the caller saves the row.
+    The one place the release-then-zero pair lives."""
+    released = quota_release(owner_type=OWNER, owner_id=dep.pk)
+    dep.reserved_gpus = 0
+    return released
+
+
 def _release(dep: ModelDeployment) -> None:
     """Give the reservation back now and have the reconciler remove what may still run."""
-    if quota_release(owner_type=OWNER, owner_id=dep.pk):
-        dep.reserved_gpus = 0
+    if _give_back(dep):
         dep.save(update_fields=["reserved_gpus"])
         _enqueue_reconcile(dep)
 
@@ -382,8 +389,7 @@ def deployment_delete(*, deployment_id: int, user) -> ModelDeployment:
     _authorized(dep, user, Action.DELETE)
     if dep.state in (State.PENDING_APPROVAL, State.REJECTED, State.CANCELLED) and dep.observed_generation == 0:
         transition(dep, State.DELETED, actor=user, reason="Deleted")
-        quota_release(owner_type=OWNER, owner_id=dep.pk)
-        dep.reserved_gpus = 0
+        _give_back(dep)
     else:
         transition(
             dep,
@@ -402,9 +408,8 @@ def deployment_delete(*, deployment_id: int, user) -> ModelDeployment:
 def deployment_release_quota(*, deployment_id: int, reason: str) -> bool:
     """Release the GPUs once the workload is gone (exactly once; later calls do nothing)."""
     dep = _lock(deployment_id)
-    released = quota_release(owner_type=OWNER, owner_id=dep.pk)
+    released = _give_back(dep)
     if released:
-        dep.reserved_gpus = 0
         dep.save(update_fields=["reserved_gpus", "updated"])
         _event(dep, reason="QuotaReleased", message=reason)
     return released
@@ -461,8 +466,7 @@ def deployment_mark_deleted(*, deployment_id: int) -> bool:
     dep = _lock(deployment_id)
     if dep.state != State.DELETING:
         return False
-    quota_release(owner_type=OWNER, owner_id=dep.pk)
-    dep.reserved_gpus = 0
+    _give_back(dep)
     transition(dep, State.DELETED, reason="Deleted", message="The workload is gone; GPUs released.")
     dep.save()
     return True
