@@ -1,11 +1,11 @@
 """B2 — Reconcile cost: one sweep over 1,000 unchanged deployments, and convergence of 500.
 
-Uses the Kubernetes API test server (tests/k8sapi.py, kmock) started in this process; the portal
+Uses the Kubernetes API test server (tests/support/k8s, kmock) started in this process; the portal
 talks to it over real HTTP at its direct URL (no fault proxy in the path).
 
 1. Sweep: 1,000 deployments in 10 namespaces, created + approved through the services,
    reconciled once (RayService created), given an admitted Workload and a ready RayService
-   (tests/operators.py), reconciled again (-> ready, observed_generation == generation). Then
+   (tests/support/operators.py), reconciled again (-> ready, observed_generation == generation). Then
    one `sweep()`: K8s API calls by verb (Cluster.calls), requests the server saw, deployments
    re-enqueued. Targets: 20 LISTs (RayServices + Workloads per namespace), 0 writes, 0 enqueued.
    Also: API calls per single reconcile (new / unchanged-ready), from Cluster.calls.

@@ -1,6 +1,6 @@
 import pytest
 
-pytest_plugins = ["tests.world", "tests.k8sapi"]
+pytest_plugins = ["tests.support.world", "tests.support.k8s.server"]
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.shared import PROJECT_ROOT, shared_path
+from tests.support.shared import PROJECT_ROOT, shared_path
 
 pytestmark = pytest.mark.slow
 

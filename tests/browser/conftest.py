@@ -2,7 +2,7 @@
 
 The browser is started once per session; every test gets fresh browser contexts (cookies,
 storage), a fresh database (`transactional_db`, so the live server thread sees committed rows)
-and the fixed world from tests/world.py. Users sign in through the real login form.
+and the fixed world from tests/support/world.py. Users sign in through the real login form.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.world import PASSWORD, World, build_world
+from tests.support.world import PASSWORD, World, build_world
 
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "_artifacts" / "screenshots"
 CHROMIUM_ARGS = [

@@ -38,14 +38,14 @@ def preview(page):
 
 def create_deployment(world, name="chat-8b"):
     from deployments import services
-    from tests.deployments.factories import draft
+    from tests.support.factories import draft
 
     return services.deployment_create(tenant=world.alpha, user=world.users["member"], data=draft(world, name=name))
 
 
 def store_samples(dep, minutes=10):
     """Raw (15 s) samples over the last `minutes`, shaped like a model warming up under load."""
-    from deployments.models import MetricSample, Resolution
+    from metrics.models import MetricSample, Resolution
 
     now = timezone.now()
     rows = []

@@ -1,4 +1,4 @@
-"""deployments.advisor on points derived from the real expositions, plus edge cases."""
+"""metrics.advisor on points derived from the real expositions, plus edge cases."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from deployments.advisor import Advice, Severity, Thresholds, advise
-from runtime.metrics import MetricPoint, derive, parse_exposition
-from tests.shared import shared_path
+from metrics.advisor import Advice, Severity, Thresholds, advise
+from runtime.exposition.derive import MetricPoint, derive
+from runtime.exposition.parse import parse_exposition
+from tests.support.shared import shared_path
 
 T0 = 1_796_003_900.0
 

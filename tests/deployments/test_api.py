@@ -5,8 +5,8 @@ from django.db.models import F
 
 from deployments import services
 from deployments.models import ModelDeployment
-from tests.deployments.factories import api_draft, draft
-from tests.world import check_matrix
+from tests.support.factories import api_draft, draft
+from tests.support.world import check_matrix
 
 
 @pytest.fixture

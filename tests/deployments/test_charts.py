@@ -1,4 +1,4 @@
-"""deployments.charts: figures checked on their data, built from the real 15-scrape series."""
+"""metrics.charts: figures checked on their data, built from the real 15-scrape series."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from datetime import UTC, datetime
 import plotly.graph_objects as go
 import pytest
 
-from deployments import charts
-from runtime.metrics import SERIES_FIELDS, MetricPoint, derive, parse_exposition
-from tests.shared import shared_path
+from metrics import charts
+from runtime.exposition.derive import SERIES_FIELDS, MetricPoint, derive
+from runtime.exposition.parse import parse_exposition
+from tests.support.shared import shared_path
 
 
 @pytest.fixture

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
+from core.models import AuditEvent
 from deployments.choices import State
 from deployments.models import ModelDeployment
-from portal.models import AuditEvent
 from quotas.models import TenantQuota
-from tests.deployments.factories import api_draft
+from tests.support.factories import api_draft
 
 API = "/api/v1/deployments"
 

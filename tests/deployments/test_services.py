@@ -3,13 +3,13 @@ import threading
 import pytest
 from django.db import close_old_connections, connection
 
+from core.exceptions import Forbidden, QuotaExceeded, TransitionError
+from core.models import AuditEvent
 from deployments import services
 from deployments.choices import State
 from deployments.models import ModelDeployment
-from portal.exceptions import Forbidden, QuotaExceeded, TransitionError
-from portal.models import AuditEvent
 from quotas.models import QuotaReservation, TenantQuota
-from tests.deployments.factories import draft
+from tests.support.factories import draft
 
 
 def reserved(world, flavor="h100"):

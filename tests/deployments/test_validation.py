@@ -15,7 +15,7 @@ import pytest
 
 from deployments.models import ModelDeployment
 from deployments.validation import check_draft
-from tests.deployments.factories import api_draft, draft
+from tests.support.factories import api_draft, draft
 
 CLIMBS = "may not contain '..', or empty or '.' path segments"
 ENCODED = "percent-encoding"

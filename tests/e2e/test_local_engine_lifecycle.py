@@ -13,7 +13,8 @@ import requests
 from django.core.management import call_command
 
 from quotas.models import GpuFlavor, TenantQuota
-from tests.e2e.workers import celery_worker, purge_broker, wait_for
+from tests.e2e.workers import purge_broker
+from tests.support.processes import celery_worker, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.local_engine, pytest.mark.django_db(transaction=True)]
 
@@ -39,8 +40,8 @@ def test_local_deployment_serves_tokens_and_reports_metrics(tx_world, tmp_path, 
     purge_broker()
     runtime_dir = tmp_path / "runtime"
     with celery_worker(
-        tmp_path,
-        extra_env={
+        tmp_path / "worker.log",
+        env={
             "LOCAL_RUNTIME_DIR": str(runtime_dir),
             "RECONCILE_REQUEUE_SECONDS": "3",
             "LOCAL_KVCACHE_GIB": "1",
@@ -81,7 +82,7 @@ def test_local_deployment_serves_tokens_and_reports_metrics(tx_world, tmp_path, 
         )
         assert answer.status_code == 200 and answer.json()["choices"][0]["text"] is not None
 
-        from runtime.tasks import scrape_metrics_task
+        from metrics.tasks import scrape_metrics_task
 
         def tokens_per_s():
             scrape_metrics_task.delay()

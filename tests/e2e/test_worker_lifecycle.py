@@ -5,16 +5,17 @@ import pytest
 
 from quotas.models import TenantQuota
 from runtime import k8s
-from tests import operators
-from tests.deployments.factories import api_draft
-from tests.e2e.workers import celery_worker, purge_broker, wait_for
+from tests.e2e.workers import purge_broker
+from tests.support import operators
+from tests.support.factories import api_draft
+from tests.support.processes import celery_worker, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def test_approve_to_ready_to_deleted_through_a_real_worker(tx_world, k8s_api, tmp_path):
     purge_broker()
-    with celery_worker(tmp_path, extra_env={"KUBERNETES_URL": k8s_api.url}):
+    with celery_worker(tmp_path / "worker.log", env={"KUBERNETES_URL": k8s_api.url}):
         member, admin = tx_world.client("member"), tx_world.client("platform_admin")
         created = member.post("/api/v1/deployments/", api_draft(tx_world), format="json")
         assert created.status_code == 201, created.content

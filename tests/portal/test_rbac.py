@@ -7,11 +7,11 @@ from pathlib import Path
 import yaml
 
 from deployments import services
-from runtime.collect import collect_all
-from runtime.kueue import sync_kueue
-from runtime.reconcile import reconcile, sweep
-from tests import operators
-from tests.deployments.factories import draft
+from deployments.reconcile import reconcile, sweep
+from metrics.collect import collect_all
+from quotas.kueue import sync_kueue
+from tests.support import operators
+from tests.support.factories import draft
 
 RBAC = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "base" / "rbac.yaml"
 METHOD_VERB = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}

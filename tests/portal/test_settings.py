@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from portal import env
-from tests.shared import PROJECT_ROOT
+from tests.support.shared import PROJECT_ROOT
 
 GOOD = {
     "DATABASE_URL": "postgres://u@db:5432/portal",

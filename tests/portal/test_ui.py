@@ -9,8 +9,8 @@ import pytest
 from django.conf import settings
 
 from deployments import services
-from tests.deployments.factories import draft
-from tests.world import ROLES
+from tests.support.factories import draft
+from tests.support.world import ROLES
 
 
 @pytest.fixture
@@ -236,7 +236,7 @@ class TestTryIt:
         """A stand-in OpenAI server on loopback (the real engine is in the slow local-engine test)."""
         import json
 
-        from tests.stub_http import base_url, serve
+        from tests.support.http_stubs import base_url, serve
 
         seen = {}
 

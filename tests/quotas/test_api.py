@@ -2,9 +2,9 @@
 
 import pytest
 
-from portal.models import AuditEvent
+from core.models import AuditEvent
 from quotas.models import GpuFlavor, QuotaChangeRequest, TenantQuota
-from tests.world import check_matrix
+from tests.support.world import check_matrix
 
 READ_ALL = {
     "anonymous": 401,

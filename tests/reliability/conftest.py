@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,7 +22,7 @@ import requests
 from django.db import connection
 from django.db.models import Sum
 
-from tests.shared import PROJECT_ROOT
+from tests.support.processes import wait_for
 
 
 def knob(name: str, default: int | float) -> int | float:
@@ -122,9 +119,9 @@ def quota_violations() -> list[str]:
 
 def deployment_pair_violations() -> list[str]:
     """Half-written deployments: a row without its Requested event, or the reverse."""
+    from core.models import AuditEvent
     from deployments.models import DeploymentEvent, ModelDeployment
     from deployments.services import OWNER
-    from portal.models import AuditEvent
     from quotas.models import QuotaReservation
 
     problems = []
@@ -175,23 +172,7 @@ def status_histogram(responses) -> Counter:
     return Counter(r.status_code if hasattr(r, "status_code") else type(r).__name__ for r in responses)
 
 
-# --- subprocesses ------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for(predicate, *, timeout: float, interval: float = 0.25, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+# --- a private Redis (the subprocess helpers are in tests/support/processes.py) ---------------
 
 
 class RedisServer:
@@ -258,91 +239,3 @@ def private_redis(tmp_path):
         yield server
     finally:
         server.stop()
-
-
-def _test_db_env() -> dict[str, str]:
-    db = connection.settings_dict
-    return {"DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}", "PYTHONUNBUFFERED": "1"}
-
-
-@contextmanager
-def portal_process(args: list[str], log: Path, *, env: dict[str, str], ready: str | None, timeout: float = 60):
-    """Run `python -m <args>` in the project against the test database; stop it afterwards."""
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", *args],
-            cwd=PROJECT_ROOT,
-            env={**os.environ, **_test_db_env(), **env},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        if ready is not None:
-
-            def started():
-                if proc.poll() is not None:
-                    raise RuntimeError(f"{args[0]} exited early:\n{log.read_text()[-3000:]}")
-                return ready in log.read_text()
-
-            wait_for(started, timeout=timeout, interval=0.2, what=f"{args[0]} to start")
-        proc.log_path = log  # type: ignore[attr-defined]
-        yield proc
-    except BaseException:
-        text = log.read_text()
-        notable = [
-            line
-            for line in text.splitlines()
-            if any(
-                word in line for word in ("ERROR", "CRITICAL", "WARNING", "onnect", "raised", "succeeded", "received")
-            )
-        ]
-        print(f"--- {' '.join(args[:3])}: notable lines ---\n" + "\n".join(notable[-60:]))
-        print(f"--- {' '.join(args[:3])}: log tail ---\n{text[-3000:]}")
-        raise
-    finally:
-        kill_group(proc, 15)
-
-
-def kill_group(proc: subprocess.Popen, sig: int) -> None:
-    """Signal the process group this test started (never anything else), then reap it."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait(10)
-
-
-def worker(log: Path, *, env: dict[str, str], concurrency: int = 2):
-    """A real `celery worker` (prefork) on the broker in env/settings."""
-    return portal_process(
-        [
-            "celery",
-            "-A",
-            "portal",
-            "worker",
-            "--loglevel=INFO",
-            f"--concurrency={concurrency}",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ],
-        log,
-        env={"RECONCILE_REQUEUE_SECONDS": "0.5", **env},
-        ready="ready.",
-    )
-
-
-def web_server(log: Path, port: int, *, env: dict[str, str]):
-    """The portal under gunicorn (threads), as in production."""
-    return portal_process(
-        ["gunicorn", "portal.wsgi", "-b", f"127.0.0.1:{port}", "--workers", "1", "--threads", "4", "--timeout", "60"],
-        log,
-        env=env,
-        ready="Booting worker",
-    )

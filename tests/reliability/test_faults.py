@@ -14,21 +14,11 @@ import requests
 from deployments import services
 from deployments.models import ModelDeployment
 from runtime import k8s
-from tests import operators
 from tests.e2e.workers import purge_broker
-from tests.k8sapi import DROP, HANG
-from tests.reliability.conftest import (
-    Api,
-    draft,
-    free_port,
-    kill_group,
-    knob,
-    portal_process,
-    quota_violations,
-    wait_for,
-    web_server,
-    worker,
-)
+from tests.reliability.conftest import Api, draft, knob, quota_violations
+from tests.support import operators
+from tests.support.k8s import DROP, HANG
+from tests.support.processes import celery_worker, free_port, kill_group, portal_process, wait_for, web_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -87,7 +77,7 @@ class TestKubernetesApiFaults:
         env = {"KUBERNETES_URL": k8s_api.url, "KUBERNETES_TIMEOUT_SECONDS": "1", "RECONCILE_SWEEP_SECONDS": "5"}
         # Retries alone back off to 64-120 s per task (retry_backoff_max); in production the beat
         # sweep re-enqueues whatever drifted, so run it here too, as deployed (every 5 s).
-        with worker(tmp_path / "worker.log", env=env) as proc, beat(tmp_path, env):
+        with celery_worker(tmp_path / "worker.log", env=env) as proc, beat(tmp_path, env):
             deps = [_create_and_approve(tx_world, f"faulty-{i}") for i in range(n)]
             for dep in deps:  # the RayService exists and Kueue's verdict was read back
                 wait_for(lambda d=dep: _state(d.pk) == "queued", timeout=180, what=f"{dep.name} queued")
@@ -95,7 +85,7 @@ class TestKubernetesApiFaults:
             for dep in deps:
                 wait_for(lambda d=dep: _state(d.pk) == "ready", timeout=180, what=f"{dep.name} ready")
             log = proc.log_path.read_text()
-            sweeps = (tmp_path / "beat.log").read_text().count("runtime.tasks.sweep_task")
+            sweeps = (tmp_path / "beat.log").read_text().count("deployments.tasks.sweep_task")
         elapsed = time.monotonic() - started
         injected = k8s_api.injected
         k8s_api.clear_faults()
@@ -121,7 +111,7 @@ class TestWorkerKilledMidReconcile:
         k8s_api.fail_always(HANG)  # the first reconcile hangs inside an API call
         visibility = {"CELERY_VISIBILITY_TIMEOUT": "10"}
         first_env = {"KUBERNETES_URL": k8s_api.url, "KUBERNETES_TIMEOUT_SECONDS": "60", **visibility}
-        with worker(tmp_path / "worker-1.log", env=first_env) as first:
+        with celery_worker(tmp_path / "worker-1.log", env=first_env) as first:
             dep = _create_and_approve(tx_world, "killed")
             wait_for(lambda: k8s_api.injected[HANG] > 0, timeout=60, what="the worker to hang in an API call")
             delivered_at = killed_at = time.monotonic()
@@ -134,7 +124,7 @@ class TestWorkerKilledMidReconcile:
         # once the visibility timeout has passed, as a restarted pod usually would.
         time.sleep(max(0.0, delivered_at + 11 - time.monotonic()))
         second_env = {"KUBERNETES_URL": k8s_api.url, "KUBERNETES_TIMEOUT_SECONDS": "2", **visibility}
-        with worker(tmp_path / "worker-2.log", env=second_env):
+        with celery_worker(tmp_path / "worker-2.log", env=second_env):
             wait_for(lambda: _state(dep.pk) == "queued", timeout=90, what="redelivery and reconcile")
             redelivered_after = time.monotonic() - killed_at
             dep.refresh_from_db()
@@ -167,7 +157,7 @@ class TestBrokerRestart:
         admin = Api(base, tx_world.users["platform_admin"])
         with contextlib.ExitStack() as stack:
             stack.enter_context(web_server(tmp_path / "web.log", port, env=env))
-            first_worker = stack.enter_context(worker(tmp_path / "worker.log", env=env))
+            first_worker = stack.enter_context(celery_worker(tmp_path / "worker.log", env=env))
             stack.enter_context(beat(tmp_path, env))
             assert requests.get(f"{base}/readyz", timeout=10).status_code == 200
 
@@ -209,7 +199,7 @@ class TestBrokerRestart:
             )
             if worker_died:
                 kill_group(first_worker, signal.SIGKILL)  # it may linger after the error: end it
-                stack.enter_context(worker(tmp_path / "worker-restarted.log", env=env))
+                stack.enter_context(celery_worker(tmp_path / "worker-restarted.log", env=env))
             wait_for(
                 lambda: _state(during_id) == "queued",
                 timeout=120,

@@ -16,15 +16,15 @@ import schemathesis
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance
 
+from core.models import AuditEvent
 from deployments import services
 from deployments.models import DeploymentEvent, ModelDeployment
 from deployments.presenters import rendered_manifest
 from portal.api import token_create
-from portal.models import AuditEvent
 from portal.wsgi import application
 from quotas.models import QuotaReservation
-from tests.deployments.factories import draft as model_draft
 from tests.reliability.conftest import knob
+from tests.support.factories import draft as model_draft
 
 NAN, INF, NINF = object(), object(), object()  # JSON literals NaN / Infinity / -Infinity
 _LITERALS = {NAN: "NaN", INF: "Infinity", NINF: "-Infinity"}

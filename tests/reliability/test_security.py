@@ -26,17 +26,17 @@ from rest_framework.settings import api_settings
 from rest_framework.test import APIClient
 from rest_framework.throttling import SimpleRateThrottle
 
+from core.models import AuditEvent
 from deployments import services as deployment_services
 from deployments.models import ModelDeployment
 from portal.api import ApiToken, token_create
 from portal.login import LOCKED_OUT
-from portal.models import AuditEvent
 from quotas import services as quota_services
 from quotas.choices import QuotaChangeStatus
 from quotas.models import GpuFlavor, QuotaChangeRequest, TenantQuota
-from tests.deployments.factories import draft as model_draft
-from tests.shared import PROJECT_ROOT
-from tests.world import PASSWORD, ROLES, check_matrix
+from tests.support.factories import draft as model_draft
+from tests.support.shared import PROJECT_ROOT
+from tests.support.world import PASSWORD, ROLES, check_matrix
 
 _names = itertools.count()
 

@@ -1,12 +1,11 @@
 """The cluster layer over real HTTP: the `kubernetes` client against the kmock test server.
 
-Faults come from the test server's proxy (tests/k8sapi.py), so every error here travels the
+Faults come from the test server's proxy (tests/support/k8s/faults.py), so every error here travels the
 same path a real one does: socket → urllib3 → kubernetes client → runtime.k8s.
 """
 
 from __future__ import annotations
 
-import socket
 import time
 from typing import Any
 
@@ -21,9 +20,10 @@ from runtime.k8s import (
     PermanentClusterError,
     TransientClusterError,
 )
-from runtime.spec import LABEL_JOB_UID, LABEL_QUEUE_NAME
-from tests import crd, operators
-from tests.k8sapi import DROP, HANG, K8sApiServer
+from runtime.manifests.common import LABEL_JOB_UID, LABEL_QUEUE_NAME
+from tests.support import crd, operators
+from tests.support.k8s import DROP, HANG, K8sApiServer
+from tests.support.processes import free_port
 
 NS = "tenant-a"
 
@@ -42,13 +42,6 @@ def cluster(k8s_api: K8sApiServer) -> k8s.Cluster:
     # Generous: a loaded 2-core CI machine once took over 0.5 s to answer a create here. The
     # hang tests make their own short-timeout client.
     return k8s_api.cluster(timeout=5.0)
-
-
-def free_port() -> int:
-    """A port nothing listens on: bound, then closed, so connecting is refused."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class TestApply:
@@ -498,7 +491,7 @@ def _conditions(obj: dict[str, Any]) -> dict[str, str]:
 
 
 class TestTestServerCost:
-    """tests/k8sapi.py keeps kmock's per-request cost flat (bench/README.md, B2)."""
+    """tests/support/k8s/emulator.py keeps kmock's per-request cost flat (bench/README.md, B2)."""
 
     def test_reactions_are_matched_against_the_current_request_only(self, k8s_api):
         import requests

@@ -15,17 +15,16 @@ from typing import Any
 import pytest
 import yaml
 
-from runtime import kserve
-from runtime.manifests import deployment_labels
+from runtime.manifests import kserve
+from runtime.manifests.common import LABEL_QUEUE_NAME, deployment_labels
 from runtime.spec import (
-    LABEL_QUEUE_NAME,
     DeploymentSpec,
     EngineOptions,
     FlavorSpec,
     PlatformSpec,
     Toleration,
 )
-from tests.crd import SchemaError, assert_valid
+from tests.support.crd import SchemaError, assert_valid
 
 GOLDEN = Path(__file__).parent / "golden"
 

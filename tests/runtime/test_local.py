@@ -14,7 +14,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 import venv
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,10 +21,8 @@ from typing import Any
 
 import pytest
 
-from runtime.local import (
-    ENGINE_NOT_INSTALLED,
-    LocalBackend,
-    PortAllocator,
+from runtime.backends.local.backend import ENGINE_NOT_INSTALLED, LocalBackend
+from runtime.backends.local.engine import (
     RayServeApp,
     VllmServer,
     http_ok,
@@ -33,8 +30,10 @@ from runtime.local import (
     local_serve_config,
     vllm_server_args,
 )
-from runtime.manifests import llm_config
+from runtime.backends.local.ports import PortAllocator
+from runtime.manifests.rayservice import llm_config
 from runtime.spec import DeploymentSpec, EngineOptions, FlavorSpec
+from tests.support.processes import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU = FlavorSpec(name="cpu", gpu_model="CPU", accelerator_type="", gpu_memory_gib=0, gpus_per_node=1)
@@ -101,16 +100,6 @@ def gone(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] in "ZX"
 
 
-def wait_for(predicate, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s")
-
-
 @pytest.fixture
 def backends(tmp_path):
     """Backends made during a test; whatever they left running is stopped afterwards."""
@@ -140,7 +129,7 @@ class TestEngineNotInstalled:
         assert backend.load_state(7) is None  # nothing was started
 
     def test_importing_the_backend_loads_no_engine(self):
-        code = "import runtime.local, sys; print(sorted({'vllm', 'ray', 'torch'} & set(sys.modules)))"
+        code = "import runtime.backends.local.backend, sys; print(sorted({'vllm', 'ray', 'torch'} & set(sys.modules)))"
         result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
         assert result.stdout.strip() == "[]"
 
@@ -149,7 +138,7 @@ class TestPortAllocation:
     def test_concurrent_allocations_from_threads_and_processes_never_collide(self, tmp_path):
         root = tmp_path / "runtime"
         code = (
-            "import sys; from pathlib import Path; from runtime.local import PortAllocator; "
+            "import sys; from pathlib import Path; from runtime.backends.local.ports import PortAllocator; "
             "a = PortAllocator(Path(sys.argv[1])); print(*[p for _ in range(25) for p in a.allocate(2)])"
         )
         procs = [
@@ -180,7 +169,7 @@ class TestLifecycle:
         spec = make_spec()
         first = backends(engine=StandInEngine())
         started = first.ensure(spec)
-        assert started.state in ("provisioning", "ready")
+        assert (started.state, started.reason) == ("provisioning", "EngineStarting")  # not serving yet
         assert [e[1] for e in started.events] == ["Created"]
         state = first.load_state(spec.deployment_id)
         grandchild = int(wait_for(lambda: _read(first.run_dir(7) / "grandchild.pid")))
@@ -375,12 +364,12 @@ class TestModelSource:
     def test_paths_under_the_root_and_hub_ids_start(self, backends, model_root, source):
         backend = backends(engine=StandInEngine(), model_root=model_root)
         obs = backend.ensure(make_spec(model_source=source.format(root=model_root)))
-        assert obs.state in ("provisioning", "ready"), obs.message
+        assert (obs.state, obs.reason) == ("provisioning", "EngineStarting"), obs.message
 
     def test_the_root_is_compared_resolved_so_a_symlinked_root_still_works(self, backends, model_root, tmp_path):
         (tmp_path / "link-to-models").symlink_to(model_root)
         backend = backends(engine=StandInEngine(), model_root=tmp_path / "link-to-models")
-        assert backend.ensure(make_spec(model_source=f"{model_root}/tiny")).state in ("provisioning", "ready")
+        assert backend.ensure(make_spec(model_source=f"{model_root}/tiny")).state == "provisioning"
 
     def test_the_backend_built_from_settings_uses_local_model_root(self, settings, tmp_path):
         settings.LOCAL_RUNTIME_DIR, settings.LOCAL_MODEL_ROOT = tmp_path / "runtime", tmp_path / "models"
@@ -430,7 +419,7 @@ ENGINE_NEEDS = {
 
 class TestEngineEnvironment:
     def test_it_carries_what_the_engine_needs_and_none_of_the_portals_secrets(self):
-        from runtime.local import PROJECT_ROOT, engine_environment
+        from runtime.backends.local.engine import PROJECT_ROOT, engine_environment
 
         env = engine_environment({**PORTAL_SECRETS, **ENGINE_NEEDS}, kvcache_gib=3, threads=2)
 

@@ -16,12 +16,14 @@ import pytest
 import yaml
 
 from runtime import manifests
-from runtime.spec import (
+from runtime.manifests.common import (
     ANNOTATION_ELASTIC_JOB,
     LABEL_DEPLOYMENT_ID,
     LABEL_MANAGED_BY,
     LABEL_QUEUE_NAME,
     LABEL_TENANT,
+)
+from runtime.spec import (
     DeploymentSpec,
     EngineOptions,
     FlavorQuotaSpec,
@@ -30,7 +32,7 @@ from runtime.spec import (
     TenantQueueSpec,
     Toleration,
 )
-from tests.crd import SchemaError, assert_valid, served_schema, unknown_fields, validate
+from tests.support.crd import SchemaError, assert_valid, served_schema, unknown_fields, validate
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -605,13 +607,13 @@ def test_renderers_do_not_share_mutable_state() -> None:
 )
 def test_a_pvc_path_that_leaves_its_volume_is_never_rendered(source):
     """Validation refuses these first; the renderer refuses them again (rows saved before it)."""
-    from runtime.manifests import pvc_model_path
+    from runtime.manifests.common import pvc_model_path
 
     with pytest.raises(ValueError, match="leaves its volume"):
         pvc_model_path(source)
 
 
 def test_a_pvc_path_inside_its_volume_is_mounted_under_the_model_root():
-    from runtime.manifests import pvc_model_path
+    from runtime.manifests.common import pvc_model_path
 
     assert pvc_model_path("pvc://models/llama/3-8b/") == "/models/models/llama/3-8b"

@@ -18,21 +18,11 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from runtime.metrics import (
-    COUNTERS,
-    RAY_CONTEXT_LABELS,
-    MetricPoint,
-    ScrapeError,
-    Snapshot,
-    derive,
-    filter_exposition,
-    histogram_quantile,
-    parse_exposition,
-    query_prometheus,
-    scrape,
-    scrape_many,
-)
-from tests.shared import shared_path
+from runtime.exposition.derive import MetricPoint, derive, histogram_quantile
+from runtime.exposition.parse import RAY_CONTEXT_LABELS, ScrapeError, filter_exposition, parse_exposition
+from runtime.exposition.snapshot import COUNTERS, Snapshot
+from runtime.exposition.sources import query_prometheus, scrape, scrape_many
+from tests.support.shared import shared_path
 
 VLLM_BUSY = "vllm-0.32-cpu-openai-server-under-load.prom"
 VLLM_IDLE = "vllm-0.32-cpu-openai-server-after-load.prom"

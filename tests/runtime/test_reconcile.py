@@ -1,6 +1,6 @@
 """The reconciler against the Kubernetes API test server, through the real `kubernetes` client.
 
-The simulated operators in tests/operators.py play KubeRay and Kueue by writing `status`.
+The simulated operators in tests/support/operators.py play KubeRay and Kueue by writing `status`.
 """
 
 import pytest
@@ -8,11 +8,11 @@ import pytest
 from deployments import services
 from deployments.choices import State
 from deployments.models import DeploymentEvent
+from deployments.reconcile import reconcile, sweep
 from quotas.models import TenantQuota
 from runtime import k8s
-from runtime.reconcile import reconcile, sweep
-from tests import operators
-from tests.deployments.factories import draft
+from tests.support import operators
+from tests.support.factories import draft
 
 
 def approved(world, **kw):
@@ -310,7 +310,7 @@ class TestSweepLocal:
         from decimal import Decimal
 
         from quotas.models import GpuFlavor, TenantQuota
-        from runtime.local import LocalBackend
+        from runtime.backends.local.backend import LocalBackend
 
         settings.KUBERNETES_URL = None
         settings.KUBECONFIG = None
@@ -339,7 +339,7 @@ class TestRequeueBackoff:
 
         from django.utils import timezone
 
-        from runtime.reconcile import _backoff
+        from deployments.reconcile import _backoff
 
         settings.RECONCILE_REQUEUE_SECONDS = 10
         settings.RECONCILE_REQUEUE_MAX_SECONDS = 120

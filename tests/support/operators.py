@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from runtime import k8s
-from runtime.spec import LABEL_JOB_UID, LABEL_QUEUE_NAME
-from tests.k8sapi import K8sApiServer
+from runtime.manifests.common import LABEL_JOB_UID, LABEL_QUEUE_NAME
+from tests.support.k8s import K8sApiServer
 
 AppStatus = Literal["DEPLOY_FAILED", "UNHEALTHY", "RUNNING", "DEPLOYING", "NOT_STARTED"]
 NotReadyReason = Literal["InitializingTimeout", "ValidationFailed", "RayServiceInitializing"]

@@ -25,7 +25,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from tests.shared import shared_path
+from tests.support.shared import shared_path
 
 # Fields of ObjectMeta a client may set. The CRD schema types `metadata` as a bare object
 # because the API server validates ObjectMeta itself, so the walk checks against this list.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("PORTAL_SHARED_DIR", PROJECT_ROOT.parent / "shared"))
 
 

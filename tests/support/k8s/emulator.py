@@ -1,0 +1,220 @@
+"""kmock's emulator plus what a real API server maintains, and the API server's error answers.
+
+What the emulator adds to kmock 0.8 (a real API server does all of these): `metadata.uid`,
+`generation` (bumped when anything outside metadata/status changes), `resourceVersion` and
+`creationTimestamp`. Gaps that stay, and that tests must not rely on: apply/patch on a missing
+object answers 404 (runtime.k8s falls back to create), label selectors are ignored on list
+(runtime.k8s filters client-side), patches are JSON merges (lists replaced, no managed-field
+tracking, so a field dropped from the applied manifest is *kept*), no validation or defaulting
+(CRD-schema tests cover that), and the proxy does not stream watches (use `direct_url`).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import itertools
+import json
+import re
+import uuid
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from typing import Any
+
+import aiohttp
+import aiohttp.web
+import kmock
+
+from runtime.k8s import Kind
+
+
+def _now() -> str:
+    return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_NAMESPACE_PATH = re.compile(r"/api/v1/namespaces(?:/([^/]+))?(/status)?")
+_NAMESPACES = kmock.resource("v1/namespaces")
+# The request being matched against the reactions, per asyncio task (see PortalEmulator).
+_MATCHING: ContextVar[kmock.Request | None] = ContextVar("kmock_matching", default=None)
+
+
+class PortalEmulator(kmock.KubernetesEmulator):
+    """kmock's emulator plus the object metadata a real API server maintains.
+
+    It also serves core Namespaces, which kmock 0.8 cannot: its path parser reads
+    `/api/v1/namespaces/<name>` as "resource-less path inside namespace <name>" and fails
+    outright on `/api/v1/namespaces`. Namespaces live in the same object store, under
+    `v1/namespaces`, so `objects[...]` and the helpers below treat them like any other kind.
+    """
+
+    _resource_versions: Iterator[int] = itertools.count(1)
+
+    def __iter__(self) -> Iterator[kmock.Request]:
+        # kmock decides whether a reaction applies with `request in reaction_view`, which walks
+        # the whole request history through the view's filters: each request cost grew with
+        # every request served before it (B2 convergence fell from ~7/s to <1/s over 2,000
+        # requests, 90 % of the server's CPU in that walk; bench/README.md). While a request is
+        # being matched, the history it walks is that request alone — the same answer for
+        # filter views, which is all this module uses (no slice views such as `[:3]`, whose
+        # answer depends on earlier requests). Iterating from outside a handler (tests'
+        # `for r in emulator`) still sees every request.
+        current = _MATCHING.get()
+        if current is not None:
+            yield current
+            return
+        yield from super().__iter__()
+
+    def _KubernetesEmulator__get_objs(self, request: kmock.Request, strict: bool) -> list[Any]:
+        # kmock finds the object of a GET/PATCH/DELETE by testing every stored key, a cost that
+        # grows with the store (a GET at 2,000 objects: 3.6 ms with the scan, 2.6 ms without).
+        # A strict lookup by name is exactly one key, so it is a dict lookup here (resource
+        # keys hash by group/version/plural, as they compare). Lists still scan.
+        if strict and request.name is not None and request.resource is not None:
+            key = (request.resource, request.namespace, request.name)
+            return [self._objects[key]] if key in self._objects else []
+        return super()._KubernetesEmulator__get_objs(request, strict)  # type: ignore[misc]
+
+    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        token = _MATCHING.set(request)
+        try:
+            return await super()._handle(request)
+        finally:
+            _MATCHING.reset(token)
+
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        match = _NAMESPACE_PATH.fullmatch(raw_request.path)
+        if match is None:
+            return await super().__call__(raw_request)
+        return self._serve_namespace(raw_request.method, match.group(1), bool(match.group(2)), await raw_request.read())
+
+    def _serve_namespace(self, method: str, name: str | None, status_only: bool, body: bytes) -> aiohttp.web.Response:
+        """CRUD for Namespaces with the API server's answers. Synchronous: atomic on the loop."""
+        data = json.loads(body) if body else {}
+        if name is None and method == "GET":
+            items = [obj.raw for (res, _, _), obj in self._objects.items() if res == _NAMESPACES and not obj.deleted]
+            return aiohttp.web.json_response(
+                {"apiVersion": "v1", "kind": "NamespaceList", "metadata": {}, "items": items}
+            )
+        if name is None and method == "POST":
+            name = _meta(data).get("name")
+            key = (_NAMESPACES, None, name)
+            if key in self._objects and not self._objects[key].deleted:
+                return status_response(409, f'namespaces "{name}" already exists')
+            self._objects[key] = {"apiVersion": "v1", "kind": "Namespace", **data}
+            self._stamp(_NAMESPACES, None, name, created=True)
+            return aiohttp.web.json_response(self._objects[key].raw, status=201)
+        key = (_NAMESPACES, None, name)
+        if name is None or key not in self._objects or self._objects[key].deleted:
+            return status_response(404, f'namespaces "{name}" not found')
+        obj = self._objects[key]
+        if method == "GET":
+            return aiohttp.web.json_response(obj.raw)
+        if method == "PATCH":
+            obj.patch(data)
+            self._stamp(_NAMESPACES, None, name, created=False, status_only=status_only)
+            return aiohttp.web.json_response(obj.raw)
+        if method == "DELETE":
+            last = obj.raw
+            obj.delete()
+            return aiohttp.web.json_response(last)
+        return status_response(405, f"{method} is not supported on namespaces")
+
+    async def _serve_create(self, request: kmock.Request) -> Any:
+        # Runs after the emulator stored the object and before it renders the answer; no
+        # await between here and the lookup, so the loop cannot interleave another write.
+        self._stamp(
+            request.resource,
+            request.namespace or _meta(request.data).get("namespace"),
+            request.name or _meta(request.data).get("name"),
+            created=True,
+        )
+        return await super()._serve_create(request)
+
+    async def _serve_update(self, request: kmock.Request) -> Any:
+        self._stamp(
+            request.resource,
+            request.namespace,
+            request.name,
+            created=False,
+            status_only=request.subresource == "status",
+        )
+        return await super()._serve_update(request)
+
+    def _stamp(
+        self,
+        resource: Any,
+        namespace: str | None,
+        name: str | None,
+        *,
+        created: bool,
+        status_only: bool = False,
+    ) -> None:
+        key = (resource, namespace, name)
+        if name is None or key not in self._objects or self._objects[key].deleted:
+            return
+        stamp_object(
+            self._objects[key],
+            created=created,
+            status_only=status_only,
+            resource_version=next(self._resource_versions),
+        )
+
+
+def object_key(kind: Kind, namespace: str | None, name: str) -> tuple[Any, str | None, str]:
+    """The emulator's store key; a parsed resource, because `in` does not parse strings."""
+    return (kmock.resource(kind.key), namespace if kind.namespaced else None, name)
+
+
+def _meta(data: Any) -> dict[str, Any]:
+    return (data or {}).get("metadata") or {} if isinstance(data, Mapping) else {}
+
+
+def _spec_part(obj: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Everything that counts towards `generation`: all but metadata and status."""
+    return {k: v for k, v in (obj or {}).items() if k not in ("metadata", "status")}
+
+
+def stamp_object(obj: kmock.Object, *, created: bool, status_only: bool = False, resource_version: int) -> None:
+    """Set uid/generation/resourceVersion/creationTimestamp as the API server would."""
+    meta = copy.deepcopy(obj.raw.get("metadata") or {})
+    history = [version for version in obj.history]
+    previous = history[-2] if len(history) >= 2 else None
+    if created or not meta.get("uid"):
+        meta["uid"] = str(uuid.uuid4())
+        meta["generation"] = 1
+        meta["creationTimestamp"] = _now()
+    elif not status_only and previous is not None:
+        if _spec_part(previous.raw) != _spec_part(obj.raw):
+            meta["generation"] = int(meta.get("generation") or 1) + 1
+    meta["resourceVersion"] = str(resource_version)
+    # Item assignment replaces the latest version in place (no extra history entry).
+    obj["metadata"] = meta
+
+
+def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
+    """A `Status` object as the API server answers errors, so the client can parse it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Status",
+        "metadata": {},
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
+
+
+def status_response(code: int, message: str) -> aiohttp.web.Response:
+    return aiohttp.web.json_response(status_body(code, REASONS.get(code, "Failure"), message), status=code)
+
+
+REASONS = {
+    400: "BadRequest",
+    403: "Forbidden",
+    404: "NotFound",
+    409: "AlreadyExists",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+}
