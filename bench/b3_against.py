@@ -48,7 +48,7 @@ def main() -> None:
     if not FIXTURES.is_dir():
         raise SystemExit(f"{FIXTURES} is missing (the real expositions live in ../shared)")
     sys.path.insert(0, str(ROOT))
-    from runtime import metrics as new
+    from runtime.exposition import sources as new  # scrape_many, and the parse_exposition it uses
 
     old = load_revision(args.rev)
     header(f"B3 against {args.rev}")

@@ -120,7 +120,7 @@ def consume_prometheus(text: str) -> int:
 
 
 def parse_costs() -> None:
-    from runtime.metrics import filter_exposition, parse_exposition
+    from runtime.exposition.parse import filter_exposition, parse_exposition
 
     print("   parse cost per exposition (best of 7; ms)")
     for name in VLLM + RAY:
@@ -140,7 +140,8 @@ def parse_costs() -> None:
 
 
 def scrape_cycle(servers, mix: str, endpoints: int) -> None:
-    from runtime.metrics import Snapshot, scrape_many
+    from runtime.exposition.snapshot import Snapshot
+    from runtime.exposition.sources import scrape_many
 
     targets = {i: f"http://127.0.0.1:{servers[i % SERVERS][1]}/{mix}/{i}/metrics" for i in range(endpoints)}
     size = sum((FIXTURES / MIXES[mix][i % len(MIXES[mix])]).stat().st_size for i in range(endpoints))

@@ -30,7 +30,7 @@ def seed(days: int, now: datetime):
 
     from deployments.models import MetricSample, ModelDeployment, Resolution
     from quotas.models import PLATFORM_ADMIN_GROUP, GpuFlavor, Tenant
-    from runtime.metrics import SERIES_FIELDS
+    from runtime.exposition.derive import SERIES_FIELDS
 
     flavor = GpuFlavor.objects.create(
         name="h100-sxm5",

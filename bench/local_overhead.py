@@ -49,14 +49,10 @@ from _common import cpu_seconds  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
-from runtime.local import (  # noqa: E402
-    ENGINES,
-    LocalBackend,
-    PortAllocator,
-    http_ok,
-    session_members,
-    terminate_session,
-)
+from runtime.backends.local.backend import LocalBackend  # noqa: E402
+from runtime.backends.local.engine import ENGINES, http_ok  # noqa: E402
+from runtime.backends.local.ports import PortAllocator  # noqa: E402
+from runtime.backends.local.processes import session_members, terminate_session  # noqa: E402
 from runtime.spec import DeploymentSpec, EngineOptions, FlavorSpec  # noqa: E402
 
 MODEL_NAME = "tiny-llama"

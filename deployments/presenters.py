@@ -55,14 +55,14 @@ def rendered_manifest(dep: ModelDeployment) -> dict | str:
     try:
         spec = deployment_spec(dep)
         if dep.backend == "kserve":
-            from runtime.kserve import render_inferenceservice
+            from runtime.manifests.kserve import render_inferenceservice
 
             return render_inferenceservice(spec, platform_spec())
         if dep.backend == "local":
-            from runtime.manifests import serve_config_v2
+            from runtime.manifests.rayservice import serve_config_v2
 
             return serve_config_v2(spec)
-        from runtime.manifests import render_rayservice
+        from runtime.manifests.rayservice import render_rayservice
 
         return render_rayservice(spec, platform_spec())
     except ValueError as error:

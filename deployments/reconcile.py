@@ -20,7 +20,9 @@ from deployments.models import ModelDeployment
 from deployments.specs import deployment_spec
 from deployments.states import RUNNING
 from runtime import k8s
-from runtime.backends import ANNOTATION_SPEC_HASH, KubeRayBackend, get_backend
+from runtime.backends import get_backend
+from runtime.backends.kuberay import KubeRayBackend
+from runtime.manifests.common import ANNOTATION_SPEC_HASH
 from runtime.status import absent_observation, cond, conditions_changed, merge_conditions
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from deployments.advisor import Advice, Thresholds, advise
 from deployments.models import MetricSample, ModelDeployment, Resolution
-from runtime.metrics import SERIES_FIELDS, MetricPoint
+from runtime.exposition.derive import SERIES_FIELDS, MetricPoint
 
 WINDOWS = {
     "1h": (timedelta(hours=1), Resolution.RAW),

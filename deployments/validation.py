@@ -17,8 +17,8 @@ from quotas.choices import Fit
 from quotas.models import GpuFlavor, Tenant
 from quotas.services import QuotaPreview, quota_preview
 from quotas.validators import DNS1123_LABEL
-from runtime.local import confined_model_path
-from runtime.spec import RAYSERVICE_NAME_MAX
+from runtime.backends.local.paths import confined_model_path
+from runtime.manifests.rayservice import RAYSERVICE_NAME_MAX
 
 NAME_MAX = 40  # "<name>-<id>" must stay within RAYSERVICE_NAME_MAX for ids below 10^6
 HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")

@@ -31,9 +31,11 @@ from deployments.choices import Backend, State
 from deployments.models import MetricSample, ModelDeployment, ScrapeState
 from deployments.series import new_sample
 from runtime import k8s
-from runtime.manifests import PORT_METRICS
-from runtime.metrics import ScrapeError, Snapshot, derive, query_prometheus, scrape_many
-from runtime.spec import LABEL_DEPLOYMENT_ID, LABEL_MANAGED_BY, MANAGED_BY
+from runtime.exposition.derive import derive
+from runtime.exposition.parse import ScrapeError
+from runtime.exposition.snapshot import Snapshot
+from runtime.exposition.sources import query_prometheus, scrape_many
+from runtime.manifests.common import LABEL_DEPLOYMENT_ID, LABEL_MANAGED_BY, MANAGED_BY, PORT_METRICS
 
 log = logging.getLogger(__name__)
 SCRAPED_STATES = (State.READY, State.DEGRADED, State.PROVISIONING)

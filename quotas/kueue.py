@@ -10,8 +10,9 @@ from django.utils import timezone
 from quotas.models import GpuFlavor, Tenant
 from quotas.specs import flavor_spec, tenant_queue_spec
 from runtime import k8s
-from runtime.backends import digest, get_cluster
-from runtime.manifests import (
+from runtime.backends import get_cluster
+from runtime.backends.base import digest
+from runtime.manifests.kueue import (
     render_cluster_queue,
     render_cohort,
     render_local_queue,

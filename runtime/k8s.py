@@ -44,10 +44,9 @@ _T = TypeVar("_T")
 class ClusterError(Exception):
     """Any failure talking to the Kubernetes API; `status` is the HTTP status or None."""
 
-    def __init__(self, message: str, *, status: int | None = None, reason: str = "") -> None:
+    def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
-        self.reason = reason
 
 
 class TransientClusterError(ClusterError):
@@ -71,12 +70,12 @@ def classify_api_exception(exc: ApiException) -> ClusterError:
     status = int(exc.status or 0)
     message = _api_message(exc)
     if status == 404:
-        return NotFound(message, status=status, reason=exc.reason or "")
+        return NotFound(message, status=status)
     if status >= 500 or status in _TRANSIENT_4XX:
-        return TransientClusterError(message, status=status, reason=exc.reason or "")
+        return TransientClusterError(message, status=status)
     # 400, 401, 403, 409, 422 … and status 0, which the client uses for TLS errors and
     # requests it could not even build: neither fixes itself by waiting.
-    return PermanentClusterError(message, status=status or None, reason=exc.reason or "")
+    return PermanentClusterError(message, status=status or None)
 
 
 def classify_exception(exc: BaseException) -> ClusterError | None:

@@ -1,7 +1,7 @@
 """Frozen specs: the boundary between the database and the runtime.
 
 The runtime never touches the ORM. Services turn rows into these immutable values
-(`deployments.queries.deployment_spec`, `quotas.queries.tenant_queue_spec`) and the pure
+(`deployments.specs.deployment_spec`, `quotas.specs.tenant_queue_spec`) and the pure
 renderers in `runtime.manifests` turn them into Kubernetes objects. Keeping them frozen
 means a manifest is a function of its spec and nothing else, which is what the golden
 files test.
@@ -10,17 +10,6 @@ files test.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-MANAGED_BY = "llm-portal"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-LABEL_TENANT = "llm-portal.io/tenant"
-LABEL_DEPLOYMENT_ID = "llm-portal.io/deployment-id"
-LABEL_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
-ANNOTATION_ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"
-LABEL_JOB_UID = "kueue.x-k8s.io/job-uid"
-
-# KubeRay derives Service and pod names from the RayService name; it refuses longer names.
-RAYSERVICE_NAME_MAX = 47
 
 
 @dataclass(frozen=True)
@@ -66,7 +55,7 @@ class DeploymentSpec:
     """Everything needed to render one model deployment, and nothing from the ORM."""
 
     deployment_id: int
-    name: str  # resource name (DNS-1123, <= RAYSERVICE_NAME_MAX)
+    name: str  # resource name (DNS-1123, <= manifests.rayservice.RAYSERVICE_NAME_MAX)
     namespace: str  # the tenant namespace
     tenant_slug: str
     queue_name: str  # the tenant's Kueue LocalQueue
@@ -105,7 +94,6 @@ class PlatformSpec:
     shm_size_gi: int = 16
     head_cpu: str = "2"
     head_memory: str = "8Gi"
-    field_manager: str = "llm-portal"
 
 
 @dataclass(frozen=True)

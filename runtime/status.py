@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from runtime.manifests.common import ANNOTATION_GENERATION
+
 FAILED_READY_REASONS = {"ValidationFailed", "InitializingTimeout"}
 PERMANENT_APP_STATUSES = {"DEPLOY_FAILED"}
 DEGRADED_APP_STATUSES = {"UNHEALTHY"}
@@ -45,6 +47,22 @@ def now_iso() -> str:
 def cond(type_: str, status: bool | None, reason: str, message: str = "") -> dict[str, Any]:
     value = "Unknown" if status is None else ("True" if status else "False")
     return {"type": type_, "status": value, "reason": reason, "message": message[:1000]}
+
+
+# (status, reason, message) of one condition; None is "Unknown".
+Condition = tuple[bool | None, str, str]
+
+
+def standard_conditions(
+    *, ready: Condition, admitted: Condition, progressing: Condition, degraded: Condition
+) -> list[dict[str, Any]]:
+    """The four conditions every backend reports, in this order, whatever its workload is."""
+    return [
+        cond("Ready", *ready),
+        cond("Admitted", *admitted),
+        cond("Progressing", *progressing),
+        cond("Degraded", *degraded),
+    ]
 
 
 def merge_conditions(previous: list[dict], current: list[dict]) -> list[dict]:
@@ -111,7 +129,7 @@ def rayservice_observation(
     app_status, app_message = app.get("status", ""), app.get("message", "")
     generation = meta.get("generation")
     observed = status.get("observedGeneration")
-    ours = (meta.get("annotations") or {}).get("llm-portal.io/generation")
+    ours = (meta.get("annotations") or {}).get(ANNOTATION_GENERATION)
     converged = (
         observed is not None
         and generation is not None
@@ -138,27 +156,24 @@ def rayservice_observation(
     else:
         result.state, result.reason = "provisioning", "Provisioning"
         result.message = (ready or {}).get("message") or "Ray cluster and Serve application starting."
-    result.conditions = [
-        cond(
-            "Ready",
+    result.conditions = standard_conditions(
+        ready=(
             result.state == "ready" or (result.state == "degraded" and _true(ready)),
             result.reason if result.state != "ready" else "Ready",
             result.message,
         ),
-        cond("Admitted", admitted, q_reason, q_message),
-        cond(
-            "Progressing",
+        admitted=(admitted, q_reason, q_message),
+        progressing=(
             result.state in ("queued", "provisioning") or not converged,
             "Updating" if not converged else ("Starting" if result.state in ("queued", "provisioning") else "Stable"),
             "Rolling out the latest spec." if not converged else "",
         ),
-        cond(
-            "Degraded",
+        degraded=(
             result.state in ("degraded", "failed"),
             result.reason if result.state in ("degraded", "failed") else "Healthy",
             result.message if result.state in ("degraded", "failed") else "",
         ),
-    ]
+    )
     return result
 
 
@@ -168,10 +183,10 @@ def absent_observation(*, reason: str, message: str) -> Observation:
         exists=False,
         reason=reason,
         message=message,
-        conditions=[
-            cond("Ready", False, reason, message),
-            cond("Admitted", None, "NoWorkload", ""),
-            cond("Progressing", False, reason, ""),
-            cond("Degraded", False, "Healthy", ""),
-        ],
+        conditions=standard_conditions(
+            ready=(False, reason, message),
+            admitted=(None, "NoWorkload", ""),
+            progressing=(False, reason, ""),
+            degraded=(False, "Healthy", ""),
+        ),
     )

@@ -16,8 +16,10 @@ import requests
 from django.conf import settings
 from django.core.management import call_command
 
-from runtime.local import ENGINES, LocalBackend, process_alive, session_members
-from runtime.metrics import ScrapeError, parse_exposition
+from runtime.backends.local.backend import LocalBackend
+from runtime.backends.local.engine import ENGINES
+from runtime.backends.local.processes import process_alive, session_members
+from runtime.exposition.parse import ScrapeError, parse_exposition
 from runtime.spec import DeploymentSpec, EngineOptions, FlavorSpec
 
 pytestmark = [

@@ -1,7 +1,7 @@
-"""The kserve backend: a vLLM InferenceService for a deployment, and its status read back.
+"""The kserve backend's object: a vLLM InferenceService for a deployment, and its status read back.
 
-Pure like `runtime.manifests`: functions of frozen specs (or of a status dict), no ORM, no
-I/O, no `kubernetes` import. `runtime.k8s` applies what `render_inferenceservice` returns.
+Pure like the rest of `runtime.manifests`: functions of frozen specs (or of a status dict), no
+ORM, no I/O, no `kubernetes` import. `runtime.k8s` applies what `render_inferenceservice` returns.
 
 Why a `containers` predictor running the platform's vLLM image, not `model.modelFormat:
 huggingface`: the CRD (KServe v0.20) accepts both, but the Hugging Face ServingRuntime wraps
@@ -42,11 +42,19 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from runtime.manifests import SHM_MIN_GI, _parse_pvc_source, deployment_labels
-from runtime.spec import LABEL_QUEUE_NAME, DeploymentSpec, PlatformSpec
+from runtime.manifests.common import (
+    LABEL_QUEUE_NAME,
+    container_port,
+    deployment_labels,
+    gpu_pod_resources,
+    hf_token_env,
+    model_cache_volume,
+    parse_pvc_source,
+    shm_volume,
+)
+from runtime.spec import DeploymentSpec, PlatformSpec
 
 KSERVE_API_VERSION = "serving.kserve.io/v1beta1"
-GPU_RESOURCE = "nvidia.com/gpu"
 
 # KServe requires the main container of a custom predictor to have this name: it is where
 # the storage initializer's mount and STORAGE_URI are looked up.
@@ -111,7 +119,7 @@ def _storage_uri(spec: DeploymentSpec) -> str | None:
     """What KServe's storage initializer fetches or mounts, or None for a Hugging Face id."""
     source = spec.model_source
     if source.startswith("pvc://"):
-        _parse_pvc_source(source)  # refuses an invalid claim name before the cluster does
+        parse_pvc_source(source)  # refuses an invalid claim name before the cluster does
         return source
     if source.startswith("s3://"):
         return source
@@ -124,7 +132,7 @@ def vllm_args(spec: DeploymentSpec) -> list[str]:
     """The vLLM OpenAI server's command-line flags for `spec`.
 
     Unset options are left out so that vLLM's defaults apply (`--max-model-len` from the
-    model's config), matching what `manifests.llm_config` leaves out for Ray Serve LLM.
+    model's config), matching what `manifests.rayservice.llm_config` leaves out for Ray Serve LLM.
     """
     engine = spec.engine
     model = MODEL_DIR if _storage_uri(spec) else spec.model_source
@@ -157,13 +165,7 @@ def _env(spec: DeploymentSpec, platform: PlatformSpec) -> list[dict[str, Any]]:
         env.append({"name": "STORAGE_URI", "value": storage_uri})
     elif platform.model_cache_pvc:
         env.append({"name": "HF_HOME", "value": platform.hf_cache_path})
-    if spec.hf_token_secret:
-        env.append(
-            {
-                "name": "HF_TOKEN",
-                "valueFrom": {"secretKeyRef": {"name": spec.hf_token_secret, "key": "HF_TOKEN"}},
-            }
-        )
+    env += hf_token_env(spec)
     env.append({"name": "NCCL_DEBUG", "value": platform.nccl_debug})
     return env
 
@@ -175,32 +177,18 @@ def _volumes(spec: DeploymentSpec, platform: PlatformSpec) -> tuple[list[dict[st
     in the pod template, which Knative accepts only with its
     `kubernetes.podspec-persistent-volume-claim` and `-write` features enabled.
     """
-    # NCCL and vLLM's worker processes exchange tensors through /dev/shm; the container
-    # default of 64Mi makes tensor-parallel start-up crash.
-    shm_gi = max(platform.shm_size_gi, SHM_MIN_GI)
-    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gi}Gi"}}]
-    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    shm, shm_mount = shm_volume(platform)
+    volumes: list[dict[str, Any]] = [shm]
+    mounts: list[dict[str, Any]] = [shm_mount]
     if platform.model_cache_pvc and _storage_uri(spec) is None:
-        volumes.append(
-            {
-                "name": "model-cache",
-                "persistentVolumeClaim": {"claimName": platform.model_cache_pvc},
-            }
-        )
-        mounts.append({"name": "model-cache", "mountPath": platform.hf_cache_path})
+        cache, cache_mount = model_cache_volume(platform)
+        volumes.append(cache)
+        mounts.append(cache_mount)
     return volumes, mounts
 
 
 def _container(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str, Any]:
-    gpus = kserve_gpus_per_pod(spec)
-    flavor = spec.flavor
-    # Requests == limits: the device plugin demands it for GPUs, and for CPU/memory it gives
-    # Guaranteed QoS so an inference pod is the last to be evicted under node pressure.
-    resources = {
-        GPU_RESOURCE: gpus,
-        "cpu": flavor.cpu_per_gpu * gpus,
-        "memory": f"{flavor.memory_gib_per_gpu * gpus}Gi",
-    }
+    resources = gpu_pod_resources(spec.flavor, kserve_gpus_per_pod(spec))
     _, mounts = _volumes(spec, platform)
     return {
         "name": CONTAINER_NAME,
@@ -210,7 +198,7 @@ def _container(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str, Any]:
         "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
         "args": vllm_args(spec),
         # Knative allows one port; "http1" tells it the protocol.
-        "ports": [{"name": "http1", "containerPort": PORT_HTTP, "protocol": "TCP"}],
+        "ports": [container_port("http1", PORT_HTTP)],
         "env": _env(spec, platform),
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         # /health answers 200 only once the engine has loaded the model; Knative's default

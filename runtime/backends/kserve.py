@@ -2,7 +2,7 @@
 
 Same lifecycle as kuberay: queued (Kueue Workload not admitted) → provisioning → ready, with
 failures read from KServe's conditions and model status. A deployment with min replicas 0
-scales to zero; it keeps its GPUs reserved in the portal's quota (see runtime.kserve).
+scales to zero; it keeps its GPUs reserved in the portal's quota (see runtime.manifests.kserve).
 """
 
 from __future__ import annotations
@@ -10,13 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from runtime import k8s
-from runtime.backends import ANNOTATION_GENERATION, ANNOTATION_SPEC_HASH, KubeRayBackend, digest
-from runtime.kserve import kserve_status, render_inferenceservice
+from runtime.backends.base import ClusterObjectBackend, annotation, stamp
+from runtime.manifests.common import ANNOTATION_GENERATION, ANNOTATION_SPEC_HASH
+from runtime.manifests.kserve import kserve_status, render_inferenceservice
 from runtime.spec import DeploymentSpec
-from runtime.status import Observation, absent_observation, cond, kueue_story
+from runtime.status import Observation, kueue_story, standard_conditions
 
 
-class KServeBackend(KubeRayBackend):
+class KServeBackend(ClusterObjectBackend):
     """InferenceService instead of RayService; listing, Workload lookup and removal are shared."""
 
     name = "kserve"
@@ -24,9 +25,7 @@ class KServeBackend(KubeRayBackend):
 
     def desired(self, spec: DeploymentSpec) -> dict[str, Any]:
         obj = render_inferenceservice(spec, self.platform)
-        annotations = obj["metadata"].setdefault("annotations", {})
-        annotations[ANNOTATION_GENERATION] = str(spec.generation)
-        annotations[ANNOTATION_SPEC_HASH] = digest(obj["spec"])
+        stamp(obj, spec)
         return obj
 
     def ensure(self, spec: DeploymentSpec) -> Observation:
@@ -34,31 +33,20 @@ class KServeBackend(KubeRayBackend):
         current = self.cluster.get(self.kind, spec.name, spec.namespace)
         events: list[tuple[str, str, str]] = []
         if current is None:
-            current = self.cluster.apply(desired)
-            events.append(("Normal", "Created", f"InferenceService {spec.name} created in {spec.namespace}."))
-        elif ((current.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPEC_HASH) != desired[
-            "metadata"
-        ]["annotations"][ANNOTATION_SPEC_HASH]:
+            current = self._create(spec, desired, events)
+        elif annotation(current, ANNOTATION_SPEC_HASH) != desired["metadata"]["annotations"][ANNOTATION_SPEC_HASH]:
             current = self.cluster.apply(desired)  # KServe rolls out a new revision itself
             events.append(("Normal", "Updated", f"Applied generation {spec.generation}."))
         return self._observe(spec, current, events)
 
-    def _observe(self, spec: DeploymentSpec, obj: dict, events: list) -> Observation:
-        return self._status(spec, obj, self._workload(obj), events)
-
-    def sweep_observation(self, spec: DeploymentSpec, obj: dict, workloads: dict[str, dict]) -> Observation:
-        uid = (obj.get("metadata") or {}).get("uid")
-        return self._status(spec, obj, workloads.get(uid), [])
-
-    def _status(self, spec: DeploymentSpec, obj: dict, workload: dict | None, events: list) -> Observation:
+    def status(self, spec: DeploymentSpec, obj: dict, workload: dict | None) -> Observation:
         status = kserve_status(obj)
         admitted, q_reason, q_message, q_events = kueue_story(workload)
-        ours = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GENERATION)
         result = Observation(
             exists=True,
             uid=(obj.get("metadata") or {}).get("uid"),
-            converged=ours == str(spec.generation) and status["ready"] is True,
-            events=events + q_events,
+            converged=annotation(obj, ANNOTATION_GENERATION) == str(spec.generation) and status["ready"] is True,
+            events=q_events,
             endpoint_url=None,
             metrics_url=None,
         )
@@ -76,26 +64,18 @@ class KServeBackend(KubeRayBackend):
         if status["url"]:
             result.endpoint_url = status["url"].rstrip("/") + "/v1"
             result.metrics_url = None  # scraped through Prometheus (pods sit behind Knative)
-        result.conditions = [
-            cond("Ready", result.state == "ready", result.reason, result.message),
-            cond("Admitted", admitted, q_reason, q_message),
-            cond(
-                "Progressing",
+        result.conditions = standard_conditions(
+            ready=(result.state == "ready", result.reason, result.message),
+            admitted=(admitted, q_reason, q_message),
+            progressing=(
                 result.state in ("queued", "provisioning"),
                 "Starting" if result.state in ("queued", "provisioning") else "Stable",
                 "",
             ),
-            cond(
-                "Degraded",
+            degraded=(
                 result.state == "failed",
                 result.reason if result.state == "failed" else "Healthy",
                 result.message if result.state == "failed" else "",
             ),
-        ]
+        )
         return result
-
-    def observe(self, spec: DeploymentSpec) -> Observation:
-        current = self.cluster.get(self.kind, spec.name, spec.namespace)
-        if current is None:
-            return absent_observation(reason="NotFound", message="The InferenceService does not exist.")
-        return self._observe(spec, current, [])

@@ -1,0 +1,133 @@
+"""What every backend is, and what the two cluster backends (kuberay, kserve) share.
+
+A backend knows how to make a deployment's workload exist and match its spec (`ensure`), read
+it (`observe`), remove it (`remove`) and list what it owns in a namespace (`list_owned`, used by
+the sweep). The reconciler decides *when*; backends only know *how*.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Protocol
+
+from runtime import k8s
+from runtime.manifests.common import (
+    ANNOTATION_GENERATION,
+    ANNOTATION_SPEC_HASH,
+    LABEL_DEPLOYMENT_ID,
+    LABEL_JOB_UID,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+)
+from runtime.spec import DeploymentSpec, PlatformSpec
+from runtime.status import Observation, absent_observation
+
+
+class Backend(Protocol):
+    name: str
+
+    def ensure(self, spec: DeploymentSpec) -> Observation: ...
+
+    def observe(self, spec: DeploymentSpec) -> Observation: ...
+
+    def remove(self, spec: DeploymentSpec) -> bool: ...
+
+    def list_owned(self, namespace: str) -> dict[int, dict[str, Any]]: ...
+
+
+def digest(value: Any) -> str:
+    """A short stable hash of JSON-able data: the spec hashes stamped on objects and state files."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def stamp(obj: dict[str, Any], spec: DeploymentSpec) -> dict[str, str]:
+    """Annotate a rendered object with the generation it runs and its spec hash; returns the
+    annotations. An unchanged hash is what lets `ensure` skip the write."""
+    annotations = obj["metadata"].setdefault("annotations", {})
+    annotations[ANNOTATION_GENERATION] = str(spec.generation)
+    annotations[ANNOTATION_SPEC_HASH] = digest(obj["spec"])
+    return annotations
+
+
+def annotation(obj: dict[str, Any], key: str) -> str | None:
+    """One annotation of an object read from the cluster (None when absent)."""
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(key)
+
+
+class ClusterObjectBackend:
+    """A deployment served by one custom object that Kueue admits through the tenant's LocalQueue.
+
+    Subclasses name the `kind`, render it (`desired`), converge it (`ensure`) and read its
+    status (`status`); finding its Workload, observing, removing and listing are shared.
+    """
+
+    name: str
+    kind: k8s.Kind
+
+    def __init__(self, cluster: k8s.Cluster, platform: PlatformSpec):
+        self.cluster = cluster
+        self.platform = platform
+
+    def desired(self, spec: DeploymentSpec) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def ensure(self, spec: DeploymentSpec) -> Observation:
+        raise NotImplementedError
+
+    def status(self, spec: DeploymentSpec, obj: dict, workload: dict | None) -> Observation:
+        """State and conditions from the object and its Kueue Workload (None: no Workload yet)."""
+        raise NotImplementedError
+
+    def _create(self, spec: DeploymentSpec, desired: dict[str, Any], events: list[tuple[str, str, str]]) -> dict:
+        current = self.cluster.apply(desired)
+        events.append(("Normal", "Created", f"{self.kind.kind} {spec.name} created in {spec.namespace}."))
+        return current
+
+    def _workload(self, obj: dict) -> dict | None:
+        uid = (obj.get("metadata") or {}).get("uid")
+        if not uid:
+            return None
+        found = self.cluster.list(k8s.WORKLOAD, obj["metadata"]["namespace"], label_selector={LABEL_JOB_UID: uid})
+        return found[0] if found else None
+
+    def _observe(self, spec: DeploymentSpec, obj: dict, events: list) -> Observation:
+        obs = self.status(spec, obj, self._workload(obj))
+        obs.events = events + obs.events
+        return obs
+
+    def observe(self, spec: DeploymentSpec) -> Observation:
+        current = self.cluster.get(self.kind, spec.name, spec.namespace)
+        if current is None:
+            return absent_observation(reason="NotFound", message=f"The {self.kind.kind} does not exist.")
+        return self._observe(spec, current, [])
+
+    def remove(self, spec: DeploymentSpec) -> bool:
+        """Delete the object; True once it is gone (finalizers may keep it a while)."""
+        if self.cluster.get(self.kind, spec.name, spec.namespace) is None:
+            return True
+        self.cluster.delete(self.kind, spec.name, spec.namespace)
+        return self.cluster.get(self.kind, spec.name, spec.namespace) is None
+
+    def list_owned(self, namespace: str) -> dict[int, dict[str, Any]]:
+        owned = {}
+        for obj in self.cluster.list(self.kind, namespace, label_selector={LABEL_MANAGED_BY: MANAGED_BY}):
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            try:
+                owned[int(labels.get(LABEL_DEPLOYMENT_ID, ""))] = obj
+            except ValueError:
+                continue
+        return owned
+
+    def list_workloads(self, namespace: str) -> dict[str, dict]:
+        by_uid = {}
+        for wl in self.cluster.list(k8s.WORKLOAD, namespace):
+            uid = ((wl.get("metadata") or {}).get("labels") or {}).get(LABEL_JOB_UID)
+            if uid:
+                by_uid[uid] = wl
+        return by_uid
+
+    def sweep_observation(self, spec: DeploymentSpec, obj: dict, workloads: dict[str, dict]) -> Observation:
+        """Observation from objects already listed by the sweep (no extra API calls)."""
+        uid = (obj.get("metadata") or {}).get("uid")
+        return self.status(spec, obj, workloads.get(uid))

@@ -1,0 +1,206 @@
+"""The families the portal reads, and :class:`Snapshot`: one deployment's series at one instant."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, TypeVar
+
+PREFIXES = ("vllm:", "ray_vllm_")
+
+COUNTERS = (
+    "prompt_tokens_total",
+    "generation_tokens_total",
+    "request_success_total",  # one series per finished_reason
+    "num_preemptions_total",
+    "prefix_cache_queries_total",
+    "prefix_cache_hits_total",
+)
+GAUGES = ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc")
+# Only the histograms the derived series use: every other family is dropped before parsing,
+# which is the expensive step (queue time, per-output-token time and the token-count
+# histograms would add ~45 % to a Ray exposition's parse for nothing; bench/b3_metrics.py).
+HISTOGRAMS = (
+    "time_to_first_token_seconds",
+    "inter_token_latency_seconds",
+    "e2e_request_latency_seconds",
+)
+
+# Series labels: sorted (name, value) pairs without ``le``.
+SeriesKey = tuple[tuple[str, str], ...]
+K = TypeVar("K")
+
+
+def parse_le(raw: str) -> float:
+    return math.inf if raw in ("+Inf", "Inf", "inf") else float(raw)
+
+
+def _format_le(le: float) -> str:
+    return "+Inf" if math.isinf(le) else repr(le)
+
+
+def add_to(target: dict[K, float], key: K, value: float) -> None:
+    target[key] = target.get(key, 0.0) + value
+
+
+def series_owner(key: SeriesKey) -> SeriesKey:
+    """The process a series belongs to: its labels minus the per-value ``finished_reason``."""
+    return tuple(kv for kv in key if kv[0] != "finished_reason")
+
+
+@dataclass(frozen=True)
+class HistogramSeries:
+    """A cumulative histogram: ``buckets`` are ``(le, count)`` by ``le``, ending at +Inf."""
+
+    buckets: tuple[tuple[float, float], ...]
+    sum: float
+    count: float
+
+    def bucket_map(self) -> dict[float, float]:
+        """``{le: cumulative count}``."""
+        return dict(self.buckets)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The vLLM metrics of one deployment at one instant, per series.
+
+    ``counters``/``gauges`` map a normalised name (``prompt_tokens_total``) to
+    ``{series labels: value}``; ``histograms`` map a name to ``{series labels: HistogramSeries}``.
+    Series labels are sorted ``(name, value)`` pairs without ``le``.
+    """
+
+    timestamp: float
+    counters: Mapping[str, Mapping[SeriesKey, float]] = field(default_factory=dict)
+    gauges: Mapping[str, Mapping[SeriesKey, float]] = field(default_factory=dict)
+    histograms: Mapping[str, Mapping[SeriesKey, HistogramSeries]] = field(default_factory=dict)
+
+    # -- totals over all series of the deployment ------------------------------------------
+
+    def counter(self, name: str) -> float:
+        """Sum over series; 0.0 when absent (see the `runtime.exposition` docstring)."""
+        return sum(self.counters.get(name, {}).values())
+
+    @property
+    def counter_totals(self) -> dict[str, float]:
+        """Every counter summed over series (``request_success_total`` over all reasons)."""
+        return {name: self.counter(name) for name in COUNTERS}
+
+    @property
+    def success_by_reason(self) -> dict[str, float]:
+        """``request_success_total`` summed per ``finished_reason``."""
+        out: dict[str, float] = {}
+        for key, value in self.counters.get("request_success_total", {}).items():
+            reason = dict(key).get("finished_reason", "")
+            out[reason] = out.get(reason, 0.0) + value
+        return out
+
+    def gauge_sum(self, name: str) -> float | None:
+        """Sum over series (requests running/waiting); None when absent."""
+        values = self.gauges.get(name)
+        return sum(values.values()) if values else None
+
+    def gauge_mean(self, name: str) -> float | None:
+        """Mean over series: for ratios (``kv_cache_usage_perc``), where a sum means nothing."""
+        values = self.gauges.get(name)
+        return sum(values.values()) / len(values) if values else None
+
+    def histogram(self, name: str) -> HistogramSeries | None:
+        """All series of ``name`` summed bucket by bucket; None when absent."""
+        series = self.histograms.get(name)
+        if not series:
+            return None
+        return _sum_histograms(series.values())
+
+    @cached_property
+    def owners(self) -> frozenset[SeriesKey]:
+        """Label sets of the reporting processes (series labels minus ``finished_reason``)."""
+        out: set[SeriesKey] = set()
+        for group in (self.counters, self.gauges, self.histograms):
+            for series in group.values():
+                out.update(series_owner(k) for k in series)
+        return frozenset(out)
+
+    @property
+    def replica_count(self) -> int:
+        """Distinct label sets reporting ``num_requests_running`` (engines × replicas)."""
+        return len(self.gauges.get("num_requests_running", {}))
+
+    @property
+    def empty(self) -> bool:
+        return not (self.counters or self.gauges or self.histograms)
+
+    @classmethod
+    def merged(cls, parts: Iterable[Snapshot]) -> Snapshot:
+        """One deployment read from several nodes (a Ray cluster's pods) as one snapshot.
+
+        Each node exports only the replicas it hosts, so series are disjoint and simply pooled;
+        a key seen twice is added, as the parser does. The time is the latest part's.
+        """
+        parts = list(parts)
+        counters: dict[str, dict[SeriesKey, float]] = {}
+        gauges: dict[str, dict[SeriesKey, float]] = {}
+        histograms: dict[str, dict[SeriesKey, HistogramSeries]] = {}
+        for part in parts:
+            for target, source in ((counters, part.counters), (gauges, part.gauges)):
+                for name, series in source.items():
+                    merged = target.setdefault(name, {})
+                    for key, value in series.items():
+                        add_to(merged, key, value)
+            for name, series in part.histograms.items():
+                merged_h = histograms.setdefault(name, {})
+                for key, hist in series.items():
+                    merged_h[key] = _sum_histograms([merged_h[key], hist]) if key in merged_h else hist
+        return cls(max((p.timestamp for p in parts), default=time.time()), counters, gauges, histograms)
+
+    # -- storage --------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form (no Infinity: ``le`` is written as text) for a JSONField or cache."""
+        return {
+            "timestamp": self.timestamp,
+            "counters": {n: [[dict(k), v] for k, v in s.items()] for n, s in self.counters.items()},
+            "gauges": {n: [[dict(k), v] for k, v in s.items()] for n, s in self.gauges.items()},
+            "histograms": {
+                n: [[dict(k), [[_format_le(le), c] for le, c in h.buckets], h.sum, h.count] for k, h in s.items()]
+                for n, s in self.histograms.items()
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Snapshot:
+        """Inverse of :meth:`to_dict`."""
+
+        def key(labels: Mapping[str, str]) -> SeriesKey:
+            return tuple(sorted(labels.items()))
+
+        return cls(
+            timestamp=float(data["timestamp"]),
+            counters={n: {key(lb): float(v) for lb, v in s} for n, s in data.get("counters", {}).items()},
+            gauges={n: {key(lb): float(v) for lb, v in s} for n, s in data.get("gauges", {}).items()},
+            histograms={
+                n: {
+                    key(lb): HistogramSeries(
+                        buckets=tuple((parse_le(le), float(c)) for le, c in buckets),
+                        sum=float(total),
+                        count=float(count),
+                    )
+                    for lb, buckets, total, count in s
+                }
+                for n, s in data.get("histograms", {}).items()
+            },
+        )
+
+
+def _sum_histograms(series: Iterable[HistogramSeries]) -> HistogramSeries:
+    buckets: dict[float, float] = {}
+    total = count = 0.0
+    for h in series:
+        for le, c in h.buckets:
+            buckets[le] = buckets.get(le, 0.0) + c
+        total += h.sum
+        count += h.count
+    return HistogramSeries(tuple(sorted(buckets.items())), total, count)

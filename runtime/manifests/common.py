@@ -1,0 +1,150 @@
+"""What every rendered object shares: labels, annotations, ports, GPU resources, volumes.
+
+One definition each, so the RayService, the InferenceService, the Kueue objects, the backends
+that stamp and read them and the metrics scrape cannot drift apart. Pure: no ORM, no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from runtime.spec import DeploymentSpec, FlavorSpec, PlatformSpec, Toleration
+
+# ---------------------------------------------------------------------------------------------
+# Labels and annotations
+# ---------------------------------------------------------------------------------------------
+
+MANAGED_BY = "llm-portal"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_TENANT = "llm-portal.io/tenant"
+LABEL_DEPLOYMENT_ID = "llm-portal.io/deployment-id"
+LABEL_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
+LABEL_JOB_UID = "kueue.x-k8s.io/job-uid"
+ANNOTATION_ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"
+
+# Stamped by the backends on what they apply, read back by the status mapping and the sweep.
+ANNOTATION_GENERATION = "llm-portal.io/generation"
+ANNOTATION_SPEC_HASH = "llm-portal.io/spec-hash"
+ANNOTATION_CLUSTER_HASH = "llm-portal.io/cluster-hash"
+
+
+def deployment_labels(spec: DeploymentSpec) -> dict[str, str]:
+    """Labels that identify a deployment's objects (and pods) as the portal's."""
+    return {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_TENANT: spec.tenant_slug,
+        LABEL_DEPLOYMENT_ID: str(spec.deployment_id),
+    }
+
+
+def portal_labels(tenant_slug: str | None = None) -> dict[str, str]:
+    """Labels on the portal's cluster-wide and per-tenant objects (namespaces, Kueue queues)."""
+    labels = {LABEL_MANAGED_BY: MANAGED_BY}
+    if tenant_slug:
+        labels[LABEL_TENANT] = tenant_slug
+    return labels
+
+
+# ---------------------------------------------------------------------------------------------
+# Ports and resources
+# ---------------------------------------------------------------------------------------------
+
+# Ray Serve's HTTP proxy and Ray's metrics export port: where the kuberay backend's endpoint
+# and metrics URLs point, and the port the scrape falls back to on a pod that names none.
+PORT_SERVE = 8000
+PORT_METRICS = 8080
+
+GPU_RESOURCE = "nvidia.com/gpu"
+# NCCL and vLLM's worker processes exchange tensors through /dev/shm; the container default of
+# 64Mi makes tensor-parallel start-up crash.
+SHM_MIN_GI = 16
+
+
+def container_port(name: str, port: int) -> dict[str, Any]:
+    return {"name": name, "containerPort": port, "protocol": "TCP"}
+
+
+def gpu_pod_resources(flavor: FlavorSpec, gpus: int) -> dict[str, Any]:
+    """A GPU pod's requests (== its limits): the GPUs, and CPU and memory per GPU of the flavor.
+
+    Requests == limits: the device plugin demands it for GPUs, and for CPU/memory it gives
+    Guaranteed QoS so an inference pod is the last to be evicted under node pressure.
+    """
+    return {
+        GPU_RESOURCE: gpus,
+        "cpu": flavor.cpu_per_gpu * gpus,
+        "memory": f"{flavor.memory_gib_per_gpu * gpus}Gi",
+    }
+
+
+def toleration(toleration: Toleration) -> dict[str, Any]:
+    """A toleration as the API writes it (a ResourceFlavor's, which Kueue copies into pods)."""
+    rendered: dict[str, Any] = {"operator": toleration.operator, "effect": toleration.effect}
+    if toleration.key:
+        rendered["key"] = toleration.key
+    # The API server rejects a value with operator Exists (ResourceFlavor CEL rule).
+    if toleration.operator != "Exists" and toleration.value:
+        rendered["value"] = toleration.value
+    return rendered
+
+
+def hf_token_env(spec: DeploymentSpec) -> list[dict[str, Any]]:
+    """HF_TOKEN from the deployment's Secret in the tenant namespace, if it names one."""
+    if not spec.hf_token_secret:
+        return []
+    return [
+        {
+            "name": "HF_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": spec.hf_token_secret, "key": "HF_TOKEN"}},
+        }
+    ]
+
+
+def shm_volume(platform: PlatformSpec) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(volume, volumeMount): a memory-backed /dev/shm of at least SHM_MIN_GI."""
+    shm_gi = max(platform.shm_size_gi, SHM_MIN_GI)
+    return (
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gi}Gi"}},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+    )
+
+
+def model_cache_volume(platform: PlatformSpec) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(volume, volumeMount): the shared model-cache PVC at the Hugging Face cache path."""
+    return (
+        {
+            "name": "model-cache",
+            "persistentVolumeClaim": {"claimName": platform.model_cache_pvc},
+        },
+        {"name": "model-cache", "mountPath": platform.hf_cache_path},
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Names and model sources
+# ---------------------------------------------------------------------------------------------
+
+PVC_MODEL_ROOT = "/models"
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def parse_pvc_source(model_source: str) -> tuple[str, str]:
+    """`pvc://claim/some/path` → ("claim", "some/path"); the path may be empty."""
+    claim, _, path = model_source.removeprefix("pvc://").partition("/")
+    if not DNS1123_LABEL.match(claim):
+        raise ValueError(f"model source {model_source!r} does not name a valid PVC")
+    path = path.strip("/")
+    # Defence in depth (deployments.validation refuses these first): the path must stay inside the
+    # claim's mount, so no "..", ".", empty segments, backslashes or encodings that hide them.
+    if (path and any(part in ("", ".", "..") for part in path.split("/"))) or any(c in path for c in "\\%\x00"):
+        raise ValueError(f"model source {model_source!r} leaves its volume")
+    return claim, path
+
+
+def pvc_model_path(model_source: str) -> str | None:
+    """Where a `pvc://` model is mounted in the worker pod, or None for other sources."""
+    if not model_source.startswith("pvc://"):
+        return None
+    claim, path = parse_pvc_source(model_source)
+    return "/".join(part for part in (PVC_MODEL_ROOT, claim, path) if part)

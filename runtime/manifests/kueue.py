@@ -1,0 +1,205 @@
+"""The Kueue objects of a tenant: namespace, ResourceFlavors, Cohort, ClusterQueue, LocalQueue.
+
+Functions of frozen specs (`runtime.spec`) and nothing else: no ORM, no I/O, no `kubernetes`
+import. `quotas.kueue` applies what these return; the tests compare them with golden files and
+validate them against the real CRD schemas in ../shared.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from runtime.manifests.common import GPU_RESOURCE, portal_labels, toleration
+from runtime.spec import FlavorQuotaSpec, FlavorSpec, PlatformSpec, TenantQueueSpec
+
+KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
+
+# Order matters: Kueue requires every flavor to list its resources in coveredResources order.
+COVERED_RESOURCES = (GPU_RESOURCE, "cpu", "memory")
+
+_QUANTITY = re.compile(r"^(?P<number>[0-9]+(?:\.[0-9]+)?)(?P<suffix>[a-zA-Z]*)$")
+_BINARY_SUFFIX = {"": 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+_DECIMAL_SUFFIX = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
+
+
+# ---------------------------------------------------------------------------------------------
+# Quantities
+# ---------------------------------------------------------------------------------------------
+
+
+def _cpu_millis(quantity: str | int) -> int:
+    """A CPU quantity ("2", "500m", 4) in millicores."""
+    text = str(quantity)
+    if text.endswith("m"):
+        return int(text[:-1])
+    return round(float(text) * 1000)
+
+
+def _memory_bytes(quantity: str | int) -> int:
+    """A memory quantity ("8Gi", "512Mi", "1G", 1024) in bytes."""
+    match = _QUANTITY.match(str(quantity))
+    if match is None:
+        raise ValueError(f"not a memory quantity: {quantity!r}")
+    number, suffix = float(match["number"]), match["suffix"]
+    if suffix in _BINARY_SUFFIX:
+        return round(number * _BINARY_SUFFIX[suffix])
+    if suffix in _DECIMAL_SUFFIX:
+        return round(number * _DECIMAL_SUFFIX[suffix])
+    raise ValueError(f"unknown memory suffix in {quantity!r}")
+
+
+def _cpu_quantity(millis: int) -> int | str:
+    """Whole cores as an int (how people write them), otherwise millicores."""
+    return millis // 1000 if millis % 1000 == 0 else f"{millis}m"
+
+
+def _memory_quantity(num_bytes: int) -> str:
+    """Gi where exact (the unit pods request in), so quotas read like what they must cover."""
+    for suffix in ("Gi", "Mi", "Ki"):
+        unit = _BINARY_SUFFIX[suffix]
+        if num_bytes % unit == 0:
+            return f"{num_bytes // unit}{suffix}"
+    return str(num_bytes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Objects
+# ---------------------------------------------------------------------------------------------
+
+
+def render_namespace(spec: TenantQueueSpec) -> dict[str, Any]:
+    """The tenant's namespace, labelled as the portal's."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": spec.namespace, "labels": portal_labels(spec.tenant_slug)},
+    }
+
+
+def render_resource_flavor(flavor: FlavorSpec) -> dict[str, Any]:
+    """The Kueue ResourceFlavor for one GPU flavor.
+
+    `nodeLabels` and `tolerations` are what Kueue injects into admitted pods, which is why
+    the RayService sets neither.
+    """
+    spec: dict[str, Any] = {}
+    if flavor.node_labels:
+        spec["nodeLabels"] = dict(sorted(flavor.node_labels))
+    if flavor.tolerations:
+        spec["tolerations"] = [toleration(t) for t in flavor.tolerations]
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "ResourceFlavor",
+        "metadata": {"name": flavor.name, "labels": portal_labels()},
+        "spec": spec,
+    }
+
+
+def _head_overhead(platform: PlatformSpec) -> tuple[int, int]:
+    """(millicores, bytes) one RayService head pod adds to a Workload."""
+    return _cpu_millis(platform.head_cpu), _memory_bytes(platform.head_memory)
+
+
+def _flavor_quota(quota: FlavorQuotaSpec, platform: PlatformSpec, *, in_cohort: bool) -> dict[str, Any]:
+    """One flavor's [gpu, cpu, memory] quotas, in COVERED_RESOURCES order.
+
+    CPU and memory follow the GPUs: per-GPU share of the node plus, per GPU, one head pod.
+    Kueue counts the head pod (which has no GPU) against the same quota, and a tenant can
+    run at most one deployment per GPU, so this headroom keeps GPUs the only binding
+    constraint; without it a 1-GPU quota could never admit a 1-GPU deployment.
+    """
+    flavor = quota.flavor
+    head_millis, head_bytes = _head_overhead(platform)
+
+    def cpu(gpus: int) -> int | str:
+        return _cpu_quantity(gpus * (flavor.cpu_per_gpu * 1000 + head_millis))
+
+    def memory(gpus: int) -> str:
+        return _memory_quantity(gpus * (flavor.memory_gib_per_gpu * 2**30 + head_bytes))
+
+    def resource(name: str, convert: Callable[[int], int | str]) -> dict[str, Any]:
+        entry: dict[str, Any] = {"name": name, "nominalQuota": convert(quota.nominal_gpus)}
+        # Kueue rejects borrowing/lending limits on a ClusterQueue without a cohort.
+        if in_cohort and quota.borrowing_limit_gpus is not None:
+            entry["borrowingLimit"] = convert(quota.borrowing_limit_gpus)
+        if in_cohort and quota.lending_limit_gpus is not None:
+            entry["lendingLimit"] = convert(quota.lending_limit_gpus)
+        return entry
+
+    return {
+        "name": flavor.name,
+        "resources": [
+            resource(GPU_RESOURCE, int),
+            resource("cpu", cpu),
+            resource("memory", memory),
+        ],
+    }
+
+
+def render_cluster_queue(spec: TenantQueueSpec, platform: PlatformSpec | None = None) -> dict[str, Any]:
+    """The tenant's ClusterQueue: GPU quota per flavor, in the tenant's borrowing cohort.
+
+    Preemption: a tenant reclaims its own nominal quota from borrowers regardless of
+    priority (`reclaimWithinCohort: Any`), and inside its queue a higher-priority
+    deployment may displace a lower one (`withinClusterQueue: LowerPriority`).
+    `platform` supplies the head pod size for the CPU/memory headroom (defaults apply
+    when omitted).
+    """
+    platform = platform or PlatformSpec()
+    in_cohort = bool(spec.cohort)
+    cq_spec: dict[str, Any] = {
+        # Only the tenant's own namespace may submit to its queue. The API server sets
+        # kubernetes.io/metadata.name itself, so no one can relabel their way in.
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": spec.namespace}},
+        # A large pending deployment must not block smaller ones that fit.
+        "queueingStrategy": "BestEffortFIFO",
+        "preemption": {
+            "reclaimWithinCohort": "Any",
+            "withinClusterQueue": "LowerPriority",
+        },
+    }
+    if spec.quotas:
+        cq_spec["resourceGroups"] = [
+            {
+                "coveredResources": list(COVERED_RESOURCES),
+                "flavors": [_flavor_quota(q, platform, in_cohort=in_cohort) for q in spec.quotas],
+            }
+        ]
+    if in_cohort:
+        cq_spec["cohortName"] = spec.cohort
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "ClusterQueue",
+        "metadata": {"name": spec.cluster_queue, "labels": portal_labels(spec.tenant_slug)},
+        "spec": cq_spec,
+    }
+
+
+def render_local_queue(spec: TenantQueueSpec) -> dict[str, Any]:
+    """The LocalQueue in the tenant namespace that RayServices name in their queue label."""
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "LocalQueue",
+        "metadata": {
+            "name": spec.local_queue,
+            "namespace": spec.namespace,
+            "labels": portal_labels(spec.tenant_slug),
+        },
+        "spec": {"clusterQueue": spec.cluster_queue},
+    }
+
+
+def render_cohort(name: str) -> dict[str, Any]:
+    """A Kueue Cohort object for `name`.
+
+    ClusterQueues share quota by naming the same cohort even without this object; creating
+    it makes the cohort visible (status, fair sharing) and gives a place for shared quota.
+    """
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "Cohort",
+        "metadata": {"name": name, "labels": portal_labels()},
+        "spec": {},
+    }

@@ -1,0 +1,331 @@
+"""The RayService a kuberay deployment runs, and the Ray Serve LLM application inside it.
+
+Functions of frozen specs (`runtime.spec`) and nothing else: no ORM, no I/O, no `kubernetes`
+import. `runtime.k8s` applies what `render_rayservice` returns; the tests compare it with golden
+files and validate it against the real CRD schema in ../shared.
+
+The Ray Serve LLM application config (`llm_config`) is built in this one place so that the
+kuberay backend (inside serveConfigV2) and the local backend serve exactly the same app.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from runtime.manifests.common import (
+    ANNOTATION_ELASTIC_JOB,
+    DNS1123_LABEL,
+    LABEL_QUEUE_NAME,
+    PORT_METRICS,
+    PORT_SERVE,
+    PVC_MODEL_ROOT,
+    container_port,
+    deployment_labels,
+    gpu_pod_resources,
+    hf_token_env,
+    model_cache_volume,
+    parse_pvc_source,
+    pvc_model_path,
+    shm_volume,
+)
+from runtime.spec import DeploymentSpec, PlatformSpec
+
+RAY_API_VERSION = "ray.io/v1"
+
+# The one Serve application in serveConfigV2; status lives under
+# `status.activeServiceStatus.applicationStatuses[SERVE_APP_NAME]`.
+SERVE_APP_NAME = "llm"
+SERVE_IMPORT_PATH = "ray.serve.llm:build_openai_app"
+
+WORKER_GROUP_NAME = "gpu"
+
+PORT_GCS = 6379
+PORT_DASHBOARD = 8265
+PORT_CLIENT = 10001
+
+# KubeRay derives Service and pod names from the RayService name; it refuses longer names.
+RAYSERVICE_NAME_MAX = 47
+
+
+# ---------------------------------------------------------------------------------------------
+# Names and sizes
+# ---------------------------------------------------------------------------------------------
+
+
+def rayservice_name(deployment_name: str) -> str:
+    """The RayService name for a deployment, or ValueError when KubeRay would refuse it.
+
+    KubeRay derives Service and pod names (`<name>-head-svc`, `<name>-serve-svc`, worker pod
+    names) from the RayService name, so it rejects names over 47 characters. Refusing here
+    gives the user a clear message before anything reaches the cluster.
+    """
+    if len(deployment_name) > RAYSERVICE_NAME_MAX:
+        raise ValueError(
+            f"RayService name {deployment_name!r} is {len(deployment_name)} characters; "
+            f"KubeRay allows at most {RAYSERVICE_NAME_MAX}"
+        )
+    if not DNS1123_LABEL.match(deployment_name):
+        raise ValueError(
+            f"RayService name {deployment_name!r} is not a DNS-1123 label "
+            "(lowercase letters, digits and '-', starting and ending with an alphanumeric)"
+        )
+    return deployment_name
+
+
+def pods_per_replica(spec: DeploymentSpec) -> int:
+    """Worker pods one model replica spans.
+
+    Tensor parallelism needs NVLink, so one TP group must fit inside one node; pipeline
+    stages may cross nodes. A replica needing more GPUs than a node has is therefore split
+    into whole-node pods (Ray places the PP stages across them).
+    """
+    gpus = spec.gpus_per_replica
+    per_node = spec.flavor.gpus_per_node
+    if spec.tensor_parallel_size > per_node:
+        raise ValueError(
+            f"tensor_parallel_size {spec.tensor_parallel_size} does not fit in one "
+            f"{spec.flavor.name} node ({per_node} GPUs); use pipeline parallelism across nodes"
+        )
+    if gpus <= per_node:
+        return 1
+    if gpus % per_node:
+        raise ValueError(f"{gpus} GPUs per replica cannot be split into whole {per_node}-GPU nodes")
+    return gpus // per_node
+
+
+def gpus_per_pod(spec: DeploymentSpec) -> int:
+    """GPUs each worker pod asks for: the replica's GPUs, capped at one node."""
+    return min(spec.gpus_per_replica, spec.flavor.gpus_per_node)
+
+
+# ---------------------------------------------------------------------------------------------
+# Ray Serve LLM application
+# ---------------------------------------------------------------------------------------------
+
+
+def _model_source(spec: DeploymentSpec) -> str:
+    """What Ray Serve LLM loads: a Hugging Face id, an s3:// URI, or a mounted PVC path."""
+    return pvc_model_path(spec.model_source) or spec.model_source
+
+
+def llm_config(spec: DeploymentSpec) -> dict[str, Any]:
+    """The Ray Serve LLM `LLMConfig` for `spec`, as plain data.
+
+    Shared by the kuberay backend (inside serveConfigV2) and the local backend, so both
+    serve the same app. Unset engine options are left out so vLLM's own defaults apply
+    (e.g. `max_model_len` from the model's config).
+    """
+    engine = spec.engine
+    engine_kwargs: dict[str, Any] = {
+        "tensor_parallel_size": spec.tensor_parallel_size,
+        "pipeline_parallel_size": spec.pipeline_parallel_size,
+        "max_model_len": engine.max_model_len,
+        "gpu_memory_utilization": engine.gpu_memory_utilization,
+        "enable_chunked_prefill": engine.enable_chunked_prefill,
+        "max_num_batched_tokens": engine.max_num_batched_tokens,
+        "quantization": engine.quantization,
+        "dtype": engine.dtype,
+        "trust_remote_code": engine.trust_remote_code,
+    }
+    config: dict[str, Any] = {
+        "model_loading_config": {
+            "model_id": spec.served_model_name,
+            "model_source": _model_source(spec),
+        },
+        "engine_kwargs": {k: v for k, v in engine_kwargs.items() if v is not None},
+        "deployment_config": {
+            "autoscaling_config": {
+                "min_replicas": spec.min_replicas,
+                "max_replicas": spec.max_replicas,
+                "target_ongoing_requests": spec.target_ongoing_requests,
+            },
+        },
+    }
+    # Ray turns accelerator_type into a placement constraint; a CPU-only (local) flavor
+    # leaves it empty so the replica can be placed at all.
+    if spec.flavor.accelerator_type:
+        config["accelerator_type"] = spec.flavor.accelerator_type
+    return config
+
+
+def serve_config_v2(spec: DeploymentSpec) -> dict[str, Any]:
+    """The Ray Serve config: one OpenAI-compatible application serving `llm_config(spec)`."""
+    return {
+        "applications": [
+            {
+                "name": SERVE_APP_NAME,
+                "import_path": SERVE_IMPORT_PATH,
+                "route_prefix": "/",
+                "args": {"llm_configs": [llm_config(spec)]},
+            }
+        ]
+    }
+
+
+def render_serve_config(spec: DeploymentSpec) -> str:
+    """serveConfigV2 as YAML text, keys sorted so that equal specs give byte-equal text.
+
+    KubeRay compares the text with what it last submitted to redeploy on change, so any
+    nondeterminism here would cause needless Serve redeploys.
+    """
+    return yaml.safe_dump(serve_config_v2(spec), sort_keys=True, default_flow_style=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# RayService
+# ---------------------------------------------------------------------------------------------
+
+
+def _head_group(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str, Any]:
+    """Head pod: GCS, dashboard, Serve controller and proxy; never a GPU."""
+    resources = {"cpu": platform.head_cpu, "memory": platform.head_memory}
+    group: dict[str, Any] = {
+        # num-gpus 0 keeps Ray from scheduling model replicas on the head.
+        "rayStartParams": {
+            "num-gpus": "0",
+            "dashboard-host": "0.0.0.0",
+            "metrics-export-port": str(PORT_METRICS),
+        },
+        "template": {
+            "metadata": {"labels": deployment_labels(spec)},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "ray-head",
+                        "image": platform.ray_image,
+                        "imagePullPolicy": "IfNotPresent",
+                        "ports": [
+                            container_port("gcs-server", PORT_GCS),
+                            container_port("dashboard", PORT_DASHBOARD),
+                            container_port("client", PORT_CLIENT),
+                            container_port("serve", PORT_SERVE),
+                            container_port("metrics", PORT_METRICS),
+                        ],
+                        "resources": {"requests": dict(resources), "limits": dict(resources)},
+                    }
+                ],
+            },
+        },
+    }
+    if spec.hf_token_secret:
+        # Ray Serve LLM forwards HF_TOKEN from the controller's environment into the
+        # replicas' runtime env, so the head needs it as well as the workers.
+        group["template"]["spec"]["containers"][0]["env"] = hf_token_env(spec)
+    return group
+
+
+def _worker_volumes(spec: DeploymentSpec, platform: PlatformSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, volumeMounts) for a GPU worker pod."""
+    shm, shm_mount = shm_volume(platform)
+    volumes: list[dict[str, Any]] = [shm]
+    mounts: list[dict[str, Any]] = [shm_mount]
+    if platform.model_cache_pvc:
+        cache, cache_mount = model_cache_volume(platform)
+        volumes.append(cache)
+        mounts.append(cache_mount)
+    if spec.model_source.startswith("pvc://"):
+        claim, _ = parse_pvc_source(spec.model_source)
+        # Read-only: a tenant's weights must not be changed by the engine serving them.
+        volumes.append(
+            {
+                "name": "model-source",
+                "persistentVolumeClaim": {"claimName": claim, "readOnly": True},
+            }
+        )
+        mounts.append({"name": "model-source", "mountPath": f"{PVC_MODEL_ROOT}/{claim}", "readOnly": True})
+    return volumes, mounts
+
+
+def _worker_group(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str, Any]:
+    """The one GPU worker group: whole replicas' worth of pods, sized per GPU."""
+    gpus = gpus_per_pod(spec)
+    pods = pods_per_replica(spec)
+    resources = gpu_pod_resources(spec.flavor, gpus)
+    volumes, mounts = _worker_volumes(spec, platform)
+    env = [
+        {"name": "HF_HOME", "value": platform.hf_cache_path},
+        *hf_token_env(spec),
+        # Use InfiniBand/RoCE and GPUDirect RDMA where the nodes have them; pipeline stages
+        # across nodes are otherwise limited to TCP.
+        {"name": "NCCL_IB_DISABLE", "value": "0"},
+        {"name": "NCCL_NET_GDR_LEVEL", "value": "2"},
+        {"name": "NCCL_DEBUG", "value": platform.nccl_debug},
+    ]
+    return {
+        "groupName": WORKER_GROUP_NAME,
+        # The KubeRay autoscaler moves `replicas` between these bounds; keeping them whole
+        # multiples of pods_per_replica means a replica is never left half-placed.
+        "replicas": spec.min_replicas * pods,
+        "minReplicas": spec.min_replicas * pods,
+        "maxReplicas": spec.max_replicas * pods,
+        "rayStartParams": {"metrics-export-port": str(PORT_METRICS)},
+        "template": {
+            "metadata": {"labels": deployment_labels(spec)},
+            "spec": {
+                # No nodeSelector or tolerations: Kueue injects the admitted ResourceFlavor's
+                # nodeLabels and tolerations at admission. Setting them here would pin the
+                # pods to one flavor behind Kueue's back (and clash with what it injects).
+                "containers": [
+                    {
+                        "name": "ray-worker",
+                        "image": platform.ray_image,
+                        "imagePullPolicy": "IfNotPresent",
+                        "ports": [container_port("metrics", PORT_METRICS)],
+                        "env": env,
+                        "resources": {"requests": dict(resources), "limits": dict(resources)},
+                        # vLLM's CUDA IPC between worker processes needs ptrace rights.
+                        "securityContext": {"capabilities": {"add": ["SYS_PTRACE"]}},
+                        "volumeMounts": mounts,
+                    }
+                ],
+                "volumes": volumes,
+            },
+        },
+    }
+
+
+def render_rayservice(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str, Any]:
+    """The RayService for `spec`: Ray Serve LLM app in serveConfigV2, one GPU worker group.
+
+    Deliberately absent:
+    - `spec.rayClusterConfig.suspend`: Kueue owns it (it suspends the job until admission
+      and resumes it). If the portal applied it, every reconcile would fight Kueue, either
+      un-suspending an unadmitted job or suspending a running one.
+    - nodeSelector/tolerations on pods: injected by Kueue from the admitted ResourceFlavor.
+
+    `spec.upgradeStrategy.type` is "None": "NewCluster" brings up a second full cluster
+    before tearing down the old one, i.e. 2x the deployment's GPUs during every upgrade,
+    which the tenant's Kueue quota (sized for 1x) cannot admit, so upgrades would hang.
+    With "None", KubeRay still applies serveConfigV2 changes in place but leaves the
+    running cluster alone when rayClusterConfig changes; such a change has to be rolled
+    out by deleting and recreating the RayService.
+    """
+    name = rayservice_name(spec.name)
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": spec.namespace,
+        "labels": {**deployment_labels(spec), LABEL_QUEUE_NAME: spec.queue_name},
+    }
+    if spec.autoscaling:
+        # Lets Kueue resize the admitted Workload as the Ray autoscaler adds or removes
+        # workers instead of evicting the whole job when replicas change.
+        metadata["annotations"] = {ANNOTATION_ELASTIC_JOB: "true"}
+    cluster: dict[str, Any] = {
+        "rayVersion": platform.ray_version,
+        "headGroupSpec": _head_group(spec, platform),
+        "workerGroupSpecs": [_worker_group(spec, platform)],
+    }
+    if spec.autoscaling:
+        cluster["enableInTreeAutoscaling"] = True
+    return {
+        "apiVersion": RAY_API_VERSION,
+        "kind": "RayService",
+        "metadata": metadata,
+        "spec": {
+            "serveConfigV2": render_serve_config(spec),
+            "upgradeStrategy": {"type": "None"},
+            "rayClusterConfig": cluster,
+        },
+    }
