@@ -181,7 +181,8 @@ def seed_serving(count: int) -> list[int]:
 
 
 def point_at(servers, ids: list[int], mix: str) -> None:
-    from deployments.models import ModelDeployment, ScrapeState
+    from deployments.models import ModelDeployment
+    from metrics.models import ScrapeState
 
     ScrapeState.objects.all().delete()
     rows = ModelDeployment.objects.filter(pk__in=ids).order_by("pk")
@@ -194,7 +195,7 @@ def timed_cycle(ids: list[int], run) -> tuple[float, int]:
     """Seconds from `run()` until every deployment's scrape state is from this cycle; samples stored."""
     from django.utils import timezone
 
-    from deployments.models import MetricSample, ScrapeState
+    from metrics.models import MetricSample, ScrapeState
 
     samples_before = MetricSample.objects.count()
     since = timezone.now()

@@ -1,4 +1,4 @@
-"""B4 — Dashboard data: deployments.series.series() over 7 days vs 1 day.
+"""B4 — Dashboard data: metrics.store.series() over 7 days vs 1 day.
 
 Seeds one deployment with 7 days of 15 s samples (40,320 raw rows, bulk_create), runs
 `downsample(now=...)` once as the periodic task would, then times `series()` for every window
@@ -28,7 +28,8 @@ def seed(days: int, now: datetime):
 
     from django.contrib.auth.models import Group, User
 
-    from deployments.models import MetricSample, ModelDeployment, Resolution
+    from deployments.models import ModelDeployment
+    from metrics.models import MetricSample, Resolution
     from quotas.models import PLATFORM_ADMIN_GROUP, GpuFlavor, Tenant
     from runtime.exposition.derive import SERIES_FIELDS
 
@@ -72,7 +73,7 @@ def table_state() -> tuple[dict[int, int], int]:
     from django.db import connection
     from django.db.models import Count
 
-    from deployments.models import MetricSample
+    from metrics.models import MetricSample
 
     rows = dict(MetricSample.objects.values_list("resolution").annotate(n=Count("id")).values_list("resolution", "n"))
     with connection.cursor() as cursor:
@@ -117,7 +118,7 @@ def main() -> None:
 
     from rest_framework.test import APIClient
 
-    from deployments.series import WINDOWS, downsample, series
+    from metrics.store import WINDOWS, downsample, series
 
     now = datetime.now(tz=UTC).replace(second=0, microsecond=0)
     dep, admin, count, insert_s = seed(args.days, now)

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 
-from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from deployments.charts import CHARTS
 from deployments.choices import State
-from deployments.models import MetricSample, ModelDeployment, Resolution
+from deployments.models import ModelDeployment
+from deployments.panels import extra_detail_context
 from deployments.queries import derived_badge
 from deployments.specs import deployment_spec
 from runtime.platform import platform_spec
@@ -86,20 +84,9 @@ def snippets(dep: ModelDeployment) -> dict[str, str]:
     return {"curl": curl, "python": python}
 
 
-def latest_samples(deployments) -> dict[int, MetricSample]:
-    """The newest raw sample per deployment from the last 5 minutes (one query)."""
-    ids = [d.pk for d in deployments]
-    since = timezone.now() - timedelta(minutes=5)
-    latest: dict[int, MetricSample] = {}
-    for sample in MetricSample.objects.filter(deployment_id__in=ids, resolution=Resolution.RAW, ts__gte=since).order_by(
-        "ts"
-    ):
-        latest[sample.deployment_id] = sample
-    return latest
-
-
 def detail_context(request, dep: ModelDeployment) -> dict:
-    from deployments.series import advice_for
+    """The detail page's (and its polled status partial's) context: the deployment's own parts,
+    then what the apps above add through deployments.panels (metrics: advice and charts)."""
     from deployments.views import allowed_actions
 
     return {
@@ -110,7 +97,5 @@ def detail_context(request, dep: ModelDeployment) -> dict:
         "events": dep.events.select_related("actor")[:50],
         "actions": allowed_actions(request.user, dep),
         "snippets": snippets(dep),
-        "advice": advice_for(dep),
-        "ranges": ["1h", "6h", "24h", "7d"],
-        "chart_names": list(CHARTS),
+        **extra_detail_context(request, dep),
     }

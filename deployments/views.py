@@ -16,7 +16,8 @@ from deployments.choices import Backend, State
 from deployments.filtersets import DeploymentFilterSet
 from deployments.forms import DeploymentForm, ReasonForm, ScaleForm
 from deployments.models import ModelDeployment
-from deployments.presenters import detail_context, latest_samples
+from deployments.panels import extra_list_context
+from deployments.presenters import detail_context
 from deployments.states import Action, actions_for, actor_of
 
 
@@ -32,7 +33,7 @@ def deployment_list(request):
     qs = ModelDeployment.objects.visible_to(request.user).live().select_related("tenant", "flavor")
     filterset = DeploymentFilterSet(request.GET, queryset=qs)
     deployments = list(filterset.qs[:200])
-    context = {"filter": filterset, "deployments": deployments, "latest": latest_samples(deployments)}
+    context = {"filter": filterset, "deployments": deployments, **extra_list_context(request, deployments)}
     template = "deployments/_deployment_rows.html" if request.htmx else "deployments/deployment_list.html"
     return render(request, template, context)
 
@@ -112,25 +113,6 @@ def deployment_manifest(request, pk: int):
     manifest = rendered_manifest(dep)
     text = yaml.dump(manifest, Dumper=_BlockDumper, sort_keys=False) if isinstance(manifest, dict) else str(manifest)
     return render(request, "deployments/_manifest.html", {"manifest": text})
-
-
-@login_required
-def deployment_charts(request, pk: int):
-    """The dashboard's figures for a window, built by the pure builders in deployments.charts."""
-    from django.http import HttpResponse
-
-    from deployments.charts import dashboard, figure_json
-    from deployments.series import WINDOWS, series
-
-    dep = _visible(request, pk)
-    window = request.GET.get("window", "1h")
-    if window not in WINDOWS:
-        raise Http404("unknown window")
-    data = series(dep, window)
-    figures = dashboard(data["timestamps"], data["series"])
-    body = "{" + ",".join(f'"{name}":{figure_json(fig)}' for name, fig in figures.items())
-    body += f',"_meta":{{"points":{len(data["timestamps"])},"resolution_s":{data["resolution_s"]}}}}}'
-    return HttpResponse(body, content_type="application/json")
 
 
 @login_required

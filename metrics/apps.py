@@ -7,3 +7,12 @@ class MetricsConfig(AppConfig):
 
     name = "metrics"
     verbose_name = "Metrics"
+
+    def ready(self) -> None:
+        # The deployment pages show metrics through deployments' extension points: deployments
+        # sits below this app and never imports it.
+        from deployments.panels import register_detail_context, register_list_context
+        from metrics.presenters import detail_panel, list_panel
+
+        register_detail_context(detail_panel)
+        register_list_context(list_panel)

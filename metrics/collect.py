@@ -28,8 +28,9 @@ from django.utils import timezone
 
 from core.observability import SCRAPE_FAILURES
 from deployments.choices import Backend, State
-from deployments.models import MetricSample, ModelDeployment, ScrapeState
-from deployments.series import new_sample
+from deployments.models import ModelDeployment
+from metrics.models import MetricSample, ScrapeState
+from metrics.store import new_sample
 from runtime import k8s
 from runtime.exposition.derive import derive
 from runtime.exposition.parse import ScrapeError

@@ -36,6 +36,6 @@ def scrape_metrics_shard_task(deployment_ids: list[int]) -> int:
 @shared_task(acks_late=True)
 def downsample_metrics_task() -> dict:
     """Roll raw samples up and enforce retention (keeps the samples table bounded)."""
-    from deployments.series import downsample
+    from metrics.store import downsample
 
     return downsample()

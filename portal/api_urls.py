@@ -25,4 +25,5 @@ urlpatterns = [
     path("quota-preview/", QuotaPreviewView.as_view(), name="quota-preview"),
     path("cluster/usage/", ClusterUsageView.as_view(), name="cluster-usage"),
     path("", include(router.urls)),
+    path("", include("metrics.api.urls")),  # deployments/<id>/metrics/, summary/, advice/
 ]

@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import include, path
 
 from deployments import views as deployment_views
 from portal import views
@@ -17,7 +17,7 @@ urlpatterns = [
     path("deployments/<int:pk>/status/", deployment_views.deployment_status, name="deployment-status"),
     path("deployments/<int:pk>/badge/", deployment_views.deployment_badge, name="deployment-badge"),
     path("deployments/<int:pk>/try/", deployment_views.deployment_try, name="deployment-try"),
-    path("deployments/<int:pk>/charts/", deployment_views.deployment_charts, name="deployment-charts"),
+    path("", include("metrics.urls")),  # deployments/<int:pk>/charts/: before the action catch-all below
     path("deployments/<int:pk>/manifest/", deployment_views.deployment_manifest, name="deployment-manifest"),
     path("deployments/<int:pk>/<str:action>/", deployment_views.deployment_action, name="deployment-action"),
     path("quotas/", quota_views.quota_overview, name="quota-overview"),

@@ -12,8 +12,9 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from deployments.choices import State
-from deployments.models import MetricSample, ModelDeployment, Resolution
-from deployments.presenters import latest_samples
+from deployments.models import ModelDeployment
+from metrics.models import MetricSample, Resolution
+from metrics.presenters import latest_samples
 from portal.api import ApiToken, token_create, token_revoke
 from quotas.choices import QuotaChangeStatus
 from quotas.models import QuotaChangeRequest, Tenant, TenantQuota, is_platform_admin
@@ -109,7 +110,7 @@ def cluster(request):
     )
     from django.db.models import Sum
 
-    from deployments.charts import QuotaRow, figure_json, quota_bars
+    from metrics.charts import QuotaRow, figure_json, quota_bars
 
     figure = quota_bars(
         [

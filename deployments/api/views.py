@@ -1,15 +1,17 @@
-"""Deployment API: CRUD plus approve / reject / cancel / stop / start / scale / preview / events."""
+"""Deployment API: CRUD plus approve / reject / cancel / stop / start / scale / preview / events.
+
+The metrics of a deployment (metrics/, summary/, advice/ under the same URLs) are served by the
+metrics app (metrics/api/views.py) over the same queryset: VisibleDeploymentsMixin."""
 
 from __future__ import annotations
 
 from django.db.models import F
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, serializers, status, viewsets
+from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from core.throttles import WriteThrottle
-from deployments import series as series_mod
 from deployments import services
 from deployments.api.serializers import (
     LIST_COLUMNS,
@@ -28,41 +30,19 @@ from deployments.models import ModelDeployment
 from deployments.validation import check_draft
 
 
-class MetricsQuerySerializer(serializers.Serializer):
-    window = serializers.ChoiceField(choices=list(series_mod.WINDOWS), default="1h")
+class VisibleDeploymentsMixin:
+    """The deployments a request may see (other tenants' are 404), filtered by the same FilterSet
+    as the list: every viewset on `deployments/<id>/…` uses it, this app's and those of the apps
+    above (metrics), so tenant isolation and throttling are the same on all of them."""
 
-
-def _advice_dict(advice) -> dict:
-    return {
-        "code": advice.code,
-        "severity": advice.severity,
-        "title": advice.title,
-        "message": advice.message,
-        "evidence": advice.evidence,
-    }
-
-
-class DeploymentViewSet(
-    mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet
-):
-    """Model deployments of the tenants you belong to. Other tenants' deployments are 404."""
-
-    serializer_class = DeploymentSerializer
     filterset_class = DeploymentFilterSet
     throttle_classes = [WriteThrottle]
-    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def visible_deployments(self):
+        return ModelDeployment.objects.visible_to(self.request.user).live()
 
     def get_queryset(self):
-        deployments = ModelDeployment.objects.visible_to(self.request.user).live()
-        if self.action == "list":
-            # A page needs three names from the related rows, not the rows: annotating them
-            # keeps the query at one statement and skips building 3 model instances per item.
-            return deployments.annotate(
-                tenant_slug=F("tenant__slug"),
-                flavor_name=F("flavor__name"),
-                created_by_username=F("created_by__username"),
-            )
-        return deployments.select_related("tenant", "flavor", "created_by")
+        return self.visible_deployments().select_related("tenant", "flavor", "created_by")
 
     def filter_queryset(self, queryset):
         # With no filter parameter the FilterSet returns the queryset as it is, after building
@@ -70,6 +50,30 @@ class DeploymentViewSet(
         if not any(name in self.request.query_params for name in DeploymentFilterSet.base_filters):
             return queryset
         return super().filter_queryset(queryset)
+
+
+class DeploymentViewSet(
+    VisibleDeploymentsMixin,
+    mixins.CreateModelMixin,
+    mixins.UpdateModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.ReadOnlyModelViewSet,
+):
+    """Model deployments of the tenants you belong to. Other tenants' deployments are 404."""
+
+    serializer_class = DeploymentSerializer
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_queryset(self):
+        if self.action != "list":
+            return super().get_queryset()
+        # A page needs three names from the related rows, not the rows: annotating them
+        # keeps the query at one statement and skips building 3 model instances per item.
+        return self.visible_deployments().annotate(
+            tenant_slug=F("tenant__slug"),
+            flavor_name=F("flavor__name"),
+            created_by_username=F("created_by__username"),
+        )
 
     def list(self, request, *args, **kwargs):
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()).values(*LIST_COLUMNS))
@@ -169,38 +173,3 @@ class DeploymentViewSet(
         result = check.as_dict()
         result["gpus_per_replica"] = data.get("tensor_parallel_size", 1) * data.get("pipeline_parallel_size", 1)
         return Response(result)
-
-    @extend_schema(parameters=[MetricsQuerySerializer], responses={200: dict})
-    @action(detail=True, methods=["get"])
-    def metrics(self, request, pk=None):
-        """Series for the dashboard: timestamps plus one list per metric, at a window's resolution."""
-        dep = self.get_object()
-        query = MetricsQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        return Response(series_mod.series(dep, query.validated_data["window"]))
-
-    @extend_schema(responses={200: dict})
-    @action(detail=True, methods=["get"])
-    def summary(self, request, pk=None):
-        """Latest values, the last scrape's outcome and the advice."""
-        dep = self.get_object()
-        scrape = getattr(dep, "scrape_state", None) if hasattr(dep, "scrape_state") else None
-        return Response(
-            {
-                "latest": series_mod.summary(dep),
-                "scrape": None
-                if scrape is None
-                else {
-                    "last_success": scrape.last_success,
-                    "last_error": scrape.last_error,
-                    "last_attempt": scrape.last_attempt,
-                },
-                "advice": [_advice_dict(a) for a in series_mod.advice_for(dep)],
-            }
-        )
-
-    @extend_schema(responses={200: {"type": "array", "items": {"type": "object"}}})
-    @action(detail=True, methods=["get"])
-    def advice(self, request, pk=None):
-        """The advisor's recommendations with their evidence (series, window, value, threshold)."""
-        return Response([_advice_dict(a) for a in series_mod.advice_for(self.get_object())])

@@ -13,8 +13,9 @@ from datetime import UTC, datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from deployments.advisor import Advice, Thresholds, advise
-from deployments.models import MetricSample, ModelDeployment, Resolution
+from deployments.models import ModelDeployment
+from metrics.advisor import Advice, Thresholds, advise
+from metrics.models import MetricSample, Resolution
 from runtime.exposition.derive import SERIES_FIELDS, MetricPoint
 
 WINDOWS = {

@@ -1,0 +1,62 @@
+"""Engine metrics per deployment: derived samples, downsampled as they age, and the last raw
+snapshot of each deployment's counters."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Resolution(models.IntegerChoices):
+    RAW = 15, "15 s"
+    MINUTE = 60, "1 min"
+    TEN_MINUTES = 600, "10 min"
+
+
+class MetricSample(models.Model):
+    """Derived metrics for one deployment over one interval; downsampled as it ages."""
+
+    deployment = models.ForeignKey("deployments.ModelDeployment", on_delete=models.CASCADE, related_name="samples")
+    ts = models.DateTimeField()
+    resolution = models.PositiveSmallIntegerField(choices=Resolution.choices, default=Resolution.RAW)
+    prompt_tokens_per_s = models.FloatField(null=True)
+    generation_tokens_per_s = models.FloatField(null=True)
+    requests_per_s = models.FloatField(null=True)
+    errors_per_s = models.FloatField(null=True)
+    kv_cache_pct = models.FloatField(null=True)
+    running = models.FloatField(null=True)
+    waiting = models.FloatField(null=True)
+    ttft_p50 = models.FloatField(null=True)
+    ttft_p95 = models.FloatField(null=True)
+    itl_p50 = models.FloatField(null=True)
+    itl_p95 = models.FloatField(null=True)
+    e2e_p50 = models.FloatField(null=True)
+    e2e_p95 = models.FloatField(null=True)
+    prefix_cache_hit_pct = models.FloatField(null=True)
+    preemptions_per_s = models.FloatField(null=True)
+
+    class Meta:
+        # The table and index keep the names they had in the deployments app (moved without a copy).
+        db_table = "deployments_metricsample"
+        ordering = ["ts"]
+        indexes = [models.Index(fields=["deployment", "resolution", "ts"], name="deployments_deploym_9cc3ee_idx")]
+
+    def __str__(self) -> str:
+        return f"sample {self.deployment_id} @ {self.ts:%Y-%m-%d %H:%M:%S}"
+
+
+class ScrapeState(models.Model):
+    """The last raw snapshot of a deployment's counters, so the next scrape can compute rates."""
+
+    deployment = models.OneToOneField(
+        "deployments.ModelDeployment", on_delete=models.CASCADE, related_name="scrape_state"
+    )
+    snapshot = models.JSONField(default=dict)
+    last_success = models.DateTimeField(null=True)
+    last_error = models.TextField(blank=True)
+    last_attempt = models.DateTimeField(null=True)
+
+    class Meta:
+        db_table = "deployments_scrapestate"  # the deployments app's table, kept (see MetricSample)
+
+    def __str__(self) -> str:
+        return f"scrape state {self.deployment_id}"

@@ -1,0 +1,25 @@
+"""Browser views for metrics: the deployment dashboard's figures."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404
+
+from deployments.models import ModelDeployment
+from metrics.charts import dashboard, figure_json
+from metrics.store import WINDOWS, series
+
+
+@login_required
+def deployment_charts(request, pk: int):
+    """The dashboard's figures for a window, built by the pure builders in metrics.charts."""
+    dep = get_object_or_404(ModelDeployment.objects.visible_to(request.user).live(), pk=pk)
+    window = request.GET.get("window", "1h")
+    if window not in WINDOWS:
+        raise Http404("unknown window")
+    data = series(dep, window)
+    figures = dashboard(data["timestamps"], data["series"])
+    body = "{" + ",".join(f'"{name}":{figure_json(fig)}' for name, fig in figures.items())
+    body += f',"_meta":{{"points":{len(data["timestamps"])},"resolution_s":{data["resolution_s"]}}}}}'
+    return HttpResponse(body, content_type="application/json")
