@@ -1,5 +1,6 @@
-"""B3, side by side with an earlier revision: this tree's scrape and parse vs `runtime/metrics.py`
-as it was at REV (read with `git show`, loaded as a separate module), on the same servers.
+"""B3, side by side with an earlier revision: this tree's scrape and parse vs the same code as it
+was at REV (`runtime/exposition/`, or `runtime/metrics.py` before that package; read with
+`git show`, loaded under another name), on the same servers.
 
 Rounds alternate which goes first. Reports the median wall time of one `scrape_many` call over
 the endpoints and the best `parse_exposition` time per Ray and vLLM exposition, each as new ÷ old.
@@ -10,7 +11,7 @@ the endpoints and the best `parse_exposition` time per Ray and vLLM exposition, 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import statistics
 import subprocess
 import sys
@@ -24,18 +25,24 @@ from _common import FIXTURES, ROOT, header, row  # noqa: E402
 from b3_metrics import MIXES, RAY, SERVERS, VLLM, start_servers  # noqa: E402
 
 
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+
+
 def load_revision(rev: str):
-    source = subprocess.run(
-        ["git", "show", f"{rev}:runtime/metrics.py"], cwd=ROOT, check=True, capture_output=True, text=True
-    ).stdout
+    """The module at REV with `scrape_many` and `parse_exposition`, importable beside this tree's."""
     folder = Path(tempfile.mkdtemp(prefix="b3-against-"))
-    path = folder / "metrics_at_rev.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("metrics_at_rev", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    sys.path.insert(0, str(folder))
+    if _git("ls-tree", "--name-only", rev, "runtime/metrics.py").strip():  # before runtime/exposition/
+        (folder / "metrics_at_rev.py").write_text(_git("show", f"{rev}:runtime/metrics.py"))
+        return importlib.import_module("metrics_at_rev")
+    package = folder / "exposition_at_rev"
+    package.mkdir()
+    for path in _git("ls-tree", "--name-only", f"{rev}:runtime/exposition/").split():
+        # Its modules import each other as runtime.exposition.*, which is this tree's copy.
+        text = _git("show", f"{rev}:runtime/exposition/{path}").replace("runtime.exposition", "exposition_at_rev")
+        (package / path).write_text(text)
+    return importlib.import_module("exposition_at_rev.sources")
 
 
 def main() -> None:
