@@ -11,7 +11,13 @@ from quotas.api.views import (
     TenantQuotaViewSet,
 )
 
-router = DefaultRouter()
+# No `.json` / `.api` suffix twins: clients pick JSON with the Accept header, and the action
+# methods take no `format` argument (a suffixed action URL was a 500).
+class ApiRouter(DefaultRouter):
+    include_format_suffixes = False
+
+
+router = ApiRouter()
 router.register("tokens", TokenViewSet, basename="token")
 router.register("tenants", TenantViewSet, basename="tenant")
 router.register("audit", AuditEventViewSet, basename="audit")

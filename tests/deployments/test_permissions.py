@@ -13,10 +13,10 @@ import itertools
 
 import pytest
 
+from core.models import AuditEvent
 from deployments.choices import State
 from deployments.models import ModelDeployment
 from deployments.states import HOLDS_QUOTA, PERMISSIONS, Action, Actor, actions_for, allowed
-from portal.models import AuditEvent
 from quotas.services import quota_reserve
 
 ROLES = ("anonymous", "viewer", "member", "tenant_admin", "platform_admin", "other_member")

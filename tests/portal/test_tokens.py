@@ -8,8 +8,9 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from core.models import AuditEvent
 from portal.api import token_create
-from portal.models import ApiToken, AuditEvent
+from portal.models import ApiToken
 
 
 @pytest.fixture(autouse=True)

@@ -3,8 +3,8 @@ import threading
 import pytest
 from django.db import close_old_connections, connection
 
-from portal.exceptions import ConflictError, Forbidden, QuotaExceeded
-from portal.models import AuditEvent
+from core.exceptions import ConflictError, Forbidden, QuotaExceeded
+from core.models import AuditEvent
 from quotas import services
 from quotas.choices import Fit, QuotaChangeStatus
 from quotas.models import QuotaReservation, TenantQuota

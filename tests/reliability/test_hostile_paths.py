@@ -67,3 +67,22 @@ def test_a_hostile_header_is_never_a_server_error(world, headers):
     for path in ("/api/v1/deployments/", "/api/v1/me/", "/deployments/", "/readyz", "/accounts/login/"):
         assert Client().get(path, **headers).status_code < 500, path
         assert Client().post(path, "{}", content_type="application/json", **headers).status_code < 500, path
+
+
+SUFFIXED = ["metrics", "summary", "advice", "events", "approve", "stop", "start", "cancel", "scale", "reject"]
+
+
+def test_format_suffixed_urls_are_404_not_a_server_error(world):
+    """`/api/v1/deployments/1/metrics.json` reached an action that takes no `format`: a 500."""
+    from deployments.models import ModelDeployment
+
+    dep = ModelDeployment.objects.create(
+        tenant=world.alpha, name="x", model_source="a/b", served_model_name="x", flavor=world.h100
+    )
+    client = world.client("platform_admin")
+    client.raise_request_exception = False
+    paths = [f"/api/v1/deployments/{dep.pk}/{name}{suffix}" for name in SUFFIXED for suffix in (".json", ".api")]
+    paths += [f"/api/v1/deployments/{dep.pk}.json", "/api/v1/deployments.json", "/api/v1/tenants.json", "/api/v1/.json"]
+    for path in paths:
+        for method in ("get", "post"):
+            assert getattr(client, method)(path).status_code == 404, (method, path)
