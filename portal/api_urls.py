@@ -11,6 +11,7 @@ from quotas.api.views import (
     TenantQuotaViewSet,
 )
 
+
 # No `.json` / `.api` suffix twins: clients pick JSON with the Accept header, and the action
 # methods take no `format` argument (a suffixed action URL was a 500).
 class ApiRouter(DefaultRouter):
