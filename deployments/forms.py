@@ -6,6 +6,7 @@ from django import forms
 from django.conf import settings
 
 from deployments.choices import Backend, Dtype, Quantization
+from deployments.limits import LIMITS
 from deployments.validation import NAME_MAX, check_draft
 from quotas.choices import Role
 from quotas.models import GpuFlavor, Tenant
@@ -33,36 +34,34 @@ class DeploymentForm(forms.Form):
         queryset=GpuFlavor.objects.filter(active=True), widget=forms.RadioSelect, empty_label=None, label="Hardware"
     )
     tensor_parallel_size = forms.IntegerField(
-        min_value=1,
-        max_value=64,
+        **LIMITS["tensor_parallel_size"].bounds(),
         initial=1,
         label="Tensor parallel",
         help_text="GPUs one model copy is split across inside a node.",
     )
     pipeline_parallel_size = forms.IntegerField(
-        min_value=1,
-        max_value=64,
+        **LIMITS["pipeline_parallel_size"].bounds(),
         initial=1,
         label="Pipeline parallel",
         help_text="Stages across nodes (for models too big for one node).",
     )
-    min_replicas = forms.IntegerField(min_value=0, max_value=100, initial=1)
+    min_replicas = forms.IntegerField(**LIMITS["min_replicas"].bounds(), initial=1)
     max_replicas = forms.IntegerField(
-        min_value=1, max_value=100, initial=1, help_text="GPUs reserved = max replicas × TP × PP."
+        **LIMITS["max_replicas"].bounds(), initial=1, help_text="GPUs reserved = max replicas × TP × PP."
     )
     target_ongoing_requests = forms.IntegerField(
-        min_value=1, max_value=10_000, initial=16, help_text="Autoscaling target: in-flight requests per replica."
+        **LIMITS["target_ongoing_requests"].bounds(),
+        initial=16,
+        help_text="Autoscaling target: in-flight requests per replica.",
     )
     max_model_len = forms.IntegerField(
-        min_value=16,
-        max_value=10_000_000,
+        **LIMITS["max_model_len"].bounds(),
         required=False,
         label="Max model length",
         help_text="Context length; empty = the model's own. Sizes the KV cache.",
     )
     gpu_memory_utilization = forms.FloatField(
-        min_value=0.5,
-        max_value=0.98,
+        **LIMITS["gpu_memory_utilization"].bounds(),
         initial=0.9,
         label="GPU memory utilization",
         help_text="Share of GPU memory vLLM may use (0.5–0.98).",
@@ -71,8 +70,7 @@ class DeploymentForm(forms.Form):
         required=False, initial=True, help_text="Interleave long prompts with decoding."
     )
     max_num_batched_tokens = forms.IntegerField(
-        min_value=16,
-        max_value=10_000_000,
+        **LIMITS["max_num_batched_tokens"].bounds(),
         required=False,
         label="Max batched tokens",
         help_text="Tokens per scheduler step; empty = vLLM default.",
@@ -80,8 +78,7 @@ class DeploymentForm(forms.Form):
     quantization = forms.ChoiceField(choices=Quantization.choices, required=False)
     dtype = forms.ChoiceField(choices=Dtype.choices, initial=Dtype.AUTO)
     parameter_count_b = forms.FloatField(
-        min_value=0.001,
-        max_value=100_000,
+        **LIMITS["parameter_count_b"].bounds(),
         required=False,
         label="Parameters (billions)",
         help_text="Only for models not in the catalog, for the memory estimate.",
@@ -114,5 +111,5 @@ class ReasonForm(forms.Form):
 
 
 class ScaleForm(forms.Form):
-    min_replicas = forms.IntegerField(min_value=0, max_value=100)
-    max_replicas = forms.IntegerField(min_value=1, max_value=100)
+    min_replicas = forms.IntegerField(**LIMITS["min_replicas"].bounds())
+    max_replicas = forms.IntegerField(**LIMITS["max_replicas"].bounds())

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
 from deployments.choices import Backend, Dtype, EventType, Quantization, State
+from deployments.limits import LIMITS
 from quotas.models import GpuFlavor, Tenant, TenantOwnedQuerySet
 from quotas.validators import validate_dns1123_label
 
@@ -33,34 +33,28 @@ class ModelDeployment(models.Model):
     flavor = models.ForeignKey(GpuFlavor, on_delete=models.PROTECT, related_name="deployments")
     backend = models.CharField(max_length=20, choices=Backend.choices, default=Backend.KUBERAY)
     tensor_parallel_size = models.PositiveSmallIntegerField(
-        default=1, validators=[MinValueValidator(1), MaxValueValidator(64)]
+        default=1, validators=LIMITS["tensor_parallel_size"].validators()
     )
     pipeline_parallel_size = models.PositiveSmallIntegerField(
-        default=1, validators=[MinValueValidator(1), MaxValueValidator(64)]
+        default=1, validators=LIMITS["pipeline_parallel_size"].validators()
     )
-    min_replicas = models.PositiveSmallIntegerField(default=1, validators=[MaxValueValidator(100)])
-    max_replicas = models.PositiveSmallIntegerField(
-        default=1, validators=[MinValueValidator(1), MaxValueValidator(100)]
-    )
+    min_replicas = models.PositiveSmallIntegerField(default=1, validators=LIMITS["min_replicas"].validators())
+    max_replicas = models.PositiveSmallIntegerField(default=1, validators=LIMITS["max_replicas"].validators())
     target_ongoing_requests = models.PositiveIntegerField(
-        default=16, validators=[MinValueValidator(1), MaxValueValidator(10_000)]
+        default=16, validators=LIMITS["target_ongoing_requests"].validators()
     )
-    max_model_len = models.PositiveIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(16), MaxValueValidator(10_000_000)]
-    )
-    gpu_memory_utilization = models.FloatField(
-        default=0.9, validators=[MinValueValidator(0.5), MaxValueValidator(0.98)]
-    )
+    max_model_len = models.PositiveIntegerField(null=True, blank=True, validators=LIMITS["max_model_len"].validators())
+    gpu_memory_utilization = models.FloatField(default=0.9, validators=LIMITS["gpu_memory_utilization"].validators())
     enable_chunked_prefill = models.BooleanField(default=True)
     max_num_batched_tokens = models.PositiveIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(16), MaxValueValidator(10_000_000)]
+        null=True, blank=True, validators=LIMITS["max_num_batched_tokens"].validators()
     )
     quantization = models.CharField(max_length=10, choices=Quantization.choices, blank=True, default="")
     dtype = models.CharField(max_length=10, choices=Dtype.choices, default=Dtype.AUTO)
     parameter_count_b = models.FloatField(
         null=True,
         blank=True,
-        validators=[MinValueValidator(0.001), MaxValueValidator(100_000)],
+        validators=LIMITS["parameter_count_b"].validators(),
         help_text="Billions of parameters, for models not in the catalog.",
     )
     # --- lifecycle ------------------------------------------------------------------------------

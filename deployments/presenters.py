@@ -9,6 +9,7 @@ from django.utils.dateparse import parse_datetime
 from deployments.choices import State
 from deployments.models import ModelDeployment
 from deployments.panels import extra_detail_context
+from deployments.limits import LIMITS
 from deployments.queries import derived_badge
 from deployments.specs import deployment_spec
 from runtime.platform import platform_spec
@@ -97,5 +98,6 @@ def detail_context(request, dep: ModelDeployment) -> dict:
         "events": dep.events.select_related("actor")[:50],
         "actions": allowed_actions(request.user, dep),
         "snippets": snippets(dep),
+        "limits": LIMITS,
         **extra_detail_context(request, dep),
     }

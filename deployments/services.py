@@ -12,6 +12,7 @@ from django.db import IntegrityError, transaction
 from core.exceptions import ConflictError, DomainError, Forbidden
 from core.models import audit
 from deployments.choices import EventType, State
+from deployments.limits import LIMITS
 from deployments.models import DeploymentEvent, ModelDeployment
 from deployments.states import HOLDS_QUOTA, PERMISSIONS, RUNNING, Action, Actor, actor_of, authorize, check_transition
 from deployments.validation import check_draft
@@ -298,8 +299,11 @@ def deployment_scale(*, deployment_id: int, user, min_replicas: int, max_replica
     covers them); fewer shrink the reservation at once."""
     dep = _lock(deployment_id)
     _authorized(dep, user, Action.SCALE)
-    if min_replicas < 0 or max_replicas < 1 or max_replicas > 100 or min_replicas > max_replicas:
-        raise DomainError("Replicas must satisfy 0 ≤ min ≤ max, 1 ≤ max ≤ 100.", field="max_replicas")
+    low, high = LIMITS["min_replicas"], LIMITS["max_replicas"]
+    if min_replicas not in low or max_replicas not in high or min_replicas > max_replicas:
+        raise DomainError(
+            f"Replicas must satisfy {low.low} ≤ min ≤ max, {high.low} ≤ max ≤ {high.high}.", field="max_replicas"
+        )
     return _change_spec(
         dep, user, {"min_replicas": min_replicas, "max_replicas": max_replicas}, action="deployment.scale"
     )

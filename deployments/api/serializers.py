@@ -3,6 +3,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from deployments.choices import Backend, Dtype, Quantization
+from deployments.limits import LIMITS
 from deployments.models import DeploymentEvent, ModelDeployment
 from deployments.queries import derived_badge
 from quotas.models import GpuFlavor, Tenant
@@ -28,20 +29,20 @@ class DeploymentSpecSerializer(serializers.Serializer):
     hf_token_secret = serializers.CharField(max_length=253, required=False, allow_blank=True, default="")
     flavor = serializers.SlugRelatedField(slug_field="name", queryset=GpuFlavor.objects.all())
     backend = serializers.ChoiceField(choices=Backend.choices, required=False)
-    tensor_parallel_size = serializers.IntegerField(min_value=1, max_value=64, default=1)
-    pipeline_parallel_size = serializers.IntegerField(min_value=1, max_value=64, default=1)
-    min_replicas = serializers.IntegerField(min_value=0, max_value=100, default=1)
-    max_replicas = serializers.IntegerField(min_value=1, max_value=100, default=1)
-    target_ongoing_requests = serializers.IntegerField(min_value=1, max_value=10_000, default=16)
-    max_model_len = serializers.IntegerField(min_value=16, max_value=10_000_000, required=False, allow_null=True)
-    gpu_memory_utilization = StrictFloatField(min_value=0.5, max_value=0.98, default=0.9)
+    tensor_parallel_size = serializers.IntegerField(**LIMITS["tensor_parallel_size"].bounds(), default=1)
+    pipeline_parallel_size = serializers.IntegerField(**LIMITS["pipeline_parallel_size"].bounds(), default=1)
+    min_replicas = serializers.IntegerField(**LIMITS["min_replicas"].bounds(), default=1)
+    max_replicas = serializers.IntegerField(**LIMITS["max_replicas"].bounds(), default=1)
+    target_ongoing_requests = serializers.IntegerField(**LIMITS["target_ongoing_requests"].bounds(), default=16)
+    max_model_len = serializers.IntegerField(**LIMITS["max_model_len"].bounds(), required=False, allow_null=True)
+    gpu_memory_utilization = StrictFloatField(**LIMITS["gpu_memory_utilization"].bounds(), default=0.9)
     enable_chunked_prefill = serializers.BooleanField(default=True)
     max_num_batched_tokens = serializers.IntegerField(
-        min_value=16, max_value=10_000_000, required=False, allow_null=True
+        **LIMITS["max_num_batched_tokens"].bounds(), required=False, allow_null=True
     )
     quantization = serializers.ChoiceField(choices=Quantization.choices, required=False, allow_blank=True, default="")
     dtype = serializers.ChoiceField(choices=Dtype.choices, default=Dtype.AUTO)
-    parameter_count_b = StrictFloatField(min_value=0.001, max_value=100_000, required=False, allow_null=True)
+    parameter_count_b = StrictFloatField(**LIMITS["parameter_count_b"].bounds(), required=False, allow_null=True)
 
 
 class DeploymentCreateSerializer(DeploymentSpecSerializer):
@@ -246,8 +247,8 @@ class ApproveSerializer(ReasonSerializer):
 
 
 class ScaleSerializer(serializers.Serializer):
-    min_replicas = serializers.IntegerField(min_value=0, max_value=100)
-    max_replicas = serializers.IntegerField(min_value=1, max_value=100)
+    min_replicas = serializers.IntegerField(**LIMITS["min_replicas"].bounds())
+    max_replicas = serializers.IntegerField(**LIMITS["max_replicas"].bounds())
 
     def validate(self, attrs):
         if attrs["min_replicas"] > attrs["max_replicas"]:
