@@ -7,9 +7,9 @@ import json
 from django.utils.dateparse import parse_datetime
 
 from deployments.choices import State
+from deployments.limits import LIMITS
 from deployments.models import ModelDeployment
 from deployments.panels import extra_detail_context
-from deployments.limits import LIMITS
 from deployments.queries import derived_badge
 from deployments.specs import deployment_spec
 from runtime.platform import platform_spec
