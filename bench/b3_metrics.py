@@ -4,7 +4,7 @@
    `parse_exposition(text)` vs prometheus_client's `text_string_to_metric_families(text)` alone
    (every family and sample consumed) on the same text. Target: <= 1.2x. For the Ray expositions
    the ratio inverted is the gain of filtering before parsing.
-2. One `runtime.metrics.scrape_many` call (its defaults: 32 threads, 5 s timeout) over 1,000
+2. One `runtime.exposition.scrape_many` call (its defaults: 32 threads, 5 s timeout) over 1,000
    loopback endpoints, served by 2 threaded HTTP server processes (distinct URL paths, the
    exposition bytes held in memory). Mixes: the Ray metrics port (what a KubeRay pod and the
    local Ray engine export), vLLM /metrics, and all four round-robin. This is the scraping and
@@ -174,7 +174,7 @@ def seed_serving(count: int) -> list[int]:
     tenants, members = seed_tenants("b3", flavor)
     ids = create_deployments(tenants, members, flavor, count, "m")
     # Backend "local": one metrics URL per deployment. A KubeRay deployment's endpoints are its
-    # pods, found with one pod LIST per namespace per shard (tests/runtime/test_collect.py);
+    # pods, found with one pod LIST per namespace per shard (tests/metrics/test_collect.py);
     # the scrape, parse and store measured here are the same for both.
     ModelDeployment.objects.filter(pk__in=ids).update(state="ready", backend="local")
     return ids

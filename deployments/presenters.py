@@ -12,7 +12,7 @@ from deployments.models import ModelDeployment
 from deployments.panels import extra_detail_context
 from deployments.queries import derived_badge
 from deployments.specs import deployment_spec
-from runtime.platform import platform_spec
+from runtime.backends import traits as backend_traits
 
 CONDITION_WORDS = {
     "Ready": ("Serving requests", "Not serving yet"),
@@ -37,7 +37,7 @@ def plain_conditions(dep: ModelDeployment) -> list[dict]:
 
 def kueue_story(dep: ModelDeployment) -> str:
     admitted = dep.condition("Admitted")
-    if dep.backend == "local":
+    if not backend_traits(dep.backend).on_cluster:
         return "Runs on this machine; Kueue is not involved."
     if admitted is None:
         return "Not submitted to the cluster yet." if dep.state in (State.PENDING_APPROVAL, State.APPROVED) else ""
@@ -52,18 +52,7 @@ def kueue_story(dep: ModelDeployment) -> str:
 def rendered_manifest(dep: ModelDeployment) -> dict | str:
     """The object the runtime applies for this deployment, rendered from its current spec."""
     try:
-        spec = deployment_spec(dep)
-        if dep.backend == "kserve":
-            from runtime.manifests.kserve import render_inferenceservice
-
-            return render_inferenceservice(spec, platform_spec())
-        if dep.backend == "local":
-            from runtime.manifests.rayservice import serve_config_v2
-
-            return serve_config_v2(spec)
-        from runtime.manifests.rayservice import render_rayservice
-
-        return render_rayservice(spec, platform_spec())
+        return backend_traits(dep.backend).preview(deployment_spec(dep))
     except ValueError as error:
         return f"# cannot render: {error}"
 

@@ -20,8 +20,8 @@ from deployments.models import ModelDeployment
 from deployments.specs import deployment_spec
 from deployments.states import RUNNING
 from runtime import k8s
-from runtime.backends import get_backend
-from runtime.backends.kuberay import KubeRayBackend
+from runtime.backends import get_backend, names
+from runtime.backends.base import ClusterObjectBackend
 from runtime.manifests.common import ANNOTATION_SPEC_HASH
 from runtime.status import absent_observation, cond, conditions_changed, merge_conditions
 
@@ -163,7 +163,7 @@ def _backoff(dep: ModelDeployment) -> float:
     return min(max(settings.RECONCILE_REQUEUE_SECONDS, quiet / 4), settings.RECONCILE_REQUEUE_MAX_SECONDS)
 
 
-def _drifted(dep: ModelDeployment, backend: KubeRayBackend, obj: dict | None, workloads: dict) -> bool:
+def _drifted(dep: ModelDeployment, backend: ClusterObjectBackend, obj: dict | None, workloads: dict) -> bool:
     """Would a reconcile change anything? Decided from listed objects only (no extra calls)."""
     if dep.state in RUNNING:
         if obj is None:
@@ -183,17 +183,16 @@ def _sweep_local(report: dict) -> None:
     from deployments.tasks import reconcile_deployment_task
 
     deps = (
-        ModelDeployment.objects.filter(backend="local")
+        ModelDeployment.objects.filter(backend__in=names(on_cluster=False))
         .exclude(state=State.DELETED)
         .exclude(state=State.PENDING_APPROVAL)
         .select_related("tenant", "flavor")
     )
     if not deps:
         return
-    backend = get_backend("local")
     for dep in deps:
         report["checked"] += 1
-        obs = backend.observe(deployment_spec(dep))
+        obs = get_backend(dep.backend).observe(deployment_spec(dep))
         if dep.state in RUNNING:
             drifted = obs.state != dep.state or (obs.converged and dep.observed_generation != dep.generation)
         else:
@@ -211,7 +210,7 @@ def sweep() -> dict:
     groups: dict[tuple[str, str], list[ModelDeployment]] = defaultdict(list)
     live = (
         ModelDeployment.objects.exclude(state=State.DELETED)
-        .filter(backend__in=("kuberay", "kserve"))
+        .filter(backend__in=names(on_cluster=True))
         .select_related("tenant", "flavor")
     )
     for dep in live:

@@ -17,6 +17,7 @@ from quotas.choices import Fit
 from quotas.models import GpuFlavor, Tenant
 from quotas.services import QuotaPreview, quota_preview
 from quotas.validators import DNS1123_LABEL
+from runtime.backends import traits as backend_traits
 from runtime.backends.local.paths import confined_model_path
 from runtime.manifests.rayservice import RAYSERVICE_NAME_MAX
 
@@ -88,7 +89,7 @@ def _source_error(source: str, backend: str) -> str | None:
         return "A model source may not contain '..', or empty or '.' path segments."
     if HF_ID.fullmatch(source) or S3_URI.fullmatch(source) or PVC_URI.fullmatch(source):
         return None
-    if backend == "local" and LOCAL_PATH.fullmatch(source):
+    if backend_traits(backend).local_paths and LOCAL_PATH.fullmatch(source):
         try:
             confined_model_path(source, settings.LOCAL_MODEL_ROOT)
         except ValueError as error:
@@ -98,7 +99,8 @@ def _source_error(source: str, backend: str) -> str | None:
 
 
 def _accepted_forms(backend: str) -> str:
-    return _SOURCE_FORMS + (f" or a path under {settings.LOCAL_MODEL_ROOT}." if backend == "local" else ".")
+    local = backend_traits(backend).local_paths
+    return _SOURCE_FORMS + (f" or a path under {settings.LOCAL_MODEL_ROOT}." if local else ".")
 
 
 def check_draft(data: dict, *, tenant: Tenant | None, credit_gpus: int = 0, with_quota: bool = True) -> DraftCheck:
@@ -162,7 +164,7 @@ def check_draft(data: dict, *, tenant: Tenant | None, credit_gpus: int = 0, with
             gpu_memory_gib=flavor.gpu_memory_gib,
             gpu_memory_utilization=util,
         )
-        if check.memory.verdict == "does_not_fit" and backend != "local":
+        if check.memory.verdict == "does_not_fit" and backend_traits(backend).sized_for_gpus:
             errors["tensor_parallel_size"] = check.memory.message
         elif check.memory.verdict == "thin":
             warnings.append(check.memory.message)

@@ -1,6 +1,6 @@
 """Tuning advice from a deployment's recent metric points. Pure: no ORM, no I/O.
 
-Input is any sequence of objects shaped like :class:`runtime.metrics.MetricPoint` (the
+Input is any sequence of objects shaped like :class:`runtime.exposition.MetricPoint` (the
 stored ``MetricSample`` rows qualify): a ``timestamp`` or ``ts`` (unix seconds or an aware
 datetime) and the
 optional float fields the rules read. Each rule looks at a recent window, needs the

@@ -1,7 +1,7 @@
 """Plotly figure builders for the deployment dashboards and quota pages. Pure: no ORM, no I/O.
 
 Every builder takes the x values (unix seconds or datetimes) and a mapping of series name →
-values (the :class:`runtime.metrics.MetricPoint` / ``MetricSample`` field names; None is a
+values (the :class:`runtime.exposition.MetricPoint` / ``MetricSample`` field names; None is a
 gap, drawn as a break in the line rather than a fake zero) and returns a
 ``plotly.graph_objects.Figure``. Pages embed :func:`figure_json` and render it with the
 locally served plotly.js, so nothing here refers to a CDN.

@@ -27,11 +27,13 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from core.observability import SCRAPE_FAILURES
-from deployments.choices import Backend, State
+from deployments.choices import State
 from deployments.models import ModelDeployment
 from metrics.models import MetricSample, ScrapeState
 from metrics.store import new_sample
 from runtime import k8s
+from runtime.backends import names as backend_names
+from runtime.backends import traits as backend_traits
 from runtime.exposition.derive import derive
 from runtime.exposition.parse import ScrapeError
 from runtime.exposition.snapshot import Snapshot
@@ -41,6 +43,12 @@ from runtime.manifests.common import LABEL_DEPLOYMENT_ID, LABEL_MANAGED_BY, MANA
 log = logging.getLogger(__name__)
 SCRAPED_STATES = (State.READY, State.DEGRADED, State.PROVISIONING)
 LABEL_RAY_NODE_TYPE = "ray.io/node-type"  # set by KubeRay on every pod: head or worker
+
+
+def _from_pods(backend: str) -> bool:
+    """Whether this backend's metrics are read from its workload's pods (KubeRay) rather than
+    from the one metrics URL the reconciler recorded."""
+    return backend_traits(backend).metrics_from_pods
 
 
 def _prometheus_many(deps: list[ModelDeployment]) -> dict[int, Snapshot | ScrapeError]:
@@ -97,7 +105,7 @@ def _ray_pod_targets(deps: list[ModelDeployment]) -> dict[int, list[str] | Scrap
         for pod in pods:
             labels = (pod.get("metadata") or {}).get("labels") or {}
             if labels.get(LABEL_RAY_NODE_TYPE) == "head":
-                continue  # num-gpus 0: no replica, so no vLLM series, ever (runtime/manifests.py)
+                continue  # num-gpus 0: no replica, so no vLLM series, ever (runtime/manifests/rayservice.py)
             owner, url = labels.get(LABEL_DEPLOYMENT_ID), pod_metrics_url(pod)
             if owner and url:
                 urls.setdefault(owner, []).append(url)
@@ -108,9 +116,9 @@ def _ray_pod_targets(deps: list[ModelDeployment]) -> dict[int, list[str] | Scrap
 
 
 def _direct_many(deps: list[ModelDeployment]) -> dict[int, Snapshot | ScrapeError]:
-    targets: dict[int, str | list[str]] = {d.pk: d.metrics_url for d in deps if d.backend != Backend.KUBERAY}
+    targets: dict[int, str | list[str]] = {d.pk: d.metrics_url for d in deps if not _from_pods(d.backend)}
     results: dict[int, Snapshot | ScrapeError] = {}
-    for pk, found in _ray_pod_targets([d for d in deps if d.backend == Backend.KUBERAY]).items():
+    for pk, found in _ray_pod_targets([d for d in deps if _from_pods(d.backend)]).items():
         if isinstance(found, ScrapeError):
             results[pk] = found
         else:
@@ -123,7 +131,8 @@ def _scraped() -> QuerySet[ModelDeployment]:
     deps = ModelDeployment.objects.filter(state__in=SCRAPED_STATES)
     if not settings.PROMETHEUS_URL:
         # Without Prometheus only direct endpoints can be read: a URL, or a Ray cluster's pods.
-        deps = deps.exclude(Q(metrics_url="") & ~Q(backend=Backend.KUBERAY))
+        pod_backends = [name for name in backend_names() if _from_pods(name)]
+        deps = deps.exclude(Q(metrics_url="") & ~Q(backend__in=pod_backends))
     return deps
 
 

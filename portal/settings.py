@@ -364,7 +364,7 @@ RECONCILE_REQUEUE_SECONDS = env_float("RECONCILE_REQUEUE_SECONDS", 10.0, minimum
 # ...backing off to at most this while nothing changes (a quarter of the time since the last change).
 RECONCILE_REQUEUE_MAX_SECONDS = env_float("RECONCILE_REQUEUE_MAX_SECONDS", 120.0, minimum=0.1)
 
-# --- local backend (runtime/local.py): the engine runs on this machine with vLLM's CPU build -----
+# --- local backend (runtime/backends/local/): the engine runs on this machine with vLLM's CPU build -----
 # "vllm": one `vllm.entrypoints.openai.api_server` process (default: measured 2.6x faster cold
 # start and ~3x less memory on a 2-core box); "ray": the same Ray Serve LLM app as on KubeRay.
 LOCAL_ENGINE = env_choice("LOCAL_ENGINE", "vllm", {"vllm", "ray"})

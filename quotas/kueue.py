@@ -12,6 +12,7 @@ from quotas.specs import flavor_spec, tenant_queue_spec
 from runtime import k8s
 from runtime.backends import get_cluster
 from runtime.backends.base import digest
+from runtime.manifests.common import ANNOTATION_SPEC_HASH, GPU_RESOURCE
 from runtime.manifests.kueue import (
     render_cluster_queue,
     render_cohort,
@@ -22,17 +23,16 @@ from runtime.manifests.kueue import (
 from runtime.platform import platform_spec
 
 log = logging.getLogger(__name__)
-ANNOTATION_HASH = "llm-portal.io/spec-hash"
 
 
 def _apply_if_changed(cluster: k8s.Cluster, obj: dict) -> bool:
     """Apply only when our rendering changed since the last apply (no write when in sync)."""
     obj = {**obj, "metadata": {**obj["metadata"]}}
     wanted = digest({k: v for k, v in obj.items() if k != "status"})
-    obj["metadata"]["annotations"] = {**(obj["metadata"].get("annotations") or {}), ANNOTATION_HASH: wanted}
+    obj["metadata"]["annotations"] = {**(obj["metadata"].get("annotations") or {}), ANNOTATION_SPEC_HASH: wanted}
     kind = k8s.kind_of(obj)
     current = cluster.get(kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
-    if current and ((current.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_HASH) == wanted:
+    if current and ((current.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPEC_HASH) == wanted:
         return False
     cluster.apply(obj)
     return True
@@ -65,7 +65,7 @@ def read_cluster_queue_status(cluster: k8s.Cluster, tenant: Tenant) -> dict:
     usage = {}
     for flavor in status.get("flavorsUsage") or []:
         for resource in flavor.get("resources") or []:
-            if resource.get("name") == "nvidia.com/gpu":
+            if resource.get("name") == GPU_RESOURCE:
                 usage[flavor.get("name")] = {
                     "total": str(resource.get("total", "0")),
                     "borrowed": str(resource.get("borrowed", "0")),

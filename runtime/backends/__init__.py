@@ -13,20 +13,48 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from runtime import k8s
     from runtime.backends.base import Backend
+    from runtime.spec import DeploymentSpec
 
 BackendFactory = Callable[[], "Backend"]
 
+
+@dataclass(frozen=True)
+class Traits:
+    """What callers may ask about a backend without building it (no cluster needed)."""
+
+    on_cluster: bool  # a Kubernetes object admitted by Kueue (False: a process on this machine)
+    metrics_from_pods: bool  # metrics are read from the workload's pods, not one endpoint URL
+    local_paths: bool  # model sources may be paths under LOCAL_MODEL_ROOT
+    sized_for_gpus: bool  # the GPU-memory check applies (False: CPU engine, sized by the host)
+    preview: Callable[[DeploymentSpec], Any]  # the object (or Serve config) it would apply
+
+
 _factories: dict[str, BackendFactory] = {}
+_traits: dict[str, Traits] = {}
 
 
-def register(name: str, factory: BackendFactory) -> None:
+def register(name: str, factory: BackendFactory, traits: Traits) -> None:
     """Make `get_backend(name)` return `factory()`; registering a name again replaces it."""
     _factories[name] = factory
+    _traits[name] = traits
+
+
+def traits(name: str) -> Traits:
+    """The registered traits of backend `name` (ValueError for an unknown name)."""
+    if name not in _traits:
+        raise ValueError(f"unknown backend {name!r}")
+    return _traits[name]
+
+
+def names(*, on_cluster: bool | None = None) -> list[str]:
+    """Registered backend names, optionally only those that run on (or off) the cluster."""
+    return [n for n, t in _traits.items() if on_cluster is None or t.on_cluster == on_cluster]
 
 
 def get_backend(name: str) -> Backend:
@@ -83,6 +111,26 @@ def _local() -> Backend:
     return LocalBackend.instance()
 
 
-register("kuberay", _kuberay)
-register("kserve", _kserve)
-register("local", _local)
+def _preview_rayservice(spec: DeploymentSpec):
+    from runtime.manifests.rayservice import render_rayservice
+    from runtime.platform import platform_spec
+
+    return render_rayservice(spec, platform_spec())
+
+
+def _preview_inferenceservice(spec: DeploymentSpec):
+    from runtime.manifests.kserve import render_inferenceservice
+    from runtime.platform import platform_spec
+
+    return render_inferenceservice(spec, platform_spec())
+
+
+def _preview_serve_config(spec: DeploymentSpec):
+    from runtime.manifests.rayservice import serve_config_v2
+
+    return serve_config_v2(spec)
+
+
+register("kuberay", _kuberay, Traits(True, True, False, True, _preview_rayservice))
+register("kserve", _kserve, Traits(True, False, False, True, _preview_inferenceservice))
+register("local", _local, Traits(False, False, True, False, _preview_serve_config))

@@ -430,7 +430,7 @@ class TestEngineEnvironment:
         assert {k: env[k] for k in ENGINE_NEEDS if k != "PYTHONPATH"} == {
             k: v for k, v in ENGINE_NEEDS.items() if k != "PYTHONPATH"
         }
-        assert env["PYTHONPATH"] == f"{PROJECT_ROOT}:/opt/extra"  # the Ray launcher is runtime.local
+        assert env["PYTHONPATH"] == f"{PROJECT_ROOT}:/opt/extra"  # the Ray launcher is runtime.backends.local.launcher
         assert (env["VLLM_CPU_KVCACHE_SPACE"], env["OMP_NUM_THREADS"], env["HF_HUB_OFFLINE"]) == ("3", "2", "1")
 
     def test_the_started_engine_process_sees_no_secret(self, backends, monkeypatch):

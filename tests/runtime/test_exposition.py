@@ -1,4 +1,4 @@
-"""runtime.metrics against the real vLLM / Ray Serve LLM expositions in ../shared.
+"""runtime.exposition against the real vLLM / Ray Serve LLM expositions in ../shared.
 
 Expected values are either written out (read from the files by eye, stated in the test) or
 recomputed here with plain string operations on the file text, never with the code under

@@ -438,7 +438,7 @@ class TestPrometheusSource:
         from urllib.parse import parse_qs, urlparse
 
         from deployments import services
-        from tests.runtime.test_metrics import prometheus_answer
+        from tests.runtime.test_exposition import prometheus_answer
 
         texts = [f.read_text() for f in series_files[:3]]
         state = {"i": 0}
