@@ -370,9 +370,10 @@ def _change_spec(dep: ModelDeployment, user, data: dict, *, action: str) -> Mode
             reason="ApprovalRequired",
             message=f"A change to what runs needs a platform admin's approval{serving}.",
         )
-    elif dep.state in RUNNING:
-        _reserve(dep)  # resizes the reservation (grows only when the policy covers it)
-        if needs:
+    else:
+        if dep.state in RUNNING:
+            _reserve(dep)  # resizes the reservation (grows only when the policy covers it)
+        if needs:  # covered: the policy approves the change, stopped or running
             audit(
                 actor=Actor.POLICY,
                 action="deployment.approve",

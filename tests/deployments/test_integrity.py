@@ -257,3 +257,15 @@ def test_the_ui_says_when_scaling_up_waits_for_approval(world):
     )
     assert "Scaled: more GPUs need a platform admin" in response.content.decode()
     assert ModelDeployment.objects.get(pk=body["id"]).state == State.PENDING_APPROVAL
+
+
+def test_a_stopped_deployment_changed_within_the_policy_is_approved_by_the_policy(world):
+    world.alpha.auto_approve_max_gpus = 4
+    world.alpha.save()
+    body = request_one(world)
+    member = world.client("member")
+    member.post(f"{API}/{body['id']}/stop/")
+    member.patch(f"{API}/{body['id']}/", {"max_model_len": 2048}, format="json")
+    assert ModelDeployment.objects.get(pk=body["id"]).state == State.STOPPED
+    assert audit_actions(body["id"])[-2:] == [("deployment.update", "alpha-member"), ("deployment.approve", "policy")]
+    assert member.post(f"{API}/{body['id']}/start/").status_code == 200
