@@ -11,7 +11,7 @@ from django.db import models
 from django.db.models import Q, QuerySet
 
 from quotas.choices import ROLE_RANK, QuotaChangeStatus, Role
-from quotas.validators import validate_dns1123_label, validate_label_value
+from quotas.validators import validate_dns1123_label, validate_label_value, validate_tolerations
 
 PLATFORM_ADMIN_GROUP = "platform-admins"
 
@@ -187,14 +187,11 @@ class GpuFlavor(models.Model):
                         raise ValidationError("bad")
                 except ValidationError:
                     errors["node_labels"] = f"Invalid node label {key!r}: {value!r}."
-        if not isinstance(self.tolerations, list) or not all(
-            isinstance(t, dict)
-            and isinstance(t.get("key", ""), str)
-            and t.get("effect", "NoSchedule") in {"NoSchedule", "PreferNoSchedule", "NoExecute", ""}
-            and t.get("operator", "Equal") in {"Equal", "Exists"}
-            for t in (self.tolerations if isinstance(self.tolerations, list) else [])
-        ):
-            errors["tolerations"] = "Tolerations must be a list of {key, operator, value, effect}."
+        try:
+            # The Kueue ResourceFlavor's schema and CEL rules: the API server would refuse the rest.
+            validate_tolerations(self.tolerations)
+        except ValidationError as error:
+            errors["tolerations"] = error.messages
         if errors:
             raise ValidationError(errors)
 

@@ -1,4 +1,4 @@
-"""Validators for names that end up in Kubernetes objects."""
+"""Validators for names and values that end up in Kubernetes objects."""
 
 import re
 
@@ -31,3 +31,51 @@ def validate_label_value(value: str) -> None:
             "Not a valid Kubernetes label value (≤ 63 characters: letters, digits, '-', '_', '.').",
             code="label_value",
         )
+
+
+TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+TOLERATION_OPERATORS = ("Equal", "Exists")
+TOLERATION_FIELDS = frozenset({"key", "operator", "value", "effect"})
+MAX_TOLERATIONS = 8  # the ResourceFlavor CRD's maxItems
+
+
+def _toleration_problems(toleration: object) -> list[str]:
+    """What the Kueue ResourceFlavor CRD (schema + CEL rules) would refuse in one toleration.
+
+    Absent fields take the portal's defaults (operator Equal, effect NoSchedule: see
+    quotas.specs), so only fields that are present are checked against the lists; an effect
+    written as "" would reach the ResourceFlavor verbatim, and the CRD only allows it absent.
+    """
+    if not isinstance(toleration, dict):
+        return ["must be an object with key, operator, value and effect."]
+    unknown = sorted(set(toleration) - TOLERATION_FIELDS)
+    if unknown:
+        return [f"unknown field(s) {', '.join(map(repr, unknown))}; use key, operator, value, effect."]
+    if not all(isinstance(v, str) for v in toleration.values()):
+        return ["key, operator, value and effect must be strings."]
+    problems = []
+    operator = toleration.get("operator", "Equal")
+    if operator not in TOLERATION_OPERATORS:
+        problems.append(f"operator {operator!r} is not one of {', '.join(TOLERATION_OPERATORS)}.")
+    if "effect" in toleration and toleration["effect"] not in TOLERATION_EFFECTS:
+        problems.append(f"effect {toleration['effect']!r} is not one of {', '.join(TOLERATION_EFFECTS)}.")
+    if not toleration.get("key") and operator != "Exists":
+        problems.append("an empty key matches every taint and needs operator 'Exists'.")
+    if operator == "Exists" and toleration.get("value"):
+        problems.append("operator 'Exists' matches any value; leave value empty.")
+    return problems
+
+
+def validate_tolerations(value: object) -> None:
+    """Tolerations a Kueue ResourceFlavor accepts: one message per problem, numbered from 1."""
+    if not isinstance(value, list):
+        raise ValidationError("Tolerations must be a list of {key, operator, value, effect}.", code="invalid")
+    if len(value) > MAX_TOLERATIONS:
+        raise ValidationError(f"At most {MAX_TOLERATIONS} tolerations (a ResourceFlavor's limit).", code="max_length")
+    messages = [
+        f"Toleration {index}: {problem}"
+        for index, toleration in enumerate(value, start=1)
+        for problem in _toleration_problems(toleration)
+    ]
+    if messages:
+        raise ValidationError(messages, code="toleration")

@@ -76,6 +76,44 @@ class TestFlavors:
         assert response.status_code == 400 and field in response.json()
         assert not GpuFlavor.objects.filter(gpu_model="L40S").exists()
 
+    # Tolerations the Kueue ResourceFlavor CRD refuses (its CEL rules), refused here first.
+    @pytest.mark.parametrize(
+        "toleration, message",
+        [
+            ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": ""}, "effect '' is not one of"),
+            ({"key": "nvidia.com/gpu", "effect": "Sometimes"}, "effect 'Sometimes' is not one of"),
+            ({"key": "", "operator": "Equal", "value": "x"}, "an empty key matches every taint"),
+            ({"value": "x"}, "an empty key matches every taint"),
+            ({"key": "gpus", "operator": "Gt", "value": "4"}, "operator 'Gt' is not one of Equal, Exists"),
+            ({"key": "nvidia.com/gpu", "operator": "Exists", "value": "yes"}, "leave value empty"),
+            ({"key": "k", "tolerationSeconds": 30}, "unknown field(s) 'tolerationSeconds'"),
+        ],
+    )
+    def test_tolerations_the_cluster_would_refuse_are_400_and_nothing_is_written(self, world, toleration, message):
+        admin = world.client("platform_admin")
+        body = {"name": "l40s", "gpu_model": "L40S", "accelerator_type": "L40S", "gpu_memory_gib": 48}
+        response = admin.post(
+            "/api/v1/flavors/", {**body, "gpus_per_node": 8, "tolerations": [toleration]}, format="json"
+        )
+        assert response.status_code == 400
+        assert list(response.json()) == ["tolerations"]
+        assert any(m.startswith("Toleration 1: ") and message in m for m in response.json()["tolerations"])
+        assert not GpuFlavor.objects.filter(name="l40s").exists()
+        before = list(GpuFlavor.objects.filter(name="h100-sxm5").values())
+        response = admin.patch("/api/v1/flavors/h100-sxm5/", {"tolerations": [toleration]}, format="json")
+        assert response.status_code == 400 and "tolerations" in response.json()
+        assert list(GpuFlavor.objects.filter(name="h100-sxm5").values()) == before
+
+    def test_each_bad_toleration_gets_its_own_message_and_good_ones_are_saved(self, world):
+        admin = world.client("platform_admin")
+        bad = [{"key": "a", "operator": "Exists", "effect": ""}, {"operator": "Equal"}]
+        response = admin.patch("/api/v1/flavors/h100-sxm5/", {"tolerations": bad}, format="json")
+        assert response.status_code == 400
+        assert [m.split(":")[0] for m in response.json()["tolerations"]] == ["Toleration 1", "Toleration 2"]
+        good = [{"operator": "Exists"}, {"key": "dedicated", "value": "llm", "effect": "NoExecute"}]
+        assert admin.patch("/api/v1/flavors/h100-sxm5/", {"tolerations": good}, format="json").status_code == 200
+        assert GpuFlavor.objects.get(name="h100-sxm5").tolerations == good
+
 
 class TestQuotas:
     def test_quotas_are_visible_per_tenant(self, world):

@@ -1,6 +1,6 @@
 """Validate rendered objects against the real CRD schemas in ../shared/schemas/crds.
 
-Two checks, because a real API server does two things with a custom object:
+Three checks, because a real API server does three things with a custom object:
 
 1. `validate` — JSON-Schema validation of the served version's `openAPIV3Schema`: types,
    required fields, enums, patterns, int-or-string quantities. A failure here is what the
@@ -9,8 +9,13 @@ Two checks, because a real API server does two things with a custom object:
    server *prunes* unknown fields silently (structural schemas), so a misspelt field is
    accepted and then simply missing: no error, just a manifest that does less than it says.
 
-CEL rules (`x-kubernetes-validations`) are not evaluated here; tests that matter for them
-assert the rule's intent directly.
+3. `cel_check` — the CRD's own `x-kubernetes-validations` (CEL) rules, evaluated with
+   cel-python: the schema is walked alongside the object and each rule at a node the object
+   reaches runs with `self` bound to the value there (schema defaults applied first, as the
+   API server does). Rules cel-python cannot evaluate faithfully are *skipped with a reason*
+   and listed in the report: transition rules (`oldSelf`: a create has no stored object) and
+   rules calling Kubernetes CEL extensions (`isURL`, `quantity`, `format.*`, string/list
+   library functions) that cel-python lacks.
 
 Use it as `assert_valid(obj)`: the CRD file is chosen from `apiVersion` and `kind`.
 """
@@ -19,9 +24,13 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import celpy
+import celpy.evaluation
 import jsonschema
 import yaml
 
@@ -146,8 +155,118 @@ def unknown_fields(obj: Any, schema: dict[str, Any], path: str = "") -> list[str
     return found
 
 
-def assert_valid(obj: dict[str, Any]) -> None:
-    """Both checks against the CRD that serves `obj`'s apiVersion and kind."""
+# Functions cel-python provides: its standard library plus the macros its parser expands.
+_CEL_FUNCTIONS = frozenset(celpy.evaluation.base_functions) | {"has", "all", "exists", "exists_one", "map", "filter"}
+_CALL = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+_STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+_OLD_SELF = re.compile(r"\boldSelf\b")
+
+
+@dataclass(frozen=True)
+class CelRule:
+    """One `x-kubernetes-validations` rule at a field path of one object."""
+
+    path: str
+    rule: str
+    message: str
+
+
+@dataclass
+class CelReport:
+    """What `cel_check` did with each rule the object reached."""
+
+    evaluated: list[CelRule] = field(default_factory=list)
+    skipped: list[tuple[CelRule, str]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+
+@functools.cache
+def _cel_environment() -> celpy.Environment:
+    return celpy.Environment()
+
+
+@functools.cache
+def _cel_program(rule: str) -> celpy.Runner:
+    env = _cel_environment()
+    return env.program(env.compile(rule))
+
+
+def _skip_reason(rule: str) -> str | None:
+    """Why cel-python cannot stand in for the API server on `rule`, or None if it can."""
+    code = _STRING_LITERAL.sub("''", rule)
+    if _OLD_SELF.search(code):
+        return "transition rule (oldSelf): a create has no stored object to compare with"
+    missing = sorted({name for name in _CALL.findall(code) if name not in _CEL_FUNCTIONS})
+    if missing:
+        return f"Kubernetes CEL extension(s) cel-python lacks: {', '.join(missing)}"
+    return None
+
+
+def _with_defaults(value: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """`value` with the schema's defaults for absent fields: the API server defaults first."""
+    defaults = {
+        key: copy.deepcopy(sub["default"])
+        for key, sub in schema.get("properties", {}).items()
+        if key not in value and "default" in sub
+    }
+    return {**value, **defaults} if defaults else value
+
+
+def _evaluate(value: Any, schema: dict[str, Any], path: str, report: CelReport) -> None:
+    for spec in schema.get("x-kubernetes-validations", ()):
+        rule = CelRule(path or "<root>", spec["rule"], spec.get("message") or f"failed rule: {spec['rule']}")
+        reason = _skip_reason(rule.rule)
+        if reason is not None:
+            report.skipped.append((rule, reason))
+            continue
+        try:
+            program = _cel_program(rule.rule)
+        except celpy.CELParseError as error:
+            report.skipped.append((rule, f"cel-python cannot parse it: {error}"))
+            continue
+        report.evaluated.append(rule)
+        try:
+            result = program.evaluate({"self": celpy.json_to_cel(value)})
+        except celpy.CELEvalError as error:
+            # The API server rejects an object whose rule errors (e.g. a missing field).
+            report.failures.append(f"{rule.path}: {rule.message} (evaluation error: {error.args[0]})")
+            continue
+        if isinstance(result, celpy.CELEvalError):
+            report.failures.append(f"{rule.path}: {rule.message} (evaluation error: {result.args[0]})")
+        elif not (isinstance(result, celpy.celtypes.BoolType) and bool(result)):
+            report.failures.append(f"{rule.path}: {rule.message}")
+
+
+def _walk(value: Any, schema: dict[str, Any], path: str, report: CelReport) -> None:
+    if isinstance(value, dict) and "properties" in schema:
+        value = _with_defaults(value, schema)
+    _evaluate(value, schema, path, report)
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for index, item in enumerate(value):
+            _walk(item, schema["items"], f"{path}[{index}]", report)
+    elif isinstance(value, dict):
+        properties = schema.get("properties", {})
+        additional = schema.get("additionalProperties")
+        for key, child in value.items():
+            child_path = f"{path}.{key}" if path else key
+            if key in properties:
+                _walk(child, properties[key], child_path, report)
+            elif isinstance(additional, dict):
+                _walk(child, additional, child_path, report)
+
+
+def cel_check(obj: dict[str, Any], schema: dict[str, Any]) -> CelReport:
+    """Evaluate every CEL rule of `schema` that `obj` reaches; failures are in the report."""
+    report = CelReport()
+    _walk(obj, schema, "", report)
+    return report
+
+
+def assert_valid(obj: dict[str, Any]) -> CelReport:
+    """All three checks against the CRD that serves `obj`'s apiVersion and kind.
+
+    Returns the CEL report so a caller can see which rules ran and which were skipped.
+    """
     group, _, _ = obj["apiVersion"].partition("/")
     # Read-only use, so the cached schema is safe to share without a copy.
     schema = _served_schema(crd_file(group, obj["kind"]), obj["apiVersion"], obj["kind"])
@@ -155,3 +274,7 @@ def assert_valid(obj: dict[str, Any]) -> None:
     pruned = unknown_fields(obj, schema)
     if pruned:
         raise SchemaError("fields the API server would prune:\n  " + "\n  ".join(pruned))
+    report = cel_check(obj, schema)
+    if report.failures:
+        raise SchemaError("CEL rules (x-kubernetes-validations) violated:\n  " + "\n  ".join(report.failures))
+    return report
