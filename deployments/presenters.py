@@ -49,6 +49,40 @@ def kueue_story(dep: ModelDeployment) -> str:
     return f"Waiting in LocalQueue {dep.tenant.local_queue}: {admitted.get('message') or admitted.get('reason')}"
 
 
+def queue_details(dep: ModelDeployment) -> list[str]:
+    """The Kueue story's details, from the Admitted condition: the position the last sweep
+    read from Kueue's visibility API, how often Kueue requeued the workload and why it last
+    evicted it."""
+    admitted = dep.condition("Admitted") or {}
+    lines = []
+    queue = admitted.get("queue")
+    if queue and admitted.get("status") != "True":
+        ahead = f"{queue['gpusAhead']} GPU{'s' if queue['gpusAhead'] != 1 else ''} requested ahead of it"
+        if queue.get("unsizedAhead"):
+            ahead += f" (plus {queue['unsizedAhead']} workloads from other namespaces)"
+        lines.append(
+            f"Position {queue['positionInLocalQueue']} of {queue['ofInLocalQueue']} in LocalQueue "
+            f"{queue['localQueue']}, {queue['position']} of {queue['of']} in ClusterQueue "
+            f"{queue['clusterQueue']}; {ahead}. Read {queue['readAt']}."
+        )
+    count = admitted.get("requeueCount")
+    if count:
+        lines.append(f"Requeued {count} time{'s' if count != 1 else ''} by Kueue.")
+    eviction = admitted.get("lastEviction")
+    if eviction:
+        lines.append(
+            f"Last eviction: {eviction.get('type')} ({eviction.get('reason')})"
+            + (f": {eviction['message']}" if eviction.get("message") else "")
+            + (f" at {eviction['at']}." if eviction.get("at") else ".")
+        )
+    requeued = admitted.get("requeued")
+    if requeued and requeued.get("status") == "False" and requeued.get("reason"):
+        lines.append(
+            f"Not requeued yet: {requeued['reason']}" + (f": {requeued['message']}" if requeued.get("message") else "")
+        )
+    return lines
+
+
 def rendered_manifest(dep: ModelDeployment) -> dict | str:
     """The object the runtime applies for this deployment, rendered from its current spec."""
     try:
@@ -84,6 +118,7 @@ def detail_context(request, dep: ModelDeployment) -> dict:
         "badge": derived_badge(dep),
         "conditions": plain_conditions(dep),
         "kueue": kueue_story(dep),
+        "kueue_details": queue_details(dep) if backend_traits(dep.backend).on_cluster else [],
         "events": dep.events.select_related("actor")[:50],
         "actions": allowed_actions(request.user, dep),
         "snippets": snippets(dep),

@@ -13,6 +13,7 @@ from collections import defaultdict
 
 from django.conf import settings
 from django.core.cache import cache
+from django.db import transaction
 
 from deployments import services
 from deployments.choices import State
@@ -23,7 +24,14 @@ from runtime import k8s
 from runtime.backends import get_backend, names
 from runtime.backends.base import ClusterObjectBackend
 from runtime.manifests.common import ANNOTATION_SPEC_HASH
-from runtime.status import absent_observation, cond, conditions_changed, merge_conditions
+from runtime.status import (
+    absent_observation,
+    cond,
+    conditions_changed,
+    merge_conditions,
+    now_iso,
+    workload_gpus,
+)
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +39,20 @@ TEAR_DOWN = (State.STOPPED, State.FAILED, State.REJECTED, State.CANCELLED)
 SETTLED = (State.READY,)
 
 
+def _carry_queue(previous: list[dict], current: list[dict]) -> list[dict]:
+    """Keep the sweep's queue position (on the Admitted condition) while the workload still
+    waits: a reconcile reads the Workload, not the visibility API, so it has none of its own."""
+    old = next((c for c in previous or [] if c.get("type") == "Admitted" and "queue" in c), None)
+    if old is None:
+        return current
+    return [
+        {**c, "queue": old["queue"]} if c.get("type") == "Admitted" and c.get("status") != "True" else c
+        for c in current
+    ]
+
+
 def _record(dep: ModelDeployment, obs, *, spec_generation: int) -> bool:
-    conditions = merge_conditions(dep.conditions, obs.conditions)
+    conditions = merge_conditions(dep.conditions, _carry_queue(dep.conditions, obs.conditions))
     events = (
         obs.events
         if conditions_changed(dep.conditions, obs.conditions)
@@ -202,10 +222,18 @@ def _sweep_local(report: dict) -> None:
             report["enqueued"] += 1
 
 
+ORPHANS_CACHE_KEY = "runtime:orphans"
+PENDING_CACHE_KEY = "runtime:pending"
+SWEEP_CACHE_SECONDS = 3600
+
+
 def sweep() -> dict:
-    """Per backend and namespace, list the portal's objects and the Workloads once; re-enqueue
-    what drifted; report orphans (portal-labelled objects with no live deployment)."""
+    """Per backend and tenant namespace, list the portal's objects and the Workloads once;
+    re-enqueue what drifted; read each ClusterQueue's pending workloads once (Kueue's visibility
+    API) and record queue positions; report orphans (portal-labelled objects with no live
+    deployment), also in namespaces whose last deployment is gone."""
     from deployments.tasks import reconcile_deployment_task
+    from quotas.models import Tenant
 
     groups: dict[tuple[str, str], list[ModelDeployment]] = defaultdict(list)
     live = (
@@ -215,27 +243,241 @@ def sweep() -> dict:
     )
     for dep in live:
         groups[dep.backend, dep.tenant.namespace].append(dep)
+    tenants = {t.namespace: t for t in Tenant.objects.all()}
+    for backend_name in (n for n in names(on_cluster=True) if n in settings.RUNTIME_BACKENDS):
+        for namespace in tenants:  # orphans outlive the tenant's last deployment
+            groups.setdefault((backend_name, namespace), [])
     report = {"checked": 0, "enqueued": 0, "orphans": [], "errors": []}
     _sweep_local(report)
     backends = {}
     workloads_by_ns: dict[str, dict] = {}
+    objects: dict[int, dict] = {}
+    orphans: list[dict] = []
+    listed_uids: dict[tuple[str, str], set] = {}  # (namespace, kind) → uids of the portal's objects
     for (backend_name, namespace), deps in sorted(groups.items()):
         try:
             backend = backends.setdefault(backend_name, get_backend(backend_name))
         except k8s.PermanentClusterError as error:  # no cluster configured: say so once per sweep
-            if str(error) not in report["errors"]:
+            if deps and str(error) not in report["errors"]:
                 report["errors"].append(str(error))
             continue
         owned = backend.list_owned(namespace)
+        listed_uids[namespace, backend.kind.kind] = {(o.get("metadata") or {}).get("uid") for o in owned.values()}
         if namespace not in workloads_by_ns:
             workloads_by_ns[namespace] = backend.list_workloads(namespace)
         for dep in deps:
             report["checked"] += 1
-            if _drifted(dep, backend, owned.pop(dep.pk, None), workloads_by_ns[namespace]):
+            obj = objects[dep.pk] = owned.pop(dep.pk, None)
+            if _drifted(dep, backend, obj, workloads_by_ns[namespace]):
                 reconcile_deployment_task.delay(dep.pk)
                 report["enqueued"] += 1
-        report["orphans"] += [f"{namespace}/{obj['metadata']['name']}" for obj in owned.values()]
+        for dep_id, obj in owned.items():
+            name = obj["metadata"]["name"]
+            report["orphans"].append(f"{namespace}/{name}")
+            orphans.append(
+                {
+                    "backend": backend_name,
+                    "kind": backend.kind.kind,
+                    "namespace": namespace,
+                    "name": name,
+                    "deployment_id": dep_id,
+                }
+            )
+    orphans += _orphan_workloads(workloads_by_ns, listed_uids, backends)
+    report["orphans"] += [f"{o['namespace']}/{o['name']}" for o in orphans if o["kind"] == k8s.WORKLOAD.kind]
     if report["orphans"]:
         log.warning("orphaned portal objects: %s", ", ".join(report["orphans"]))
-    cache.set("runtime:orphans", report["orphans"], timeout=3600)
+    cache.set(ORPHANS_CACHE_KEY, orphans, timeout=SWEEP_CACHE_SECONDS)
+    if backends:
+        cluster = next(iter(backends.values())).cluster
+        _sweep_queues(cluster, [dep for deps in groups.values() for dep in deps], objects, workloads_by_ns, report)
     return report
+
+
+def _orphan_workloads(workloads_by_ns: dict, listed_uids: dict, backends: dict) -> list[dict]:
+    """Kueue Workloads in tenant namespaces whose job (a RayService or InferenceService the sweep
+    listed there) is gone: Kueue's garbage collection normally removes them with their owner, a
+    finalizer or a lost owner reference can leave them holding quota in the ClusterQueue."""
+    backend_of_kind = {b.kind.kind: name for name, b in backends.items()}
+    found = []
+    for namespace, workloads in sorted(workloads_by_ns.items()):
+        for job_uid, workload in workloads.items():
+            owner = next(
+                (o for o in (workload["metadata"].get("ownerReferences") or []) if o.get("kind") in backend_of_kind),
+                None,
+            )
+            if owner is None or (namespace, owner["kind"]) not in listed_uids:
+                continue  # not a portal job kind, or one this sweep could not list: cannot tell
+            if job_uid in listed_uids[namespace, owner["kind"]]:
+                continue
+            found.append(
+                {
+                    "backend": backend_of_kind[owner["kind"]],
+                    "kind": k8s.WORKLOAD.kind,
+                    "namespace": namespace,
+                    "name": workload["metadata"]["name"],
+                    "deployment_id": None,
+                    "owner": f"{owner['kind']}/{owner.get('name')}",
+                }
+            )
+    return found
+
+
+def _sweep_queues(cluster, deps: list[ModelDeployment], objects: dict, workloads_by_ns: dict, report: dict) -> None:
+    """One visibility call per ClusterQueue that holds a live deployment; store what it said
+    (for the admin view) and each queued deployment's position (on its Admitted condition)."""
+    by_queue: dict[str, list[ModelDeployment]] = defaultdict(list)
+    for dep in deps:
+        by_queue[dep.tenant.cluster_queue].append(dep)
+    pending: dict[str, dict] = {}
+    read_at = now_iso()
+    for cluster_queue, queue_deps in sorted(by_queue.items()):
+        try:
+            items = cluster.pending_workloads(cluster_queue)
+        except k8s.NotFound:
+            items, error = [], f"ClusterQueue {cluster_queue} (or Kueue's visibility API) not found."
+        except k8s.ClusterError as error_:  # a sweep is best effort: the next one reads again
+            items, error = [], f"pending workloads of {cluster_queue}: {error_}"
+            report["errors"].append(error)
+        else:
+            error = ""
+        rows = queue_rows(items, workloads_by_ns)
+        pending[cluster_queue] = {"read_at": read_at, "error": error, "workloads": rows}
+        for dep in queue_deps:
+            queue = None if error else _position(dep, objects.get(dep.pk), rows, workloads_by_ns, read_at)
+            _record_queue(dep, queue)
+    cache.set(PENDING_CACHE_KEY, pending, timeout=SWEEP_CACHE_SECONDS)
+
+
+def queue_rows(items: list[dict], workloads_by_ns: dict[str, dict]) -> list[dict]:
+    """The visibility API's items as plain rows, with the GPUs each asks for where the sweep
+    listed its Workload (tenant namespaces; None elsewhere: the v1beta1 items carry no pod sets)."""
+    by_name = {
+        (ns, (wl.get("metadata") or {}).get("name")): wl for ns, wls in workloads_by_ns.items() for wl in wls.values()
+    }
+    rows = []
+    for item in items:
+        meta = item.get("metadata") or {}
+        workload = by_name.get((meta.get("namespace"), meta.get("name")))
+        owners = meta.get("ownerReferences") or []
+        rows.append(
+            {
+                "namespace": meta.get("namespace", ""),
+                "name": meta.get("name", ""),
+                "owner": f"{owners[0].get('kind')}/{owners[0].get('name')}" if owners else "",
+                "owner_uid": owners[0].get("uid") if owners else None,
+                "local_queue": item.get("localQueueName", ""),
+                "priority": item.get("priority", 0),
+                "position": int(item.get("positionInClusterQueue") or 0) + 1,
+                "position_in_local_queue": int(item.get("positionInLocalQueue") or 0) + 1,
+                "gpus": workload_gpus(workload) if workload is not None else None,
+            }
+        )
+    return rows
+
+
+def _position(
+    dep: ModelDeployment, obj: dict | None, rows: list[dict], workloads_by_ns: dict, read_at: str
+) -> dict | None:
+    """Where this deployment's Workload stands: "position N of M" in its LocalQueue and
+    ClusterQueue, and the GPUs asked for ahead of it. None when it is not pending."""
+    if dep.state != State.QUEUED or obj is None:
+        return None
+    uid = (obj.get("metadata") or {}).get("uid")
+    workload = workloads_by_ns.get(dep.tenant.namespace, {}).get(uid)
+    wl_name = (workload or {}).get("metadata", {}).get("name")
+    mine = next(
+        (r for r in rows if r["namespace"] == dep.tenant.namespace and (r["name"] == wl_name or r["owner_uid"] == uid)),
+        None,
+    )
+    if mine is None:
+        return None
+    ahead = rows[: mine["position"] - 1]
+    same_lq = [r for r in rows if (r["namespace"], r["local_queue"]) == (mine["namespace"], mine["local_queue"])]
+    return {
+        "clusterQueue": dep.tenant.cluster_queue,
+        "localQueue": mine["local_queue"],
+        "position": mine["position"],
+        "of": len(rows),
+        "positionInLocalQueue": mine["position_in_local_queue"],
+        "ofInLocalQueue": len(same_lq),
+        "gpusAhead": sum(r["gpus"] or 0 for r in ahead),
+        "unsizedAhead": sum(1 for r in ahead if r["gpus"] is None),
+        "readAt": read_at,
+    }
+
+
+def _record_queue(dep: ModelDeployment, queue: dict | None) -> None:
+    """Store (or clear) the queue position on the Admitted condition, under the row lock so a
+    reconcile recording at the same moment is not overwritten. `updated` is left alone: the
+    position moving is not the deployment changing (the requeue backoff reads `updated`)."""
+    admitted = dep.condition("Admitted") or {}
+    if queue is None and "queue" not in admitted:
+        return
+    with transaction.atomic():
+        row = ModelDeployment.objects.select_for_update().filter(pk=dep.pk).first()
+        if row is None:
+            return
+        conditions = []
+        for c in row.conditions or []:
+            if c.get("type") == "Admitted":
+                c = {k: v for k, v in c.items() if k != "queue"}
+                if queue is not None and c.get("status") != "True":
+                    c["queue"] = queue
+            conditions.append(c)
+        if conditions != row.conditions:
+            ModelDeployment.objects.filter(pk=dep.pk).update(conditions=conditions)
+
+
+def last_orphans() -> list[dict]:
+    """The orphans the last sweep found (backend, kind, namespace, name, deployment_id)."""
+    return cache.get(ORPHANS_CACHE_KEY) or []
+
+
+def last_pending_workloads() -> dict[str, dict]:
+    """Per ClusterQueue, the pending workloads the last sweep read from Kueue's visibility API."""
+    return cache.get(PENDING_CACHE_KEY) or {}
+
+
+def orphan_delete(*, actor, backend: str, namespace: str, name: str) -> bool:
+    """Delete a portal-labelled object the last sweep reported as orphaned; audited.
+
+    Raises LookupError when the last sweep did not report it, and ValueError when a live
+    deployment claims it again (checked now, not at sweep time). False when it was already gone.
+    """
+    from core.models import audit
+    from quotas.models import Tenant
+
+    found = next(
+        (o for o in last_orphans() if (o["backend"], o["namespace"], o["name"]) == (backend, namespace, name)), None
+    )
+    tenant = Tenant.objects.filter(slug=namespace).first()
+    if found is None or tenant is None:
+        raise LookupError(f"{namespace}/{name} is not an orphan the last sweep found")
+    runtime_backend = get_backend(backend)
+    if found["kind"] == k8s.WORKLOAD.kind:
+        # Its job may have come back under the same name since the sweep: then it is not orphaned.
+        owner_name = found["owner"].partition("/")[2]
+        if runtime_backend.cluster.get(runtime_backend.kind, owner_name, namespace) is not None:
+            raise ValueError(f"{found['owner']} exists again; not deleting its Workload {namespace}/{name}")
+        kind = k8s.WORKLOAD
+    else:
+        claimed = (
+            ModelDeployment.objects.exclude(state=State.DELETED)
+            .filter(pk=found["deployment_id"], backend=backend, tenant=tenant)
+            .exists()
+        )
+        if claimed:
+            raise ValueError(f"deployment {found['deployment_id']} owns {namespace}/{name} again; not deleting it")
+        kind = runtime_backend.kind
+    deleted = runtime_backend.cluster.delete(kind, name, namespace)  # no transaction held here
+    audit(
+        actor=actor,
+        action="orphan.delete",
+        obj=tenant,
+        tenant=tenant,
+        object_id=f"{namespace}/{name}"[:64],
+        changes={**found, "was_present": deleted},
+    )
+    cache.set(ORPHANS_CACHE_KEY, [o for o in last_orphans() if o != found], timeout=SWEEP_CACHE_SECONDS)
+    return deleted

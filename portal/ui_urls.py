@@ -8,6 +8,11 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("approvals/", views.approvals, name="approvals"),
     path("cluster/", views.cluster, name="cluster"),
+    path(
+        "cluster/orphans/<str:backend>/<slug:namespace>/<str:name>/delete/",
+        views.orphan_delete_view,
+        name="orphan-delete",
+    ),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<str:key>/revoke/", views.token_revoke_view, name="token-revoke"),
     path("deployments/", deployment_views.deployment_list, name="deployment-list"),

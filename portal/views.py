@@ -7,18 +7,21 @@ from datetime import timedelta
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from deployments.choices import State
 from deployments.models import ModelDeployment
+from deployments.reconcile import last_orphans, last_pending_workloads, orphan_delete
 from metrics.models import MetricSample, Resolution
 from metrics.presenters import latest_samples
 from portal.api import ApiToken, token_create, token_revoke
 from quotas.choices import QuotaChangeStatus
 from quotas.models import QuotaChangeRequest, Tenant, TenantQuota, is_platform_admin
 from quotas.presenters import quota_rows
+from runtime.k8s import ClusterError
 
 
 def gpu_hours_this_month(tenant: Tenant) -> dict:
@@ -99,8 +102,6 @@ def cluster(request):
     """Platform admins: quota and usage by cohort, tenant and flavor; busiest deployments."""
     if not is_platform_admin(request.user):
         raise PermissionDenied
-    from django.core.cache import cache
-
     quotas = TenantQuota.objects.select_related("tenant", "flavor").order_by("tenant__slug", "flavor__name")
     since = timezone.now() - timedelta(minutes=5)
     busiest = (
@@ -133,9 +134,33 @@ def cluster(request):
             "busiest": busiest,
             "totals": totals,
             "quota_figure": figure_json(figure),
-            "orphans": cache.get("runtime:orphans") or [],
+            "orphans": last_orphans(),
+            "pending": sorted(last_pending_workloads().items()),
         },
     )
+
+
+@login_required
+def orphan_delete_view(request, backend: str, namespace: str, name: str):
+    """Platform admins: confirm (GET), then delete (POST) an object the last sweep found orphaned."""
+    if not is_platform_admin(request.user):
+        raise PermissionDenied
+    orphan = next(
+        (o for o in last_orphans() if (o["backend"], o["namespace"], o["name"]) == (backend, namespace, name)), None
+    )
+    if orphan is None:
+        raise Http404("The last sweep did not report this object as orphaned.")
+    if request.method != "POST":
+        return render(request, "portal/orphan_confirm.html", {"orphan": orphan})
+    try:
+        deleted = orphan_delete(actor=request.user, backend=backend, namespace=namespace, name=name)
+    except (LookupError, ValueError, ClusterError) as error:
+        messages.error(request, str(error))
+    else:
+        messages.success(
+            request, f"{orphan['kind']} {namespace}/{name} {'deleted' if deleted else 'was already gone'}."
+        )
+    return redirect("cluster")
 
 
 @login_required

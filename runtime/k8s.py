@@ -193,6 +193,15 @@ NAMESPACE = Kind("", "v1", "namespaces", "Namespace", namespaced=False)
 # Read only (listed to find a Ray cluster's pods for the metrics scrape); never written.
 POD = Kind("", "v1", "pods", "Pod")
 
+# Kueue's visibility API (an aggregated API served by the Kueue controller, not a CRD): the
+# pending workloads of a ClusterQueue in admission order. Only the ClusterQueue view is read —
+# it carries both positions (in the ClusterQueue and in the workload's LocalQueue), so one call
+# per ClusterQueue answers every deployment queued in it. Its items (PendingWorkload, v1beta1)
+# carry no pod sets, so the GPUs ahead of a deployment come from the Workloads the sweep lists.
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+VISIBILITY_VERSION = "v1beta1"
+PENDING_WORKLOADS_PATH = f"/apis/{VISIBILITY_GROUP}/{VISIBILITY_VERSION}/clusterqueues/{{name}}/pendingworkloads"
+
 KINDS: tuple[Kind, ...] = (
     RAYSERVICE,
     WORKLOAD,
@@ -349,6 +358,33 @@ class Cluster:
             )
         items = body.get("items") or []
         return [item for item in items if labels_match(item, label_selector)]
+
+    def pending_workloads(self, cluster_queue: str, *, limit: int = 1000) -> list[dict[str, Any]]:
+        """The ClusterQueue's pending workloads from Kueue's visibility API, head of the queue
+        first; each item has `metadata` (name, namespace, ownerReferences), `priority`,
+        `localQueueName`, `positionInClusterQueue` and `positionInLocalQueue` (both from 0).
+
+        Raises NotFound when the ClusterQueue (or the visibility API) does not exist.
+        """
+        request = self.api_client.param_serialize(
+            method="GET",
+            resource_path=PENDING_WORKLOADS_PATH,
+            path_params={"name": cluster_queue},
+            query_params=[("limit", limit)],
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+
+        def get(**kwargs: Any) -> Any:
+            # The generated client has no method for an aggregated API's subresource; this is
+            # the call its custom-object methods make, with the same error handling.
+            return self.api_client._call_with_legacy_options(
+                request, {"200": "object"}, None, False, kwargs["_request_timeout"], True
+            )
+
+        body = self._call("pending_workloads", get)
+        items = body.get("items") or []
+        return sorted(items, key=lambda item: int(item.get("positionInClusterQueue") or 0))
 
     # writes
 

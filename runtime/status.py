@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from runtime.manifests.common import ANNOTATION_GENERATION
+from runtime.manifests.common import ANNOTATION_GENERATION, GPU_RESOURCE
 
 FAILED_READY_REASONS = {"ValidationFailed", "InitializingTimeout"}
 PERMANENT_APP_STATUSES = {"DEPLOY_FAILED"}
@@ -115,6 +115,66 @@ def kueue_story(workload: dict | None) -> tuple[bool | None, str, str, list[tupl
     if reserved is not None and reserved.get("status") == "False":
         return False, reserved.get("reason") or "Pending", reserved.get("message") or "Waiting for quota.", events
     return False, "Pending", "Waiting for Kueue to admit the workload.", events
+
+
+def kueue_history(workload: dict | None) -> dict[str, Any]:
+    """How often Kueue sent the Workload back to the queue, and why it last did.
+
+    `requeueCount` is `status.requeueState.count` (Kueue counts requeues after evictions with
+    backoff); `lastEviction` is the most recent of the True `Evicted` / `Preempted` conditions
+    (type, reason, message, time); `requeued` is the `Requeued` condition when Kueue set one.
+    Empty when there is nothing to tell.
+    """
+    if workload is None:
+        return {}
+    status = workload.get("status") or {}
+    history: dict[str, Any] = {}
+    count = (status.get("requeueState") or {}).get("count")
+    if count:
+        history["requeueCount"] = int(count)
+    conds = status.get("conditions") or []
+    evictions = [c for c in conds if c.get("type") in ("Evicted", "Preempted") and _true(c)]
+    if evictions:
+        last = max(evictions, key=lambda c: (c.get("lastTransitionTime") or "", c.get("type") == "Preempted"))
+        history["lastEviction"] = {
+            "type": last.get("type"),
+            "reason": last.get("reason") or "",
+            "message": (last.get("message") or "")[:500],
+            "at": last.get("lastTransitionTime"),
+        }
+    requeued = _find(conds, "Requeued")
+    if requeued is not None:
+        history["requeued"] = {
+            "status": requeued.get("status"),
+            "reason": requeued.get("reason") or "",
+            "message": (requeued.get("message") or "")[:500],
+        }
+    return history
+
+
+def workload_gpus(workload: dict) -> int:
+    """GPUs a Kueue Workload asks for: per pod set, count × the GPU request of its pods."""
+    total = 0
+    for pod_set in (workload.get("spec") or {}).get("podSets") or []:
+        pod = ((pod_set.get("template") or {}).get("spec")) or {}
+        per_pod = 0
+        for container in pod.get("containers") or []:
+            resources = container.get("resources") or {}
+            value = (resources.get("requests") or {}).get(GPU_RESOURCE) or (resources.get("limits") or {}).get(
+                GPU_RESOURCE
+            )
+            per_pod += int(value or 0)
+        total += int(pod_set.get("count") or 0) * per_pod
+    return total
+
+
+def with_kueue_history(obs: Observation, workload: dict | None) -> Observation:
+    """Attach `kueue_history` to the observation's Admitted condition (extra keys survive
+    `merge_conditions`; the four standard fields stay the Kubernetes ones)."""
+    history = kueue_history(workload)
+    if history:
+        obs.conditions = [{**c, **history} if c.get("type") == "Admitted" else c for c in obs.conditions]
+    return obs
 
 
 def rayservice_observation(

@@ -21,7 +21,7 @@ from runtime.manifests.common import (
     MANAGED_BY,
 )
 from runtime.spec import DeploymentSpec, PlatformSpec
-from runtime.status import Observation, absent_observation
+from runtime.status import Observation, absent_observation, with_kueue_history
 
 
 class Backend(Protocol):
@@ -92,7 +92,8 @@ class ClusterObjectBackend:
         return found[0] if found else None
 
     def _observe(self, spec: DeploymentSpec, obj: dict, events: list) -> Observation:
-        obs = self.status(spec, obj, self._workload(obj))
+        workload = self._workload(obj)
+        obs = with_kueue_history(self.status(spec, obj, workload), workload)
         obs.events = events + obs.events
         return obs
 
@@ -129,5 +130,5 @@ class ClusterObjectBackend:
 
     def sweep_observation(self, spec: DeploymentSpec, obj: dict, workloads: dict[str, dict]) -> Observation:
         """Observation from objects already listed by the sweep (no extra API calls)."""
-        uid = (obj.get("metadata") or {}).get("uid")
-        return self.status(spec, obj, workloads.get(uid))
+        workload = workloads.get((obj.get("metadata") or {}).get("uid"))
+        return with_kueue_history(self.status(spec, obj, workload), workload)

@@ -224,7 +224,11 @@ class TestSweep:
         cluster.calls.clear()
         report = sweep()
         assert report == {"checked": 3, "enqueued": 0, "orphans": [], "errors": []}
-        assert cluster.calls == {"list": 2}
+        # Per cluster backend and tenant namespace one list of its objects (2 × 2: beta has no
+        # deployment but may hold orphans), one Workload list per namespace, and one read of
+        # Kueue's pending workloads per ClusterQueue holding a live deployment.
+        assert cluster.calls == {"list": 6, "pending_workloads": 1}
+        orphaned_workload = f"alpha/{operators.workload_name(rayservice(cluster_api, deps[0]))}"
         cluster_api.delete_object(k8s.RAYSERVICE, deps[0].resource_name, "alpha")
         stray = dict(rayservice(cluster_api, deps[1]))
         stray["metadata"] = {
@@ -235,7 +239,9 @@ class TestSweep:
         stray["metadata"].pop("uid", None)
         cluster_api.put(k8s.RAYSERVICE, stray)
         report = sweep()
-        assert report["enqueued"] == 1 and report["orphans"] == ["alpha/stray-999"]
+        # The deleted RayService's Workload stays (the test server has no garbage collector):
+        # its job is gone, so the sweep reports it too.
+        assert report["enqueued"] == 1 and report["orphans"] == ["alpha/stray-999", orphaned_workload]
 
 
 class TestKServeBackend:

@@ -40,7 +40,8 @@ EXPECTED_RULES = {
     ("kueue.x-k8s.io", "localqueues"): VERBS_KUEUE,
     ("kueue.x-k8s.io", "resourceflavors"): VERBS_KUEUE,
     ("kueue.x-k8s.io", "cohorts"): VERBS_KUEUE,
-    ("kueue.x-k8s.io", "workloads"): {"list"},
+    ("kueue.x-k8s.io", "workloads"): {"list", "delete"},
+    ("visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads"): {"get"},
     ("", "namespaces"): {"get", "create", "patch"},
     ("", "pods"): {"list"},
 }

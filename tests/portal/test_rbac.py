@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from deployments import services
-from deployments.reconcile import reconcile, sweep
+from deployments.reconcile import last_orphans, orphan_delete, reconcile, sweep
 from metrics.collect import collect_all
 from quotas.kueue import sync_kueue
 from tests.support import operators
@@ -27,8 +27,8 @@ def verb_and_resource(method: str, path: str) -> tuple[str, str, str]:
     if rest and rest[0] == "namespaces" and len(rest) >= 3:
         rest = rest[2:]  # namespaced: drop "namespaces/<ns>"
     resource, named = rest[0], len(rest) >= 2
-    if len(rest) >= 3 and rest[2] == "status":
-        resource += "/status"
+    if len(rest) >= 3:  # a subresource: status, or the visibility API's pendingworkloads
+        resource += "/" + rest[2]
     verb = METHOD_VERB.get(method) or ("get" if named else "list")
     return verb, group, resource
 
@@ -73,6 +73,11 @@ def exercise(world, api) -> None:
         for _ in range(2):
             dep.refresh_from_db()
             reconcile(dep)
+    # An admin deletes what the sweep found orphaned: a RayService, and a Workload whose job is gone
+    # (the test server has no garbage collector, so the deleted RayService's Workload stays).
+    sweep()
+    for orphan in last_orphans():
+        orphan_delete(actor=admin, backend=orphan["backend"], namespace=orphan["namespace"], name=orphan["name"])
 
 
 def test_the_cluster_role_grants_exactly_what_the_runtime_calls(world, cluster_api):
@@ -80,6 +85,8 @@ def test_the_cluster_role_grants_exactly_what_the_runtime_calls(world, cluster_a
     used = {verb_and_resource(method, path) for method, path in cluster_api.proxied_requests()}
     assert ("create", "ray.io", "rayservices") in used and ("list", "kueue.x-k8s.io", "workloads") in used
     assert ("list", "", "pods") in used
+    assert ("get", "visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads") in used
+    assert ("delete", "kueue.x-k8s.io", "workloads") in used
     missing = used - granted()
     unused = granted() - used
     assert not missing, f"the runtime calls these but the ClusterRole does not grant them: {sorted(missing)}"

@@ -286,7 +286,15 @@ def workload_for(
             "queueName": queue,
             "podSets": [
                 {"name": "head", "count": 1, "template": {"spec": {"containers": []}}},
-                {"name": "gpu-workers", "count": gpus, "template": {"spec": {"containers": []}}},
+                {
+                    "name": "gpu-workers",
+                    "count": gpus,
+                    "template": {
+                        "spec": {
+                            "containers": [{"name": "ray-worker", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]
+                        }
+                    },
+                },
             ],
         },
         "status": status,

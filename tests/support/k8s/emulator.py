@@ -7,6 +7,12 @@ object answers 404 (runtime.k8s falls back to create), label selectors are ignor
 (runtime.k8s filters client-side), patches are JSON merges (lists replaced, no managed-field
 tracking, so a field dropped from the applied manifest is *kept*), no validation or defaulting
 (CRD-schema tests cover that), and the proxy does not stream watches (use `direct_url`).
+
+Test adapter: Kueue's visibility API (`GET /apis/visibility.kueue.x-k8s.io/v1beta1/
+clusterqueues/<cq>/pendingworkloads` and `.../namespaces/<ns>/localqueues/<lq>/pendingworkloads`)
+is an aggregated API served by the Kueue controller, which kmock cannot know. The emulator
+answers it with a stand-in computed from the Workloads and LocalQueues in its store (see
+`PortalEmulator._serve_pending_workloads` for what it models and what it does not).
 """
 
 from __future__ import annotations
@@ -34,6 +40,13 @@ def _now() -> str:
 
 _NAMESPACE_PATH = re.compile(r"/api/v1/namespaces(?:/([^/]+))?(/status)?")
 _NAMESPACES = kmock.resource("v1/namespaces")
+_VISIBILITY_PATH = re.compile(
+    r"/apis/visibility\.kueue\.x-k8s\.io/v1beta1/"
+    r"(?:clusterqueues/(?P<cq>[^/]+)|namespaces/(?P<ns>[^/]+)/localqueues/(?P<lq>[^/]+))/pendingworkloads"
+)
+_WORKLOADS = kmock.resource("kueue.x-k8s.io/v1beta2/workloads")
+_LOCALQUEUES = kmock.resource("kueue.x-k8s.io/v1beta2/localqueues")
+_CLUSTERQUEUES = kmock.resource("kueue.x-k8s.io/v1beta2/clusterqueues")
 # The request being matched against the reactions, per asyncio task (see PortalEmulator).
 _MATCHING: ContextVar[kmock.Request | None] = ContextVar("kmock_matching", default=None)
 
@@ -82,6 +95,9 @@ class PortalEmulator(kmock.KubernetesEmulator):
             _MATCHING.reset(token)
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        visibility = _VISIBILITY_PATH.fullmatch(raw_request.path)
+        if visibility is not None and raw_request.method == "GET":
+            return self._serve_pending_workloads(**visibility.groupdict())
         match = _NAMESPACE_PATH.fullmatch(raw_request.path)
         if match is None:
             return await super().__call__(raw_request)
@@ -118,6 +134,71 @@ class PortalEmulator(kmock.KubernetesEmulator):
             obj.delete()
             return aiohttp.web.json_response(last)
         return status_response(405, f"{method} is not supported on namespaces")
+
+    def _serve_pending_workloads(self, cq: str | None, ns: str | None, lq: str | None) -> aiohttp.web.Response:
+        """Test adapter for Kueue's visibility API (`PendingWorkloadsSummary`, v1beta1).
+
+        A stand-in, not Kueue: it derives the queue from the Workloads in the store. A Workload
+        is pending when it is neither QuotaReserved nor Admitted nor Finished; it belongs to
+        the ClusterQueue its LocalQueue (`spec.queueName` in its namespace) points at. Order:
+        higher `spec.priority` first, then creation order (creationTimestamp, and the store's
+        resourceVersion for ties within a second) — Kueue's BestEffortFIFO/StrictFIFO order for
+        workloads that were never evicted. Kueue's own order also weighs eviction time and
+        fair sharing, which this does not model. Answers 404 for a queue that does not exist.
+        """
+        live = {key: obj.raw for key, obj in self._objects.items() if not obj.deleted}
+        lq_to_cq = {
+            (namespace, name): (raw.get("spec") or {}).get("clusterQueue")
+            for (res, namespace, name), raw in live.items()
+            if res == _LOCALQUEUES
+        }
+        if cq is not None and (_CLUSTERQUEUES, None, cq) not in live:
+            return status_response(404, f'clusterqueues.visibility.kueue.x-k8s.io "{cq}" not found')
+        if lq is not None:
+            if (ns, lq) not in lq_to_cq:
+                return status_response(404, f'localqueues.visibility.kueue.x-k8s.io "{lq}" not found')
+            cq = lq_to_cq[ns, lq]
+        pending = []
+        for (res, namespace, _name), raw in live.items():
+            if res != _WORKLOADS or _workload_admitted_or_done(raw):
+                continue
+            queue = (raw.get("spec") or {}).get("queueName")
+            if lq_to_cq.get((namespace, queue)) == cq:
+                pending.append(raw)
+        meta = _meta
+        pending.sort(
+            key=lambda raw: (
+                -int((raw.get("spec") or {}).get("priority") or 0),
+                meta(raw).get("creationTimestamp") or "",
+                int(meta(raw).get("resourceVersion") or 0),
+            )
+        )
+        items, per_lq = [], {}
+        for position, raw in enumerate(pending):
+            queue_key = (meta(raw).get("namespace"), (raw.get("spec") or {}).get("queueName"))
+            per_lq[queue_key] = per_lq.get(queue_key, -1) + 1
+            item_meta = {
+                k: meta(raw)[k] for k in ("name", "namespace", "creationTimestamp", "ownerReferences") if k in meta(raw)
+            }
+            items.append(
+                {
+                    "metadata": item_meta,
+                    "priority": int((raw.get("spec") or {}).get("priority") or 0),
+                    "localQueueName": queue_key[1],
+                    "positionInClusterQueue": position,
+                    "positionInLocalQueue": per_lq[queue_key],
+                }
+            )
+        if lq is not None:
+            items = [i for i in items if (i["metadata"].get("namespace"), i["localQueueName"]) == (ns, lq)]
+        return aiohttp.web.json_response(
+            {
+                "apiVersion": "visibility.kueue.x-k8s.io/v1beta1",
+                "kind": "PendingWorkloadsSummary",
+                "metadata": {"creationTimestamp": None},
+                "items": items,
+            }
+        )
 
     async def _serve_create(self, request: kmock.Request) -> Any:
         # Runs after the emulator stored the object and before it renders the answer; no
@@ -163,6 +244,13 @@ class PortalEmulator(kmock.KubernetesEmulator):
 def object_key(kind: Kind, namespace: str | None, name: str) -> tuple[Any, str | None, str]:
     """The emulator's store key; a parsed resource, because `in` does not parse strings."""
     return (kmock.resource(kind.key), namespace if kind.namespaced else None, name)
+
+
+def _workload_admitted_or_done(workload: Mapping[str, Any]) -> bool:
+    conditions = (workload.get("status") or {}).get("conditions") or []
+    return any(
+        c.get("type") in ("QuotaReserved", "Admitted", "Finished") and c.get("status") == "True" for c in conditions
+    )
 
 
 def _meta(data: Any) -> dict[str, Any]:
