@@ -8,14 +8,19 @@ from runtime.spec import DeploymentSpec, EngineOptions
 
 
 def deployment_spec(dep: ModelDeployment) -> DeploymentSpec:
-    """The frozen spec the runtime renders for this deployment."""
+    """The frozen spec the runtime renders for this deployment.
+
+    Choice fields are passed as plain str: a row just created from a model default still holds
+    the TextChoices member (e.g. `Dtype.AUTO`) until it is read back, and `yaml.safe_dump`
+    refuses enum members, so a manifest rendered from it would fail.
+    """
     engine = EngineOptions(
         max_model_len=dep.max_model_len,
         gpu_memory_utilization=dep.gpu_memory_utilization,
         enable_chunked_prefill=dep.enable_chunked_prefill,
         max_num_batched_tokens=dep.max_num_batched_tokens,
-        quantization=dep.quantization or None,
-        dtype=dep.dtype,
+        quantization=str(dep.quantization) if dep.quantization else None,
+        dtype=str(dep.dtype),
     )
     return DeploymentSpec(
         deployment_id=dep.pk,
@@ -34,5 +39,5 @@ def deployment_spec(dep: ModelDeployment) -> DeploymentSpec:
         engine=engine,
         hf_token_secret=dep.hf_token_secret or None,
         generation=dep.generation,
-        backend=dep.backend,
+        backend=str(dep.backend),
     )

@@ -332,6 +332,16 @@ KUBERNETES_URL = env_url("KUBERNETES_URL", None, schemes={"http", "https"})
 KUBECONFIG = env_str("KUBECONFIG")
 KUBERNETES_TIMEOUT_SECONDS = env_float("KUBERNETES_TIMEOUT_SECONDS", 10.0, minimum=0.1)
 KUEUE_COHORT = env_str("KUEUE_COHORT", "llm-serving")
+# The CPU-only ResourceFlavor every tenant's ClusterQueue lists first, for Ray heads, and the
+# node labels of the CPU nodes heads should run on ("key=value,key=value"; empty = any
+# untainted node). README "Flavors and queues".
+KUEUE_CPU_FLAVOR = env_str("KUEUE_CPU_FLAVOR", "portal-cpu")
+KUEUE_CPU_NODE_LABELS: dict[str, str] = {}
+for _item in env_list("KUEUE_CPU_NODE_LABELS", []):
+    _key, _sep, _value = _item.partition("=")
+    if not _sep or not _key.strip():
+        raise ImproperlyConfigured(f"KUEUE_CPU_NODE_LABELS: {_item!r} is not key=value")
+    KUEUE_CPU_NODE_LABELS[_key.strip()] = _value.strip()
 RAY_VERSION = env_str("RAY_VERSION", "2.60.0")
 RAY_IMAGE = env_str("RAY_IMAGE", "rayproject/ray-llm:2.60.0-py311-cu128")
 VLLM_IMAGE = env_str("VLLM_IMAGE", "vllm/vllm-openai:v0.32.0")

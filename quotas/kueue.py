@@ -1,5 +1,6 @@
-"""Kueue sync: mirror tenants' quotas as Namespace, ResourceFlavor, Cohort, ClusterQueue and
-LocalQueue objects, and read ClusterQueue status back for the admin view. Idempotent."""
+"""Kueue sync: mirror tenants' quotas as Namespace, ResourceFlavors (each GPU flavor and the
+platform's CPU flavor for Ray heads), Cohort, ClusterQueue and LocalQueue objects, and read
+ClusterQueue status back for the admin view. Idempotent."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from runtime.manifests.common import ANNOTATION_SPEC_HASH, GPU_RESOURCE
 from runtime.manifests.kueue import (
     render_cluster_queue,
     render_cohort,
+    render_cpu_resource_flavor,
     render_local_queue,
     render_namespace,
     render_resource_flavor,
@@ -43,7 +45,8 @@ def sync_kueue(*, tenant_id: int | None = None) -> int:
     cluster = get_cluster()
     platform = platform_spec()
     tenants = Tenant.objects.all() if tenant_id is None else Tenant.objects.filter(pk=tenant_id)
-    written = 0
+    # The CPU flavor first: every ClusterQueue lists it, and one naming a missing flavor is inactive.
+    written = _apply_if_changed(cluster, render_cpu_resource_flavor(platform))
     for flavor in GpuFlavor.objects.filter(active=True):
         written += _apply_if_changed(cluster, render_resource_flavor(flavor_spec(flavor)))
     cohorts = set()

@@ -15,4 +15,6 @@ def platform_spec() -> PlatformSpec:
         model_cache_pvc=settings.MODEL_CACHE_PVC or None,
         hf_cache_path=settings.HF_CACHE_PATH,
         nccl_debug=settings.NCCL_DEBUG,
+        cpu_flavor=settings.KUEUE_CPU_FLAVOR,
+        cpu_flavor_node_labels=tuple(sorted(settings.KUEUE_CPU_NODE_LABELS.items())),
     )

@@ -94,6 +94,10 @@ class PlatformSpec:
     shm_size_gi: int = 16
     head_cpu: str = "2"
     head_memory: str = "8Gi"
+    # The CPU-only Kueue ResourceFlavor that Ray heads are charged to (and pinned to through
+    # its node labels, when it has any): see runtime.manifests.kueue.
+    cpu_flavor: str = "portal-cpu"
+    cpu_flavor_node_labels: tuple[tuple[str, str], ...] = ()  # sorted (key, value) pairs
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ them with golden files and validate them against the real CRD schemas in ../shar
 
 - `common`: labels, annotations, ports, GPU resources, volumes, model-source paths;
 - `rayservice`: the RayService and its Ray Serve LLM app (kuberay, and the local backend's app);
-- `kueue`: a tenant's Namespace, ResourceFlavors, Cohort, ClusterQueue and LocalQueue;
+- `kueue`: a tenant's Namespace, ResourceFlavors (GPU and CPU), Cohort, ClusterQueue and LocalQueue;
 - `kserve`: the InferenceService (kserve), and its status read back.
 
 Callers import from the submodule; the public renderers are also named here, as the package's
@@ -18,6 +18,7 @@ from runtime.manifests.kueue import (
     KUEUE_API_VERSION,
     render_cluster_queue,
     render_cohort,
+    render_cpu_resource_flavor,
     render_local_queue,
     render_namespace,
     render_resource_flavor,
@@ -40,6 +41,7 @@ __all__ = [
     "rayservice_name",
     "render_cluster_queue",
     "render_cohort",
+    "render_cpu_resource_flavor",
     "render_inferenceservice",
     "render_local_queue",
     "render_namespace",

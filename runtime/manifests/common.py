@@ -78,6 +78,31 @@ def gpu_pod_resources(flavor: FlavorSpec, gpus: int) -> dict[str, Any]:
     }
 
 
+def gpu_node_selector(flavor: FlavorSpec) -> dict[str, str]:
+    """The nodeSelector that pins a GPU pod to `flavor`, or ValueError for an unlabelled flavor.
+
+    Kueue charges a pod set to the first flavor of the ClusterQueue (listed by name) that has
+    room and whose node labels the pod does not rule out, so a pod that selects nothing may be
+    admitted into any GPU flavor's quota: an H100 request into A100 quota. Selecting the
+    flavor's own node labels rules out every other flavor (Kueue matches the pod's selector,
+    restricted to the label keys the queue's flavors use, against each flavor's labels), and
+    the values are the ones Kueue injects on admission, so the two never clash. A flavor
+    without node labels matches every pod and cannot be pinned, so it is refused here.
+    """
+    if not flavor.node_labels:
+        raise ValueError(
+            f"GPU flavor {flavor.name!r} has no node labels; on a cluster backend Kueue could "
+            "charge its pods to another flavor. Give the flavor the labels of its nodes "
+            '(e.g. {"node.kubernetes.io/instance-type": "p5.48xlarge"})'
+        )
+    return dict(sorted(flavor.node_labels))
+
+
+def cpu_node_selector(platform: PlatformSpec) -> dict[str, str]:
+    """The nodeSelector of CPU-only pods (Ray heads): the CPU flavor's node labels, maybe none."""
+    return dict(sorted(platform.cpu_flavor_node_labels))
+
+
 def toleration(toleration: Toleration) -> dict[str, Any]:
     """A toleration as the API writes it (a ResourceFlavor's, which Kueue copies into pods)."""
     rendered: dict[str, Any] = {"operator": toleration.operator, "effect": toleration.effect}

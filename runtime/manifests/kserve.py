@@ -31,9 +31,11 @@ the tenant's quota. With no pods, Kueue sees the GPUs as free and admits other w
 them; the deployment's next cold start would then wait in the queue (or never fit).
 
 The predictor is one pod per replica, so TP x PP GPUs must fit on one node; multi-node
-replicas need the kuberay backend. No nodeSelector or tolerations: the InferenceService's
-labels (including the Kueue queue name) are copied onto its pods, and Kueue's pod
-integration injects the admitted ResourceFlavor's node labels and tolerations.
+replicas need the kuberay backend. The InferenceService's labels (including the Kueue queue
+name) are copied onto its pods, and Kueue's pod integration injects the admitted
+ResourceFlavor's node labels and tolerations. The predictor selects the flavor's node labels
+itself all the same, or Kueue could admit it into another GPU flavor's quota
+(`common.gpu_node_selector`); it sets no tolerations.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from runtime.manifests.common import (
     LABEL_QUEUE_NAME,
     container_port,
     deployment_labels,
+    gpu_node_selector,
     gpu_pod_resources,
     hf_token_env,
     model_cache_volume,
@@ -235,6 +238,8 @@ def render_inferenceservice(spec: DeploymentSpec, platform: PlatformSpec) -> dic
             ANNOTATION_TARGET_UTILIZATION: "100",
             ANNOTATION_PROGRESS_DEADLINE: PROGRESS_DEADLINE,
         },
+        # Pins the predictor pods to the reserved flavor; Kueue injects its tolerations.
+        "nodeSelector": gpu_node_selector(spec.flavor),
         "containers": [_container(spec, platform)],
         "volumes": volumes,
     }

@@ -3,6 +3,17 @@
 Functions of frozen specs (`runtime.spec`) and nothing else: no ORM, no I/O, no `kubernetes`
 import. `quotas.kueue` applies what these return; the tests compare them with golden files and
 validate them against the real CRD schemas in ../shared.
+
+Flavors (README "Flavors and queues"): Kueue charges each pod set to the first flavor of the
+ClusterQueue, in list order, that has room and whose node labels the pod does not rule out.
+The ClusterQueue has one resource group covering GPUs, CPU and memory. Its first flavor is
+the platform's CPU flavor (`PlatformSpec.cpu_flavor`, no GPUs): Ray heads, which request no
+GPU, land there and never take a GPU flavor's CPU or memory. Then the tenant's GPU flavors,
+each sized for its workers only; GPU pods select their flavor's node labels, so no other GPU
+flavor (and not the CPU flavor, which has no GPUs) can admit them. Why not a second resource
+group for CPU and memory: a pod set gets one flavor per group and Kueue injects the labels of
+every flavor it got, so GPU workers would carry the CPU flavor's node labels too and their CPU
+and memory would be charged to it.
 """
 
 from __future__ import annotations
@@ -97,27 +108,62 @@ def render_resource_flavor(flavor: FlavorSpec) -> dict[str, Any]:
     }
 
 
+def render_cpu_resource_flavor(platform: PlatformSpec) -> dict[str, Any]:
+    """The CPU-only ResourceFlavor that Ray heads are charged to (`platform.cpu_flavor`).
+
+    Its node labels, if the platform names any, are what heads select and what Kueue injects;
+    it has no tolerations, so heads stay off tainted GPU nodes.
+    """
+    spec: dict[str, Any] = {}
+    if platform.cpu_flavor_node_labels:
+        spec["nodeLabels"] = dict(sorted(platform.cpu_flavor_node_labels))
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "ResourceFlavor",
+        "metadata": {"name": platform.cpu_flavor, "labels": portal_labels()},
+        "spec": spec,
+    }
+
+
 def _head_overhead(platform: PlatformSpec) -> tuple[int, int]:
     """(millicores, bytes) one RayService head pod adds to a Workload."""
     return _cpu_millis(platform.head_cpu), _memory_bytes(platform.head_memory)
 
 
-def _flavor_quota(quota: FlavorQuotaSpec, platform: PlatformSpec, *, in_cohort: bool) -> dict[str, Any]:
-    """One flavor's [gpu, cpu, memory] quotas, in COVERED_RESOURCES order.
+def _cpu_flavor_quota(spec: TenantQueueSpec, platform: PlatformSpec) -> dict[str, Any]:
+    """The CPU flavor's [gpu, cpu, memory] quotas: no GPUs, one head pod per nominal GPU.
 
-    CPU and memory follow the GPUs: per-GPU share of the node plus, per GPU, one head pod.
-    Kueue counts the head pod (which has no GPU) against the same quota, and a tenant can
-    run at most one deployment per GPU, so this headroom keeps GPUs the only binding
-    constraint; without it a 1-GPU quota could never admit a 1-GPU deployment.
+    Every deployment takes at least one GPU, so a tenant runs at most one head per GPU it
+    holds; heads for all its nominal GPUs keep GPUs the only binding constraint. GPUs
+    borrowed in the cohort bring their heads' CPU and memory along the same way: the CPU
+    flavor may borrow what other tenants' heads leave unused (no limits are set).
+    """
+    head_millis, head_bytes = _head_overhead(platform)
+    heads = sum(q.nominal_gpus for q in spec.quotas)
+    return {
+        "name": platform.cpu_flavor,
+        "resources": [
+            {"name": GPU_RESOURCE, "nominalQuota": 0},
+            {"name": "cpu", "nominalQuota": _cpu_quantity(heads * head_millis)},
+            {"name": "memory", "nominalQuota": _memory_quantity(heads * head_bytes)},
+        ],
+    }
+
+
+def _flavor_quota(quota: FlavorQuotaSpec, *, in_cohort: bool) -> dict[str, Any]:
+    """One GPU flavor's [gpu, cpu, memory] quotas, in COVERED_RESOURCES order.
+
+    CPU and memory follow the GPUs: the flavor's per-GPU share of a node, exactly what the
+    workers request, so GPUs stay the only binding constraint. Heads are charged to the CPU
+    flavor, not here.
     """
     flavor = quota.flavor
-    head_millis, head_bytes = _head_overhead(platform)
 
     def cpu(gpus: int) -> int | str:
-        return _cpu_quantity(gpus * (flavor.cpu_per_gpu * 1000 + head_millis))
+        return _cpu_quantity(gpus * flavor.cpu_per_gpu * 1000)
 
     def memory(gpus: int) -> str:
-        return _memory_quantity(gpus * (flavor.memory_gib_per_gpu * 2**30 + head_bytes))
+        return _memory_quantity(gpus * flavor.memory_gib_per_gpu * 2**30)
 
     def resource(name: str, convert: Callable[[int], int | str]) -> dict[str, Any]:
         entry: dict[str, Any] = {"name": name, "nominalQuota": convert(quota.nominal_gpus)}
@@ -139,15 +185,18 @@ def _flavor_quota(quota: FlavorQuotaSpec, platform: PlatformSpec, *, in_cohort: 
 
 
 def render_cluster_queue(spec: TenantQueueSpec, platform: PlatformSpec | None = None) -> dict[str, Any]:
-    """The tenant's ClusterQueue: GPU quota per flavor, in the tenant's borrowing cohort.
+    """The tenant's ClusterQueue: the CPU flavor for heads, then GPU quota per flavor, in the
+    tenant's borrowing cohort (the module docstring says why in this order, in one group).
 
     Preemption: a tenant reclaims its own nominal quota from borrowers regardless of
     priority (`reclaimWithinCohort: Any`), and inside its queue a higher-priority
     deployment may displace a lower one (`withinClusterQueue: LowerPriority`).
-    `platform` supplies the head pod size for the CPU/memory headroom (defaults apply
-    when omitted).
+    `platform` names the CPU flavor and the head pod size (defaults apply when omitted).
+    Raises ValueError when a GPU flavor has the CPU flavor's name.
     """
     platform = platform or PlatformSpec()
+    if any(q.flavor.name == platform.cpu_flavor for q in spec.quotas):
+        raise ValueError(f"GPU flavor {platform.cpu_flavor!r} has the name of the CPU flavor (KUEUE_CPU_FLAVOR)")
     in_cohort = bool(spec.cohort)
     cq_spec: dict[str, Any] = {
         # Only the tenant's own namespace may submit to its queue. The API server sets
@@ -164,7 +213,10 @@ def render_cluster_queue(spec: TenantQueueSpec, platform: PlatformSpec | None = 
         cq_spec["resourceGroups"] = [
             {
                 "coveredResources": list(COVERED_RESOURCES),
-                "flavors": [_flavor_quota(q, platform, in_cohort=in_cohort) for q in spec.quotas],
+                "flavors": [
+                    _cpu_flavor_quota(spec, platform),
+                    *(_flavor_quota(q, in_cohort=in_cohort) for q in spec.quotas),
+                ],
             }
         ]
     if in_cohort:

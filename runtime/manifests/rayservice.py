@@ -22,7 +22,9 @@ from runtime.manifests.common import (
     PORT_SERVE,
     PVC_MODEL_ROOT,
     container_port,
+    cpu_node_selector,
     deployment_labels,
+    gpu_node_selector,
     gpu_pod_resources,
     hf_token_env,
     model_cache_volume,
@@ -179,7 +181,12 @@ def render_serve_config(spec: DeploymentSpec) -> str:
 
 
 def _head_group(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str, Any]:
-    """Head pod: GCS, dashboard, Serve controller and proxy; never a GPU."""
+    """Head pod: GCS, dashboard, Serve controller and proxy; never a GPU.
+
+    Charged to the CPU flavor (listed first in the tenant's ClusterQueue, and selected here
+    through its node labels when it has any), never to a GPU flavor's quota. It carries no
+    GPU toleration, so it stays off tainted GPU nodes.
+    """
     resources = {"cpu": platform.head_cpu, "memory": platform.head_memory}
     group: dict[str, Any] = {
         # num-gpus 0 keeps Ray from scheduling model replicas on the head.
@@ -209,6 +216,9 @@ def _head_group(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str, Any]:
             },
         },
     }
+    node_selector = cpu_node_selector(platform)
+    if node_selector:
+        group["template"]["spec"]["nodeSelector"] = node_selector
     if spec.hf_token_secret:
         # Ray Serve LLM forwards HF_TOKEN from the controller's environment into the
         # replicas' runtime env, so the head needs it as well as the workers.
@@ -243,6 +253,7 @@ def _worker_group(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str, Any
     gpus = gpus_per_pod(spec)
     pods = pods_per_replica(spec)
     resources = gpu_pod_resources(spec.flavor, gpus)
+    node_selector = gpu_node_selector(spec.flavor)  # ValueError for a flavor that cannot be pinned
     volumes, mounts = _worker_volumes(spec, platform)
     env = [
         {"name": "HF_HOME", "value": platform.hf_cache_path},
@@ -264,9 +275,9 @@ def _worker_group(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str, Any
         "template": {
             "metadata": {"labels": deployment_labels(spec)},
             "spec": {
-                # No nodeSelector or tolerations: Kueue injects the admitted ResourceFlavor's
-                # nodeLabels and tolerations at admission. Setting them here would pin the
-                # pods to one flavor behind Kueue's back (and clash with what it injects).
+                # The flavor's node labels, so Kueue can admit the group into no other flavor
+                # (common.gpu_node_selector). Tolerations stay Kueue's to inject on admission.
+                "nodeSelector": node_selector,
                 "containers": [
                     {
                         "name": "ray-worker",
@@ -293,7 +304,9 @@ def render_rayservice(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str,
     - `spec.rayClusterConfig.suspend`: Kueue owns it (it suspends the job until admission
       and resumes it). If the portal applied it, every reconcile would fight Kueue, either
       un-suspending an unadmitted job or suspending a running one.
-    - nodeSelector/tolerations on pods: injected by Kueue from the admitted ResourceFlavor.
+    - tolerations on pods: injected by Kueue from the admitted ResourceFlavor. The pods'
+      nodeSelector *is* set, to the very labels Kueue injects: without it Kueue may admit
+      the workers into another GPU flavor's quota (see common.gpu_node_selector).
 
     `spec.upgradeStrategy.type` is "None": "NewCluster" brings up a second full cluster
     before tearing down the old one, i.e. 2x the deployment's GPUs during every upgrade,

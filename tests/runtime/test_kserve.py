@@ -39,7 +39,14 @@ H100 = FlavorSpec(
     node_labels=(("nvidia.com/gpu.product", "H100-SXM5"),),
     tolerations=(Toleration(key="nvidia.com/gpu", operator="Exists"),),
 )
-L4 = FlavorSpec(name="l4", gpu_model="L4", accelerator_type="L4", gpu_memory_gib=24, gpus_per_node=4)
+L4 = FlavorSpec(
+    name="l4",
+    gpu_model="L4",
+    accelerator_type="L4",
+    gpu_memory_gib=24,
+    gpus_per_node=4,
+    node_labels=(("nvidia.com/gpu.product", "NVIDIA-L4"),),
+)
 PLATFORM = PlatformSpec()
 
 
@@ -264,11 +271,16 @@ class TestLabelsAndScheduling:
         meta = render(small_spec())["metadata"]
         assert (meta["name"], meta["namespace"]) == ("qwen-small", "tenant-acme")
 
-    def test_no_node_selection_because_kueue_injects_it(self) -> None:
-        # H100 has node labels and tolerations; none of them may appear in the pod template.
+    def test_the_predictor_selects_its_flavors_node_labels_and_leaves_tolerations_to_kueue(self) -> None:
+        # Without the selector Kueue may admit the pods into another GPU flavor's quota.
         pred = predictor(render(large_spec()))
-        for field in ("nodeSelector", "tolerations", "affinity", "nodeName"):
+        assert pred["nodeSelector"] == {"nvidia.com/gpu.product": "H100-SXM5"}
+        for field in ("tolerations", "affinity", "nodeName"):
             assert field not in pred
+
+    def test_a_gpu_flavor_without_node_labels_is_refused(self) -> None:
+        with pytest.raises(ValueError, match="'l4' has no node labels"):
+            render(small_spec(flavor=replace(L4, node_labels=())))
 
     def test_name_kserve_would_refuse_is_refused(self) -> None:
         with pytest.raises(ValueError, match="at most 47"):

@@ -62,7 +62,14 @@ H100 = FlavorSpec(
         Toleration(key="dedicated", operator="Equal", value="inference", effect="NoExecute"),
     ),
 )
-L4 = FlavorSpec(name="l4", gpu_model="L4", accelerator_type="L4", gpu_memory_gib=24, gpus_per_node=4)
+L4 = FlavorSpec(
+    name="l4",
+    gpu_model="L4",
+    accelerator_type="L4",
+    gpu_memory_gib=24,
+    gpus_per_node=4,
+    node_labels=(("nvidia.com/gpu.product", "NVIDIA-L4"),),
+)
 PLATFORM = PlatformSpec()
 
 
@@ -141,6 +148,9 @@ GOLDEN_CASES = {
     "rayservice_large": lambda: manifests.render_rayservice(large_spec(), PLATFORM),
     "namespace": lambda: manifests.render_namespace(tenant_queue()),
     "resourceflavor_h100": lambda: manifests.render_resource_flavor(H100),
+    "resourceflavor_cpu": lambda: manifests.render_cpu_resource_flavor(
+        replace(PLATFORM, cpu_flavor_node_labels=(("node-role.example.com/cpu", "true"),))
+    ),
     "clusterqueue": lambda: manifests.render_cluster_queue(tenant_queue(), PLATFORM),
     "localqueue": lambda: manifests.render_local_queue(tenant_queue()),
     "cohort": lambda: manifests.render_cohort("shared-gpus"),
@@ -355,9 +365,27 @@ class TestRenderRayService:
             group["template"]["spec"] for group in cluster["workerGroupSpecs"]
         ]
         for pod_spec in pod_specs:
-            assert "nodeSelector" not in pod_spec
             assert "tolerations" not in pod_spec
             assert "affinity" not in pod_spec
+
+    def test_workers_select_their_flavors_node_labels_and_heads_the_cpu_flavors(self) -> None:
+        # The same labels Kueue injects from the ResourceFlavor: without them Kueue may admit
+        # the workers into another GPU flavor (tests/quotas/test_admission.py).
+        cpu_nodes = replace(PLATFORM, cpu_flavor_node_labels=(("node-role.example.com/cpu", "true"),))
+        cluster = manifests.render_rayservice(large_spec(), cpu_nodes)["spec"]["rayClusterConfig"]
+        flavor = manifests.render_resource_flavor(H100)
+        assert (
+            worker_group({"spec": {"rayClusterConfig": cluster}})["template"]["spec"]["nodeSelector"]
+            == (flavor["spec"]["nodeLabels"])
+        )
+        head = cluster["headGroupSpec"]["template"]["spec"]
+        assert head["nodeSelector"] == manifests.render_cpu_resource_flavor(cpu_nodes)["spec"]["nodeLabels"]
+        unlabelled = manifests.render_rayservice(large_spec(), PLATFORM)["spec"]["rayClusterConfig"]
+        assert "nodeSelector" not in unlabelled["headGroupSpec"]["template"]["spec"]
+
+    def test_a_gpu_flavor_without_node_labels_is_refused(self) -> None:
+        with pytest.raises(ValueError, match="'l4' has no node labels"):
+            manifests.render_rayservice(small_spec(flavor=replace(L4, node_labels=())), PLATFORM)
 
     def test_head_takes_no_gpu_and_exposes_ray_ports(self) -> None:
         head = manifests.render_rayservice(small_spec(), PLATFORM)["spec"]["rayClusterConfig"]["headGroupSpec"]
@@ -504,17 +532,26 @@ class TestRenderKueue:
         queue = manifests.render_cluster_queue(tenant_queue(), PLATFORM)
         (group,) = queue["spec"]["resourceGroups"]
         assert group["coveredResources"] == ["nvidia.com/gpu", "cpu", "memory"]
-        h100, l4 = group["flavors"]
+        cpu, h100, l4 = group["flavors"]
         # CEL rule: each flavor lists exactly the covered resources, in their order.
-        for flavor in (h100, l4):
+        for flavor in (cpu, h100, l4):
             assert [r["name"] for r in flavor["resources"]] == group["coveredResources"]
-        # 16 GPUs x (12 CPU per GPU + 2 for a head pod); 16 x (120Gi + 8Gi).
+        # 16 GPUs x 12 CPU per GPU; 16 x 120Gi: the workers only, heads go to the CPU flavor.
         assert h100 == {
             "name": "h100-sxm",
             "resources": [
                 {"name": "nvidia.com/gpu", "nominalQuota": 16, "borrowingLimit": 8},
-                {"name": "cpu", "nominalQuota": 224, "borrowingLimit": 112},
-                {"name": "memory", "nominalQuota": "2048Gi", "borrowingLimit": "1024Gi"},
+                {"name": "cpu", "nominalQuota": 192, "borrowingLimit": 96},
+                {"name": "memory", "nominalQuota": "1920Gi", "borrowingLimit": "960Gi"},
+            ],
+        }
+        # First, no GPUs, one head (2 CPU, 8Gi) per nominal GPU of the tenant (16 + 4).
+        assert cpu == {
+            "name": "portal-cpu",
+            "resources": [
+                {"name": "nvidia.com/gpu", "nominalQuota": 0},
+                {"name": "cpu", "nominalQuota": 40},
+                {"name": "memory", "nominalQuota": "160Gi"},
             ],
         }
         assert l4["resources"][0] == {
@@ -524,29 +561,39 @@ class TestRenderKueue:
         }
 
     def test_quota_admits_a_deployment_using_all_gpus_one_replica_each(self) -> None:
-        # Kueue counts the head pod too: a 1-GPU quota must admit a 1-GPU deployment.
+        # A 1-GPU quota must admit a 1-GPU deployment: worker in the GPU flavor, head in the CPU one.
         one_gpu = tenant_queue(quotas=(FlavorQuotaSpec(flavor=L4, nominal_gpus=1),))
-        (flavor,) = manifests.render_cluster_queue(one_gpu, PLATFORM)["spec"]["resourceGroups"][0]["flavors"]
+        cpu_flavor, flavor = manifests.render_cluster_queue(one_gpu, PLATFORM)["spec"]["resourceGroups"][0]["flavors"]
         quota = {r["name"]: r["nominalQuota"] for r in flavor["resources"]}
+        head_quota = {r["name"]: r["nominalQuota"] for r in cpu_flavor["resources"]}
         rayservice = manifests.render_rayservice(small_spec(), PLATFORM)
         cluster = rayservice["spec"]["rayClusterConfig"]
         (head,) = cluster["headGroupSpec"]["template"]["spec"]["containers"]
         worker = worker_container(rayservice)
-        used_cpu = int(head["resources"]["requests"]["cpu"]) + worker["resources"]["requests"]["cpu"]
-        used_gi = int(head["resources"]["requests"]["memory"][:-2]) + int(
-            worker["resources"]["requests"]["memory"][:-2]
-        )
         assert quota["nvidia.com/gpu"] >= worker["resources"]["requests"]["nvidia.com/gpu"]
-        assert quota["cpu"] >= used_cpu
-        assert int(quota["memory"][:-2]) >= used_gi
+        assert quota["cpu"] >= worker["resources"]["requests"]["cpu"]
+        assert int(quota["memory"][:-2]) >= int(worker["resources"]["requests"]["memory"][:-2])
+        assert head_quota["cpu"] >= int(head["resources"]["requests"]["cpu"])
+        assert int(head_quota["memory"][:-2]) >= int(head["resources"]["requests"]["memory"][:-2])
 
     def test_fractional_head_sizes_give_exact_quantities(self) -> None:
         platform = replace(PLATFORM, head_cpu="500m", head_memory="1536Mi")
-        one = tenant_queue(quotas=(FlavorQuotaSpec(flavor=L4, nominal_gpus=1),))
-        (flavor,) = manifests.render_cluster_queue(one, platform)["spec"]["resourceGroups"][0]["flavors"]
-        quota = {r["name"]: r["nominalQuota"] for r in flavor["resources"]}
-        assert quota["cpu"] == "8500m"
-        assert quota["memory"] == "67072Mi"  # 64Gi + 1.5Gi
+        three = tenant_queue(quotas=(FlavorQuotaSpec(flavor=L4, nominal_gpus=3),))
+        cpu_flavor, _ = manifests.render_cluster_queue(three, platform)["spec"]["resourceGroups"][0]["flavors"]
+        quota = {r["name"]: r["nominalQuota"] for r in cpu_flavor["resources"]}
+        assert quota["cpu"] == "1500m"
+        assert quota["memory"] == "4608Mi"  # 3 x 1.5Gi
+
+    def test_the_cpu_flavor_is_named_by_the_platform_and_may_not_clash_with_a_gpu_flavor(self) -> None:
+        platform = replace(PLATFORM, cpu_flavor="l4")
+        with pytest.raises(ValueError, match="name of the CPU flavor"):
+            manifests.render_cluster_queue(tenant_queue(), platform)
+        platform = replace(PLATFORM, cpu_flavor="cpu-nodes", cpu_flavor_node_labels=(("pool", "cpu"),))
+        first = manifests.render_cluster_queue(tenant_queue(), platform)["spec"]["resourceGroups"][0]["flavors"][0]
+        assert first["name"] == "cpu-nodes"
+        flavor = manifests.render_cpu_resource_flavor(platform)
+        assert (flavor["metadata"]["name"], flavor["spec"]) == ("cpu-nodes", {"nodeLabels": {"pool": "cpu"}})
+        assert_valid(flavor)
 
     def test_cluster_queue_joins_the_cohort_and_preempts_sensibly(self) -> None:
         spec = manifests.render_cluster_queue(tenant_queue())["spec"]
@@ -568,7 +615,7 @@ class TestRenderKueue:
     def test_unlimited_borrowing_is_an_absent_limit(self) -> None:
         quota = FlavorQuotaSpec(flavor=L4, nominal_gpus=2)
         spec = manifests.render_cluster_queue(tenant_queue(quotas=(quota,)))["spec"]
-        (resource, *_) = spec["resourceGroups"][0]["flavors"][0]["resources"]
+        (resource, *_) = spec["resourceGroups"][0]["flavors"][1]["resources"]
         assert resource == {"name": "nvidia.com/gpu", "nominalQuota": 2}
 
     def test_local_queue_points_at_the_cluster_queue(self) -> None:
