@@ -132,6 +132,12 @@ def reconcile(dep: ModelDeployment) -> str:
         log.warning("reconcile %s: permanent cluster error: %s", dep.pk, error)
         _record_error(dep, error)
         return "error"
+    except ValueError as error:
+        # The spec cannot be rendered (e.g. its flavor lost its node labels or its node size since
+        # approval): nothing to retry, so say why on the deployment instead of failing the task.
+        log.warning("reconcile %s: cannot render: %s", dep.pk, error)
+        _record_error(dep, ValueError(f"Cannot render the workload: {error}"))
+        return "error"
 
 
 def _remove_strays(dep: ModelDeployment, spec) -> bool:

@@ -17,8 +17,10 @@ from quotas.choices import Fit
 from quotas.models import GpuFlavor, Tenant
 from quotas.services import QuotaPreview, quota_preview
 from quotas.validators import DNS1123_LABEL
+from runtime.backends import names as backend_names
 from runtime.backends import traits as backend_traits
 from runtime.backends.local.paths import confined_model_path
+from runtime.manifests.common import placement_error
 from runtime.manifests.rayservice import RAYSERVICE_NAME_MAX
 
 NAME_MAX = 40  # "<name>-<id>" must stay within RAYSERVICE_NAME_MAX for ids below 10^6
@@ -89,7 +91,7 @@ def _source_error(source: str, backend: str) -> str | None:
         return "A model source may not contain '..', or empty or '.' path segments."
     if HF_ID.fullmatch(source) or S3_URI.fullmatch(source) or PVC_URI.fullmatch(source):
         return None
-    if backend_traits(backend).local_paths and LOCAL_PATH.fullmatch(source):
+    if _trait(backend, "local_paths", default=False) and LOCAL_PATH.fullmatch(source):
         try:
             confined_model_path(source, settings.LOCAL_MODEL_ROOT)
         except ValueError as error:
@@ -98,8 +100,13 @@ def _source_error(source: str, backend: str) -> str | None:
     return _accepted_forms(backend)
 
 
+def _trait(backend: str, name: str, *, default: bool) -> bool:
+    """A registered backend's trait; an unknown name (refused with its own field error) gets `default`."""
+    return getattr(backend_traits(backend), name) if backend in backend_names() else default
+
+
 def _accepted_forms(backend: str) -> str:
-    local = backend_traits(backend).local_paths
+    local = _trait(backend, "local_paths", default=False)
     return _SOURCE_FORMS + (f" or a path under {settings.LOCAL_MODEL_ROOT}." if local else ".")
 
 
@@ -142,15 +149,16 @@ def check_draft(data: dict, *, tenant: Tenant | None, credit_gpus: int = 0, with
             "(a whole prompt is scheduled in one step)."
         )
     if flavor is not None and "flavor" not in errors:
-        if tp > flavor.gpus_per_node:
-            errors["tensor_parallel_size"] = (
-                f"Tensor parallelism must fit in one node's NVLink domain: {flavor.gpu_model} "
-                f"nodes have {flavor.gpus_per_node} GPUs. Use pipeline parallelism to span nodes."
-            )
-        elif flavor.gpus_per_node % tp:
-            errors["tensor_parallel_size"] = (
-                f"Tensor parallel size must divide the {flavor.gpus_per_node} GPUs per node."
-            )
+        backend = data.get("backend") or settings.RUNTIME_DEFAULT_BACKEND
+        problem = placement_error(
+            tensor_parallel_size=tp,
+            pipeline_parallel_size=pp,
+            gpus_per_node=flavor.gpus_per_node,
+            flavor=flavor.name,
+            whole_node_pods=_trait(backend, "whole_node_pods", default=False),
+        )
+        if problem:
+            errors["tensor_parallel_size"] = problem[0].upper() + problem[1:] + "."
     check = DraftCheck(errors=errors)
     if flavor is not None and "tensor_parallel_size" not in errors and util and "gpu_memory_utilization" not in errors:
         check.memory = sizing.estimate(
@@ -164,7 +172,9 @@ def check_draft(data: dict, *, tenant: Tenant | None, credit_gpus: int = 0, with
             gpu_memory_gib=flavor.gpu_memory_gib,
             gpu_memory_utilization=util,
         )
-        if check.memory.verdict == "does_not_fit" and backend_traits(backend).sized_for_gpus:
+        if check.memory.verdict == "does_not_fit" and (
+            backend not in backend_names() or backend_traits(backend).sized_for_gpus
+        ):
             errors["tensor_parallel_size"] = check.memory.message
         elif check.memory.verdict == "thin":
             warnings.append(check.memory.message)

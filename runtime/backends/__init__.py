@@ -32,6 +32,7 @@ class Traits:
     metrics_from_pods: bool  # metrics are read from the workload's pods, not one endpoint URL
     local_paths: bool  # model sources may be paths under LOCAL_MODEL_ROOT
     sized_for_gpus: bool  # the GPU-memory check applies (False: CPU engine, sized by the host)
+    whole_node_pods: bool  # a replica bigger than a node is split into whole-node pods (PP across nodes)
     preview: Callable[[DeploymentSpec], Any]  # the object (or Serve config) it would apply
 
 
@@ -131,6 +132,6 @@ def _preview_serve_config(spec: DeploymentSpec):
     return serve_config_v2(spec)
 
 
-register("kuberay", _kuberay, Traits(True, True, False, True, _preview_rayservice))
-register("kserve", _kserve, Traits(True, False, False, True, _preview_inferenceservice))
-register("local", _local, Traits(False, False, True, False, _preview_serve_config))
+register("kuberay", _kuberay, Traits(True, True, False, True, True, _preview_rayservice))
+register("kserve", _kserve, Traits(True, False, False, True, False, _preview_inferenceservice))
+register("local", _local, Traits(False, False, True, False, False, _preview_serve_config))

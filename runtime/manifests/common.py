@@ -173,3 +173,35 @@ def pvc_model_path(model_source: str) -> str | None:
         return None
     claim, path = parse_pvc_source(model_source)
     return "/".join(part for part in (PVC_MODEL_ROOT, claim, path) if part)
+
+
+def placement_error(
+    *, tensor_parallel_size: int, pipeline_parallel_size: int, gpus_per_node: int, flavor: str, whole_node_pods: bool
+) -> str | None:
+    """Why a replica of this shape cannot be placed on `flavor`'s nodes, or None when it can.
+
+    The one placement rule, used by both renderers and by the request validation. Tensor
+    parallelism needs NVLink, so a TP group lives inside one node and every pod holds whole TP
+    groups (the node's GPUs are a multiple of TP); pipeline stages may cross nodes only where the
+    backend splits a replica into whole-node pods (`whole_node_pods`: KubeRay worker groups).
+    """
+    tp, gpus = tensor_parallel_size, tensor_parallel_size * pipeline_parallel_size
+    if tp > gpus_per_node:
+        return (
+            f"tensor_parallel_size {tp} does not fit in one {flavor} node ({gpus_per_node} GPUs, one NVLink "
+            "domain); use pipeline parallelism across nodes"
+        )
+    if gpus_per_node % tp:
+        return (
+            f"tensor_parallel_size {tp} must divide the {gpus_per_node} GPUs of a {flavor} node, "
+            "or a tensor-parallel group would straddle two nodes"
+        )
+    if gpus > gpus_per_node and not whole_node_pods:
+        return (
+            f"tensor_parallel_size {tp} x pipeline_parallel_size {pipeline_parallel_size} = {gpus} GPUs per "
+            f"replica, but a {flavor} node has {gpus_per_node}; this backend runs a replica in one pod on one "
+            "node, so multi-node replicas need the kuberay backend"
+        )
+    if gpus > gpus_per_node and gpus % gpus_per_node:
+        return f"{gpus} GPUs per replica cannot be split into whole {gpus_per_node}-GPU nodes"
+    return None

@@ -53,6 +53,7 @@ from runtime.manifests.common import (
     hf_token_env,
     model_cache_volume,
     parse_pvc_source,
+    placement_error,
     shm_volume,
 )
 from runtime.spec import DeploymentSpec, PlatformSpec
@@ -106,15 +107,16 @@ def inferenceservice_name(deployment_name: str) -> str:
 
 def kserve_gpus_per_pod(spec: DeploymentSpec) -> int:
     """GPUs the single predictor pod needs (TP x PP), or ValueError when no node has them."""
+    problem = placement_error(
+        tensor_parallel_size=spec.tensor_parallel_size,
+        pipeline_parallel_size=spec.pipeline_parallel_size,
+        gpus_per_node=spec.flavor.gpus_per_node,
+        flavor=spec.flavor.name,
+        whole_node_pods=False,
+    )
+    if problem:
+        raise ValueError(problem)
     gpus = spec.gpus_per_replica
-    per_node = spec.flavor.gpus_per_node
-    if gpus > per_node:
-        raise ValueError(
-            f"tensor_parallel_size {spec.tensor_parallel_size} x pipeline_parallel_size "
-            f"{spec.pipeline_parallel_size} = {gpus} GPUs per replica, but a {spec.flavor.name} "
-            f"node has {per_node}; the kserve backend runs a replica in one pod on one node, "
-            "so multi-node replicas need the kuberay backend"
-        )
     return gpus
 
 

@@ -29,6 +29,7 @@ from runtime.manifests.common import (
     hf_token_env,
     model_cache_volume,
     parse_pvc_source,
+    placement_error,
     pvc_model_path,
     shm_volume,
 )
@@ -85,15 +86,17 @@ def pods_per_replica(spec: DeploymentSpec) -> int:
     """
     gpus = spec.gpus_per_replica
     per_node = spec.flavor.gpus_per_node
-    if spec.tensor_parallel_size > per_node:
-        raise ValueError(
-            f"tensor_parallel_size {spec.tensor_parallel_size} does not fit in one "
-            f"{spec.flavor.name} node ({per_node} GPUs); use pipeline parallelism across nodes"
-        )
+    problem = placement_error(
+        tensor_parallel_size=spec.tensor_parallel_size,
+        pipeline_parallel_size=spec.pipeline_parallel_size,
+        gpus_per_node=per_node,
+        flavor=spec.flavor.name,
+        whole_node_pods=True,
+    )
+    if problem:
+        raise ValueError(problem)
     if gpus <= per_node:
         return 1
-    if gpus % per_node:
-        raise ValueError(f"{gpus} GPUs per replica cannot be split into whole {per_node}-GPU nodes")
     return gpus // per_node
 
 
@@ -315,6 +318,10 @@ def render_rayservice(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str,
     running cluster alone when rayClusterConfig changes; such a change has to be rolled
     out by deleting and recreating the RayService.
     """
+    if spec.max_replicas < max(spec.min_replicas, 1):  # the kserve renderer refuses the same shapes
+        raise ValueError(
+            f"max_replicas {spec.max_replicas} must be at least 1 and at least min_replicas {spec.min_replicas}"
+        )
     name = rayservice_name(spec.name)
     metadata: dict[str, Any] = {
         "name": name,

@@ -269,3 +269,33 @@ def test_a_stopped_deployment_changed_within_the_policy_is_approved_by_the_polic
     assert ModelDeployment.objects.get(pk=body["id"]).state == State.STOPPED
     assert audit_actions(body["id"])[-2:] == [("deployment.update", "alpha-member"), ("deployment.approve", "policy")]
     assert member.post(f"{API}/{body['id']}/start/").status_code == 200
+
+
+class TestPlacementIsOneRule:
+    """Validation and the renderers share runtime.manifests.common.placement_error: a request the
+    portal accepts (and reserves GPUs for) always renders."""
+
+    def test_a_replica_that_cannot_be_split_into_whole_nodes_is_refused_at_request(self, world):
+        response = world.client("member").post(
+            f"{API}/", api_draft(world, tensor_parallel_size=4, pipeline_parallel_size=3), format="json"
+        )
+        assert response.status_code == 400
+        assert (
+            "12 GPUs per replica cannot be split into whole 8-GPU nodes" in response.json()["tensor_parallel_size"][0]
+        )
+
+    def test_a_kserve_replica_wider_than_a_node_is_refused_at_request(self, world):
+        draft = api_draft(world, backend="kserve", tensor_parallel_size=8, pipeline_parallel_size=2)
+        response = world.client("member").post(f"{API}/", draft, format="json")
+        assert response.status_code == 400 and "need the kuberay backend" in response.json()["tensor_parallel_size"][0]
+
+    def test_a_spec_that_stops_rendering_after_approval_becomes_a_condition(self, world, cluster_api):
+        from deployments.reconcile import reconcile
+
+        body = approve(world, request_one(world))
+        world.h100.node_labels = {}
+        world.h100.save()
+        dep = ModelDeployment.objects.get(pk=body["id"])
+        assert reconcile(dep) == "error"
+        dep.refresh_from_db()
+        assert "Cannot render the workload" in dep.condition("Ready")["message"]

@@ -190,19 +190,23 @@ def reserved_gpus(spec: DeploymentSpec) -> int:
 
 
 def must_render(spec: DeploymentSpec) -> bool:
-    """Shapes every backend can place and so must not refuse: one pod holds the replica, or
-    (kuberay) whole nodes hold whole TP groups."""
+    """Shapes every backend can place and so must not refuse: whole TP groups fill a node (the
+    portal's one placement rule, runtime.manifests.common.placement_error, asks that TP divide a
+    node's GPUs even for a one-pod replica), and one pod holds the replica or (kuberay) whole
+    nodes hold it."""
     tp, gpus, per_node = spec.tensor_parallel_size, spec.gpus_per_replica, spec.flavor.gpus_per_node
+    if tp > per_node or per_node % tp:
+        return False
     if gpus <= per_node:
         return True
-    return spec.backend == "kuberay" and per_node % tp == 0 and gpus % per_node == 0
+    return spec.backend == "kuberay" and gpus % per_node == 0
 
 
 def must_refuse(spec: DeploymentSpec) -> bool:
-    """Shapes no node can hold: a TP group wider than a node, or a kserve replica (one pod)
-    wider than a node."""
+    """Shapes no node can hold: a TP group wider than a node or not dividing it, or a kserve
+    replica (one pod) wider than a node."""
     per_node = spec.flavor.gpus_per_node
-    if spec.tensor_parallel_size > per_node:
+    if spec.tensor_parallel_size > per_node or per_node % spec.tensor_parallel_size:
         return True
     return spec.backend == "kserve" and spec.gpus_per_replica > per_node
 
@@ -260,16 +264,6 @@ def test_every_shape_renders_consistent_gpus_or_is_refused_clearly(spec: Deploym
     assert rendered.kueue_gpus(at_max=False) == spec.min_replicas * tp * pp, describe(spec)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "runtime/manifests/rayservice.py pods_per_replica/gpus_per_pod split TP x PP GPUs into "
-        "gpus // gpus_per_node pods of gpus_per_node GPUs, checking only that TP <= gpus_per_node "
-        "and that the total divides; they never require gpus_per_node % TP == 0, so a TP group "
-        "straddles two pods (nodes) without NVLink. Minimal: gpus_per_node=3, TP=2, PP=3 renders "
-        "2 pods x 3 GPUs (TP group {2,3} spans both); also node 6/TP 4/PP 3 and node 8/TP 3/PP 8"
-    ),
-)
 @PROPERTY
 @given(spec=shapes(backends=("kuberay",)))
 @example(spec=small_spec(flavor=replace(L4, gpus_per_node=3), tensor_parallel_size=2, pipeline_parallel_size=3))
@@ -297,7 +291,7 @@ REPLICA_BOUNDS_BUG = (
 
 @pytest.mark.parametrize(
     "backend",
-    ["kserve", pytest.param("kuberay", marks=pytest.mark.xfail(strict=True, reason=REPLICA_BOUNDS_BUG))],
+    ["kserve", "kuberay"],
 )
 @PROPERTY
 @given(low=st.integers(0, 4), high=st.integers(0, 4))

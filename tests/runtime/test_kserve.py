@@ -299,7 +299,7 @@ class TestResources:
     def test_replica_larger_than_a_node_needs_the_kuberay_backend(self) -> None:
         with pytest.raises(ValueError, match=r"16 GPUs per replica.*h100-sxm.*8.*kuberay"):
             render(large_spec(tensor_parallel_size=8, pipeline_parallel_size=2))
-        with pytest.raises(ValueError, match="kuberay"):
+        with pytest.raises(ValueError, match="tensor_parallel_size 8 does not fit in one l4 node"):
             render(small_spec(tensor_parallel_size=8))
 
     def test_shared_memory_is_a_memory_backed_dev_shm(self) -> None:
