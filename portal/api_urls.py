@@ -3,6 +3,7 @@ from rest_framework.routers import DefaultRouter
 
 from deployments.api.views import DeploymentViewSet
 from portal.api import AuditEventViewSet, TenantViewSet, TokenViewSet, me
+from portal.cluster_api import ClusterSweepView, OrphanDeleteView
 from quotas.api.views import (
     ClusterUsageView,
     GpuFlavorViewSet,
@@ -31,6 +32,8 @@ urlpatterns = [
     path("me/", me, name="api-me"),
     path("quota-preview/", QuotaPreviewView.as_view(), name="quota-preview"),
     path("cluster/usage/", ClusterUsageView.as_view(), name="cluster-usage"),
+    path("cluster/sweep/", ClusterSweepView.as_view(), name="cluster-sweep"),
+    path("cluster/orphans/delete/", OrphanDeleteView.as_view(), name="cluster-orphan-delete"),
     path("", include(router.urls)),
     path("", include("metrics.api.urls")),  # deployments/<id>/metrics/, summary/, advice/
 ]

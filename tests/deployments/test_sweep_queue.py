@@ -149,6 +149,19 @@ class TestOrphans:
         assert admin.post("/cluster/orphans/kuberay/alpha/not-an-orphan/delete/").status_code == 404
         assert not AuditEvent.objects.filter(action="orphan.delete").exists()
 
+    def test_the_api_lists_and_deletes_orphans_like_the_page(self, world, cluster_api):
+        put_orphan(cluster_api, "beta", "old-llama")
+        sweep()
+        admin = world.client("platform_admin")
+        listed = admin.get("/api/v1/cluster/sweep/").json()
+        assert [(o["namespace"], o["name"]) for o in listed["orphans"]] == [("beta", "old-llama")]
+        body = {"backend": "kuberay", "namespace": "beta", "name": "old-llama"}
+        assert world.client("tenant_admin").post("/api/v1/cluster/orphans/delete/", body).status_code == 403
+        assert admin.post("/api/v1/cluster/orphans/delete/", body).json() == {"deleted": True}
+        assert cluster_api.get_object(k8s.RAYSERVICE, "old-llama", "beta") is None
+        assert AuditEvent.objects.get(action="orphan.delete").object_id == "beta/old-llama"
+        assert admin.post("/api/v1/cluster/orphans/delete/", {**body, "name": "never"}).status_code == 404
+
     def test_a_workload_whose_rayservice_is_gone_is_an_orphan_too(self, world, cluster_api):
         put_orphan(cluster_api, "beta", "old-llama")
         job = cluster_api.get_object(k8s.RAYSERVICE, "old-llama", "beta")

@@ -319,6 +319,7 @@ def body_targets(world):
         ("platform_admin", "POST", f"/api/v1/quota-requests/{change.pk}/reject/"),
         ("platform_admin", "POST", f"/api/v1/quotas/{quota.pk}/set/"),
         ("member", "POST", "/api/v1/tokens/"),
+        ("platform_admin", "POST", "/api/v1/cluster/orphans/delete/"),
     ]
 
 

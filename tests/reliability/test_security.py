@@ -120,6 +120,7 @@ READ_ALL = expect(other_member=200)  # lists and global reads: filtered, never r
 ALPHA_READ = expect()  # an alpha object: 404 for the other tenant
 MEMBER_WRITE = expect(viewer=403)
 ADMIN_ONLY = expect(viewer=403, member=403, tenant_admin=403)
+NO_SUCH_ORPHAN = {"backend": "kuberay", "namespace": "alpha", "name": "x"}
 
 D = "/api/v1/deployments"
 # (route name, method) → (call(world, client), expected status per role)
@@ -128,6 +129,17 @@ MATRIX = {
     ("quota-preview", "get"): (
         lambda w, c: c.get("/api/v1/quota-preview/", {"tenant": "alpha", "flavor": "h100-sxm5", "gpus": 1}),
         ALPHA_READ,
+    ),
+    ("cluster-sweep", "get"): (
+        lambda w, c: c.get("/api/v1/cluster/sweep/"),
+        expect(viewer=403, member=403, tenant_admin=403, other_member=403),
+    ),
+    # Nothing was swept in this world: an admin's valid request names no known orphan (404).
+    ("cluster-orphan-delete", "post"): (
+        lambda w, c: c.post(
+            "/api/v1/cluster/orphans/delete/", {"backend": "kuberay", "namespace": "alpha", "name": "x"}
+        ),
+        expect(viewer=403, member=403, tenant_admin=403, other_member=403, platform_admin=404),
     ),
     ("cluster-usage", "get"): (
         lambda w, c: c.get("/api/v1/cluster/usage/"),

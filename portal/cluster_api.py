@@ -1,0 +1,54 @@
+"""Platform admins' cluster API: what the last sweep read (pending workloads, orphans), and
+deleting an orphan — the same service the Cluster page's confirm form calls."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from core.throttles import WriteThrottle
+from deployments.reconcile import last_orphans, last_pending_workloads, orphan_delete
+from quotas.models import is_platform_admin
+from runtime.k8s import ClusterError
+
+ADMINS_ONLY = {"detail": "Only platform admins see and clean up the cluster.", "code": "permission_denied"}
+
+
+class OrphanSerializer(serializers.Serializer):
+    backend = serializers.CharField(max_length=20)
+    namespace = serializers.SlugField(max_length=63)
+    name = serializers.CharField(max_length=253)
+
+
+class ClusterSweepView(APIView):
+    """The last sweep's Kueue pending workloads per ClusterQueue and the orphans it found."""
+
+    @extend_schema(responses={200: dict, 403: dict})
+    def get(self, request):
+        if not is_platform_admin(request.user):
+            return Response(ADMINS_ONLY, status=status.HTTP_403_FORBIDDEN)
+        return Response({"pending": last_pending_workloads(), "orphans": last_orphans()})
+
+
+class OrphanDeleteView(APIView):
+    """Delete one object the last sweep reported as orphaned (checked again first; audited)."""
+
+    throttle_classes = [WriteThrottle]
+
+    @extend_schema(request=OrphanSerializer, responses={200: dict, 403: dict, 404: dict, 409: dict})
+    def post(self, request):
+        if not is_platform_admin(request.user):
+            return Response(ADMINS_ONLY, status=status.HTTP_403_FORBIDDEN)
+        body = OrphanSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            deleted = orphan_delete(actor=request.user, **body.validated_data)
+        except LookupError as error:
+            return Response({"detail": str(error), "code": "not_found"}, status=status.HTTP_404_NOT_FOUND)
+        except ValueError as error:
+            return Response({"detail": str(error), "code": "conflict"}, status=status.HTTP_409_CONFLICT)
+        except ClusterError as error:
+            return Response({"detail": str(error), "code": "cluster_error"}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        return Response({"deleted": deleted})
