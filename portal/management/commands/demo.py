@@ -49,6 +49,7 @@ FLAVORS = [
         cpu_per_gpu=4,
         memory_gib_per_gpu=32,
         price_per_gpu_hour=Decimal("0.70"),
+        node_labels={"node.kubernetes.io/instance-type": "g6.48xlarge"},  # pods are pinned to these
     ),
     # The local backend runs on this machine's CPU; the "GPU" here is one engine slot.
     dict(
