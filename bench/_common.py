@@ -191,6 +191,7 @@ def seed_flavor():
         cpu_per_gpu=12,
         memory_gib_per_gpu=120,
         price_per_gpu_hour=Decimal("3.90"),
+        node_labels={"node.kubernetes.io/instance-type": "p5.48xlarge"},  # GPU pods are pinned to these
     )
 
 
