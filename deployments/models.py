@@ -11,6 +11,27 @@ from deployments.limits import LIMITS
 from quotas.models import GpuFlavor, Tenant, TenantOwnedQuerySet
 from quotas.validators import validate_dns1123_label
 
+# The fields a request sets and a spec update may change (services, serializers and the API list).
+SPEC_FIELDS = (
+    "model_source",
+    "served_model_name",
+    "hf_token_secret",
+    "flavor",
+    "backend",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "min_replicas",
+    "max_replicas",
+    "target_ongoing_requests",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "enable_chunked_prefill",
+    "max_num_batched_tokens",
+    "quantization",
+    "dtype",
+    "parameter_count_b",
+)
+
 
 class DeploymentQuerySet(TenantOwnedQuerySet):
     def live(self):

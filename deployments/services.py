@@ -13,7 +13,7 @@ from core.exceptions import ConflictError, DomainError, Forbidden
 from core.models import audit
 from deployments.choices import EventType, State
 from deployments.limits import LIMITS
-from deployments.models import DeploymentEvent, ModelDeployment
+from deployments.models import SPEC_FIELDS, DeploymentEvent, ModelDeployment
 from deployments.states import HOLDS_QUOTA, PERMISSIONS, RUNNING, Action, Actor, actor_of, authorize, check_transition
 from deployments.validation import check_draft
 from quotas.choices import Fit
@@ -21,25 +21,6 @@ from quotas.models import Tenant
 from quotas.services import quota_release, quota_reserve
 
 OWNER = "deployment"
-SPEC_FIELDS = (
-    "model_source",
-    "served_model_name",
-    "hf_token_secret",
-    "flavor",
-    "backend",
-    "tensor_parallel_size",
-    "pipeline_parallel_size",
-    "min_replicas",
-    "max_replicas",
-    "target_ongoing_requests",
-    "max_model_len",
-    "gpu_memory_utilization",
-    "enable_chunked_prefill",
-    "max_num_batched_tokens",
-    "quantization",
-    "dtype",
-    "parameter_count_b",
-)
 # A change to any of these changes what runs on the GPUs (the model, where, how its memory is laid
 # out), so it needs approval again unless the tenant's policy covers it. More GPUs do as well;
 # fewer do not. Names, autoscaling targets and the token secret's name change nothing the

@@ -4,7 +4,7 @@ from rest_framework import serializers
 
 from deployments.choices import Backend, Dtype, Quantization
 from deployments.limits import LIMITS
-from deployments.models import DeploymentEvent, ModelDeployment
+from deployments.models import SPEC_FIELDS, DeploymentEvent, ModelDeployment
 from deployments.queries import derived_badge
 from quotas.models import GpuFlavor, Tenant
 
@@ -104,23 +104,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "tenant",
             "name",
             "resource_name",
-            "model_source",
-            "served_model_name",
-            "hf_token_secret",
-            "flavor",
-            "backend",
-            "tensor_parallel_size",
-            "pipeline_parallel_size",
-            "min_replicas",
-            "max_replicas",
-            "target_ongoing_requests",
-            "max_model_len",
-            "gpu_memory_utilization",
-            "enable_chunked_prefill",
-            "max_num_batched_tokens",
-            "quantization",
-            "dtype",
-            "parameter_count_b",
+            *SPEC_FIELDS,
             "gpus_per_replica",
             "gpus_needed",
             "state",

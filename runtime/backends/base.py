@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from abc import ABC, abstractmethod
 from typing import Any, Protocol
 
 from runtime import k8s
@@ -55,7 +56,7 @@ def annotation(obj: dict[str, Any], key: str) -> str | None:
     return ((obj.get("metadata") or {}).get("annotations") or {}).get(key)
 
 
-class ClusterObjectBackend:
+class ClusterObjectBackend(ABC):
     """A deployment served by one custom object that Kueue admits through the tenant's LocalQueue.
 
     Subclasses name the `kind`, render it (`desired`), converge it (`ensure`) and read its
@@ -69,15 +70,17 @@ class ClusterObjectBackend:
         self.cluster = cluster
         self.platform = platform
 
+    @abstractmethod
     def desired(self, spec: DeploymentSpec) -> dict[str, Any]:
-        raise NotImplementedError
+        """The object to apply for `spec` (rendered, with the portal's annotations)."""
 
+    @abstractmethod
     def ensure(self, spec: DeploymentSpec) -> Observation:
-        raise NotImplementedError
+        """Create or update the object so it matches `spec`, then observe it."""
 
+    @abstractmethod
     def status(self, spec: DeploymentSpec, obj: dict, workload: dict | None) -> Observation:
         """State and conditions from the object and its Kueue Workload (None: no Workload yet)."""
-        raise NotImplementedError
 
     def _create(self, spec: DeploymentSpec, desired: dict[str, Any], events: list[tuple[str, str, str]]) -> dict:
         current = self.cluster.apply(desired)

@@ -59,6 +59,11 @@ def quantity(value: str | int | float) -> Fraction:
     return Fraction(match["number"]) * _SUFFIX[match["suffix"]]
 
 
+class NotModelled(Exception):
+    """An input outside what this model of Kueue covers (node affinity, flavor taints): the model
+    refuses rather than answer wrongly. The portal renders neither today."""
+
+
 @dataclass(frozen=True)
 class PodSet:
     name: str
@@ -69,7 +74,7 @@ class PodSet:
 
 def _pod_set(name: str, count: int, pod_spec: dict[str, Any]) -> PodSet:
     if pod_spec.get("affinity"):
-        raise NotImplementedError(f"pod set {name}: node affinity is not modelled")
+        raise NotModelled(f"pod set {name}: node affinity is not modelled")
     requests: dict[str, Fraction] = {}
     for container in pod_spec.get("containers") or []:
         for resource, value in ((container.get("resources") or {}).get("requests") or {}).items():
@@ -114,7 +119,7 @@ def admit(
     labels = {f["metadata"]["name"]: dict((f.get("spec") or {}).get("nodeLabels") or {}) for f in resource_flavors}
     for flavor in resource_flavors:
         if (flavor.get("spec") or {}).get("nodeTaints"):
-            raise NotImplementedError("flavor taints are not modelled")
+            raise NotModelled("flavor taints are not modelled")
     in_cohort = bool(cluster_queue["spec"].get("cohortName"))
     used: dict[tuple[str, str], Fraction] = {k: Fraction(v) for k, v in (usage or {}).items()}
     spare = cohort_spare or {}
