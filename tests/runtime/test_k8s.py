@@ -104,17 +104,28 @@ class TestApply:
 
     def test_it_refuses_a_kind_it_does_not_know(self, cluster):
         with pytest.raises(ValueError, match="unknown kind"):
-            cluster.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "p"}})
+            cluster.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "p"}})
         assert sum(cluster.calls.values()) == 0
 
     def test_pods_are_only_ever_listed(self, cluster):
         # The portal reads Ray pods for metrics and must never write one (RBAC grants list only).
-        with pytest.raises(ValueError, match="only listed"):
+        with pytest.raises(ValueError, match="never writes Pod"):
             cluster.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": NS}})
-        with pytest.raises(ValueError, match="only listed"):
+        with pytest.raises(ValueError, match="does not read Pod"):
             cluster.get(k8s.POD, "p", NS)
         assert sum(cluster.calls.values()) == 0
         assert cluster.list(k8s.POD, NS) == [] and cluster.calls["list"] == 1
+
+    def test_read_only_core_kinds_are_never_written_or_deleted(self, cluster):
+        for kind in (k8s.EVENT, k8s.NODE, k8s.PVC, k8s.CONFIGMAP):
+            meta = {"name": "x", "namespace": NS} if kind.namespaced else {"name": "x"}
+            with pytest.raises(ValueError, match=f"never writes {kind.kind}"):
+                cluster.apply({"apiVersion": "v1", "kind": kind.kind, "metadata": meta})
+            with pytest.raises(ValueError, match=f"never writes {kind.kind}"):
+                cluster.delete(kind, "x", NS)
+        with pytest.raises(ValueError, match="does not list PersistentVolumeClaim"):
+            cluster.list(k8s.PVC, NS)
+        assert sum(cluster.calls.values()) == 0
 
 
 class TestGet:

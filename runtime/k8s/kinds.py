@@ -1,0 +1,103 @@
+"""Resource types as the API addresses them, and label matching. Pure: no client imports."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# --- kinds -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A resource type as the API addresses it; `group` is "" for the core API."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        """The `apiVersion` field of objects of this kind."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def is_core(self) -> bool:
+        """Core kinds go through CoreV1Api, custom resources through CustomObjectsApi."""
+        return self.group == ""
+
+    @property
+    def key(self) -> str:
+        """`group/version/plural`, the spelling kmock and the test fixture use."""
+        return f"{self.group}/{self.version}/{self.plural}" if self.group else (f"{self.version}/{self.plural}")
+
+
+RAYSERVICE = Kind("ray.io", "v1", "rayservices", "RayService")
+WORKLOAD = Kind("kueue.x-k8s.io", "v1beta2", "workloads", "Workload")
+CLUSTERQUEUE = Kind("kueue.x-k8s.io", "v1beta2", "clusterqueues", "ClusterQueue", namespaced=False)
+LOCALQUEUE = Kind("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue")
+RESOURCEFLAVOR = Kind("kueue.x-k8s.io", "v1beta2", "resourceflavors", "ResourceFlavor", namespaced=False)
+COHORT = Kind("kueue.x-k8s.io", "v1beta2", "cohorts", "Cohort", namespaced=False)
+INFERENCESERVICE = Kind("serving.kserve.io", "v1beta1", "inferenceservices", "InferenceService")
+NAMESPACE = Kind("", "v1", "namespaces", "Namespace", namespaced=False)
+# Read only, never written: pods (listed for the metrics scrape and the log tails), Events
+# (listed per tenant namespace for a deployment's timeline), and what the readiness page reads
+# (nodes for each flavor, the model-cache claim, Kueue's configuration).
+POD = Kind("", "v1", "pods", "Pod")
+EVENT = Kind("", "v1", "events", "Event")
+NODE = Kind("", "v1", "nodes", "Node", namespaced=False)
+PVC = Kind("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
+CONFIGMAP = Kind("", "v1", "configmaps", "ConfigMap")
+
+# Kueue's visibility API (an aggregated API served by the Kueue controller, not a CRD): the
+# pending workloads of a ClusterQueue in admission order. Only the ClusterQueue view is read —
+# it carries both positions (in the ClusterQueue and in the workload's LocalQueue), so one call
+# per ClusterQueue answers every deployment queued in it. Its items (PendingWorkload, v1beta1)
+# carry no pod sets, so the GPUs ahead of a deployment come from the Workloads the sweep lists.
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+VISIBILITY_VERSION = "v1beta1"
+PENDING_WORKLOADS_PATH = f"/apis/{VISIBILITY_GROUP}/{VISIBILITY_VERSION}/clusterqueues/{{name}}/pendingworkloads"
+
+KINDS: tuple[Kind, ...] = (
+    RAYSERVICE,
+    WORKLOAD,
+    CLUSTERQUEUE,
+    LOCALQUEUE,
+    RESOURCEFLAVOR,
+    COHORT,
+    INFERENCESERVICE,
+    NAMESPACE,
+    POD,
+    EVENT,
+    NODE,
+    PVC,
+    CONFIGMAP,
+)
+_KINDS_BY_TYPE = {(k.api_version, k.kind): k for k in KINDS}
+
+
+def kind_of(obj: Mapping[str, Any]) -> Kind:
+    """The `Kind` of a manifest, from its `apiVersion` and `kind`."""
+    try:
+        return _KINDS_BY_TYPE[obj["apiVersion"], obj["kind"]]
+    except KeyError:
+        raise ValueError(
+            f"unknown kind {obj.get('apiVersion')}/{obj.get('kind')}: add it to runtime.k8s.KINDS"
+        ) from None
+
+
+def labels_match(obj: Mapping[str, Any], selector: Mapping[str, str] | None) -> bool:
+    """Whether `obj` carries every label in `selector` with the same value."""
+    if not selector:
+        return True
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+def _selector_string(selector: Mapping[str, str] | None) -> str | None:
+    if not selector:
+        return None
+    return ",".join(f"{key}={value}" for key, value in sorted(selector.items()))
