@@ -16,8 +16,8 @@ from deployments.limits import LIMITS
 from deployments.models import SPEC_FIELDS, DeploymentEvent, ModelDeployment
 from deployments.states import HOLDS_QUOTA, PERMISSIONS, RUNNING, Action, Actor, actor_of, authorize, check_transition
 from deployments.validation import check_draft
-from quotas.choices import Fit
 from quotas.models import Tenant
+from quotas.policy import auto_approves
 from quotas.services import quota_release, quota_reserve
 
 OWNER = "deployment"
@@ -131,8 +131,7 @@ def _release(dep: ModelDeployment) -> None:
 
 def _policy_covers(dep: ModelDeployment, fit: str | None) -> bool:
     """The tenant's auto-approve policy: within nominal quota and at most its GPU ceiling."""
-    limit = dep.tenant.auto_approve_max_gpus
-    return bool(limit) and fit == Fit.NOMINAL and dep.gpus_needed <= limit
+    return auto_approves(tenant=dep.tenant, gpus=dep.gpus_needed, fit=fit)
 
 
 def _policy_reason(tenant: Tenant) -> str:

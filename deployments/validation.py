@@ -15,6 +15,7 @@ from django.conf import settings
 from deployments import sizing
 from quotas.choices import Fit
 from quotas.models import GpuFlavor, Tenant
+from quotas.policy import policy_errors
 from quotas.services import QuotaPreview, quota_preview
 from quotas.validators import DNS1123_LABEL
 from runtime.backends import names as backend_names
@@ -178,6 +179,9 @@ def check_draft(data: dict, *, tenant: Tenant | None, credit_gpus: int = 0, with
             errors["tensor_parallel_size"] = check.memory.message
         elif check.memory.verdict == "thin":
             warnings.append(check.memory.message)
+    if tenant is not None:  # the tenant's policy (quotas.policy): allowed flavors, GPUs per deployment
+        for field, message in policy_errors(tenant=tenant, flavor=flavor, gpus=hi * tp * pp).items():
+            errors.setdefault(field, message)
     if with_quota and tenant is not None and flavor is not None and not errors:
         check.quota = quota_preview(tenant=tenant, flavor=flavor, gpus=hi * tp * pp, credit_gpus=credit_gpus)
         if check.quota.fit == Fit.NO_FIT:

@@ -7,6 +7,11 @@ class Role(models.TextChoices):
     TENANT_ADMIN = "tenant_admin", "Tenant admin"
 
 
+class MembershipSource(models.TextChoices):
+    MANUAL = "manual", "Added in the portal"
+    IDP = "idp", "Identity-provider group"
+
+
 # Higher rank includes the lower ones.
 ROLE_RANK = {Role.VIEWER: 1, Role.MEMBER: 2, Role.TENANT_ADMIN: 3}
 

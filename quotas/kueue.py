@@ -55,7 +55,10 @@ def sync_kueue(*, tenant_id: int | None = None) -> int:
         if spec.cohort not in cohorts:
             cohorts.add(spec.cohort)
             written += _apply_if_changed(cluster, render_cohort(spec.cohort))
-        for obj in (render_namespace(spec), render_cluster_queue(spec, platform), render_local_queue(spec)):
+        written += _apply_if_changed(cluster, render_namespace(spec))
+        if tenant.namespace_created is None:  # from now on the slug names a cluster object: fixed
+            Tenant.objects.filter(pk=tenant.pk, namespace_created__isnull=True).update(namespace_created=timezone.now())
+        for obj in (render_cluster_queue(spec, platform), render_local_queue(spec)):
             written += _apply_if_changed(cluster, obj)
         read_cluster_queue_status(cluster, tenant)
     return written

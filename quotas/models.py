@@ -10,7 +10,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q, QuerySet
 
-from quotas.choices import ROLE_RANK, QuotaChangeStatus, Role
+from quotas.choices import ROLE_RANK, MembershipSource, QuotaChangeStatus, Role
 from quotas.validators import validate_dns1123_label, validate_label_value, validate_tolerations
 
 PLATFORM_ADMIN_GROUP = "platform-admins"
@@ -70,8 +70,29 @@ class Tenant(models.Model):
     )
     auto_approve_max_gpus = models.PositiveIntegerField(
         default=0,
+        validators=[MaxValueValidator(100_000)],
         help_text="Deployments needing at most this many GPUs, within nominal quota, are "
         "approved automatically (0 disables auto-approval).",
+    )
+    # --- policy (quotas.policy reads these; deployments' request validation enforces them) ---
+    allowed_flavors = models.ManyToManyField(
+        "GpuFlavor",
+        blank=True,
+        related_name="allowed_tenants",
+        help_text="GPU flavors this tenant may request (none selected: every active flavor).",
+    )
+    max_gpus_per_deployment = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(100_000)],
+        help_text="Most GPUs one deployment may reserve (max replicas × TP × PP); 0: no limit.",
+    )
+    namespace_created = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the Kueue sync first applied the tenant's Namespace; the slug is fixed from then on.",
+    )
+    archived_at = models.DateTimeField(
+        null=True, blank=True, help_text="Archived tenants run nothing, hold no quota and take no requests."
     )
     kueue_status = models.JSONField(
         default=dict, blank=True, help_text="Last ClusterQueue status read back from Kueue."
@@ -89,6 +110,15 @@ class Tenant(models.Model):
     @property
     def namespace(self) -> str:
         return self.slug
+
+    @property
+    def slug_locked(self) -> bool:
+        """The slug names the Namespace and queues on the cluster: fixed once they exist."""
+        return self.namespace_created is not None
+
+    @property
+    def archived(self) -> bool:
+        return self.archived_at is not None
 
     @property
     def local_queue(self) -> str:
@@ -126,6 +156,12 @@ class Membership(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=20, choices=Role.choices, default=Role.MEMBER)
+    source = models.CharField(
+        max_length=10,
+        choices=MembershipSource.choices,
+        default=MembershipSource.MANUAL,
+        help_text="Who manages it: an admin in the portal, or the identity provider's groups at each sign-in.",
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["user", "tenant"], name="one_role_per_tenant")]

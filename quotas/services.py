@@ -179,7 +179,8 @@ def quota_release(*, owner_type: str, owner_id: int) -> bool:
     return True
 
 
-def _schedule_kueue_sync(tenant_id: int) -> None:
+def schedule_kueue_sync(tenant_id: int | None) -> None:
+    """Mirror one tenant (None: every tenant, e.g. after a flavor change) to Kueue on commit."""
     from quotas.tasks import sync_kueue_task
 
     # robust: the quota change is committed; the periodic Kueue sync repairs a lost enqueue.
@@ -294,7 +295,7 @@ def quota_change_approve(*, request_id: int, approver, comment: str = "") -> Quo
         reason=comment,
         changes={"from": before, "to": after},
     )
-    _schedule_kueue_sync(request.tenant_id)
+    schedule_kueue_sync(request.tenant_id)
     return request
 
 
@@ -332,6 +333,8 @@ def quota_set(
     """Platform admin sets a quota directly (same guard as an approval)."""
     if not is_platform_admin(actor):
         raise Forbidden("Only platform admins set quotas.")
+    if tenant.archived:
+        raise ConflictError("This tenant is archived: it holds no quota.", code="archived")
     quota, _ = TenantQuota.objects.get_or_create(tenant=tenant, flavor=flavor)
     quota = TenantQuota.objects.select_for_update().get(pk=quota.pk)
     if quota.reserved_gpus > nominal_gpus + borrowing_limit_gpus:
@@ -365,5 +368,5 @@ def quota_set(
             },
         },
     )
-    _schedule_kueue_sync(tenant.pk)
+    schedule_kueue_sync(tenant.pk)
     return quota

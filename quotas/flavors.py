@@ -1,0 +1,94 @@
+"""GPU flavor administration: create, edit, retire. Platform admins only.
+
+A flavor is mirrored as a Kueue ResourceFlavor and appears in every ClusterQueue that has quota
+for it, so every change is audited and re-syncs every tenant on commit. Its node labels and
+tolerations are checked by GpuFlavor.clean (the ResourceFlavor CRD's schema and CEL rules).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+
+from core.exceptions import ConflictError, DomainError, Forbidden
+from core.models import audit
+from quotas.models import GpuFlavor, is_platform_admin
+from quotas.services import schedule_kueue_sync
+
+FIELDS = (
+    "name",
+    "gpu_model",
+    "accelerator_type",
+    "gpu_memory_gib",
+    "gpus_per_node",
+    "cpu_per_gpu",
+    "memory_gib_per_gpu",
+    "node_labels",
+    "tolerations",
+    "price_per_gpu_hour",
+    "active",
+)
+
+
+def _plain(value):
+    return str(value) if isinstance(value, Decimal) else value
+
+
+def _values(flavor: GpuFlavor) -> dict:
+    return {field: _plain(getattr(flavor, field)) for field in FIELDS}
+
+
+def _validated(flavor: GpuFlavor) -> None:
+    try:
+        flavor.full_clean(validate_unique=False, validate_constraints=False)
+    except ValidationError as error:
+        field, messages = next(iter(error.message_dict.items()))
+        raise DomainError(" ".join(messages), field=None if field == "__all__" else field) from None
+
+
+@transaction.atomic
+def flavor_save(*, actor, values: dict, name: str | None = None, reason: str = "") -> GpuFlavor:
+    """Create a flavor (`name` None) or change the named one. The name is fixed once created: it
+    names the ResourceFlavor that ClusterQueues and admitted workloads refer to."""
+    if not is_platform_admin(actor):
+        raise Forbidden("Only platform admins manage GPU flavors.")
+    unknown = set(values) - set(FIELDS)
+    if unknown:
+        raise DomainError(f"Unknown field(s): {', '.join(sorted(unknown))}.")
+    if name is None:
+        flavor, before = GpuFlavor(), None
+    else:
+        flavor = GpuFlavor.objects.select_for_update().get(name=name)
+        before = _values(flavor)
+        if "name" in values and values["name"] != name:
+            raise DomainError("A flavor's name cannot change (it names the Kueue ResourceFlavor).", field="name")
+    for field, value in values.items():
+        setattr(flavor, field, value)
+    _validated(flavor)
+    try:
+        with transaction.atomic():
+            flavor.save()
+    except IntegrityError:
+        raise ConflictError(f"A flavor named {flavor.name!r} already exists.", field="name") from None
+    after = _values(flavor)
+    if after != before:
+        changed = [k for k in FIELDS if before is None or before[k] != after[k]]
+        audit(
+            actor=actor,
+            action="flavor.create" if before is None else "flavor.update",
+            obj=flavor,
+            reason=reason,
+            changes={
+                "from": None if before is None else {k: before[k] for k in changed},
+                "to": {k: after[k] for k in changed},
+            },
+        )
+        schedule_kueue_sync(None)
+    return flavor
+
+
+def flavor_retire(*, actor, name: str, reason: str = "") -> GpuFlavor:
+    """Stop offering a flavor. Quotas and deployments refer to it, so it is kept, inactive."""
+    return flavor_save(actor=actor, name=name, values={"active": False}, reason=reason)

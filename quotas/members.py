@@ -1,0 +1,177 @@
+"""Memberships: who belongs to a tenant, in which role, and who may change that.
+
+Platform admins manage every tenant's members. A tenant admin manages the members of the tenants
+they administer, never a platform admin's membership (adding, changing or removing it), and
+never another tenant. At sign-in through the identity provider, `memberships_sync_from_idp`
+makes the memberships the provider's groups grant match them (see portal.oidc).
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
+
+from core.exceptions import ConflictError, DomainError, Forbidden
+from core.models import audit
+from quotas.choices import MembershipSource, Role
+from quotas.models import Membership, Tenant, is_platform_admin
+
+IDP_ACTOR = "identity-provider"  # the audit log's actor for changes made from a sign-in's groups
+
+
+def can_manage_members(tenant: Tenant, user) -> bool:
+    """Platform admins, and the tenant's own admins."""
+    return is_platform_admin(user) or tenant.role_of(user) == Role.TENANT_ADMIN
+
+
+def _guard(tenant: Tenant, actor, target=None) -> None:
+    if not can_manage_members(tenant, actor):
+        raise Forbidden("Only platform admins and this tenant's admins manage its members.")
+    if tenant.archived:
+        raise ConflictError("This tenant is archived.", code="archived")
+    if target is not None and is_platform_admin(target) and not is_platform_admin(actor):
+        raise Forbidden("Only platform admins manage a platform admin's membership.")
+
+
+def _role(role: str) -> str:
+    if role not in Role.values:
+        raise DomainError(f"Choose one of: {', '.join(Role.values)}.", field="role")
+    return role
+
+
+def find_user(identifier: str):
+    """The active user with this username, or else with this e-mail address (case-insensitive)."""
+    users = get_user_model().objects.filter(is_active=True)
+    identifier = (identifier or "").strip()
+    if not identifier or len(identifier) > 254:
+        raise DomainError("Enter a username or an e-mail address.", field="user")
+    match = users.filter(username=identifier).first()
+    if match is None and "@" in identifier:
+        found = list(users.filter(email__iexact=identifier)[:2])
+        if len(found) > 1:
+            raise DomainError("Several people have this e-mail address; use the username.", field="user")
+        match = found[0] if found else None
+    if match is None:
+        raise DomainError(
+            f"No one with the username or e-mail {identifier!r} has an account; they sign in once first "
+            "(or a platform admin creates the account).",
+            field="user",
+        )
+    return match
+
+
+@transaction.atomic
+def membership_add(*, tenant: Tenant, actor, user: str, role: str, reason: str = "") -> Membership:
+    """Add a person (by username or e-mail) to the tenant in `role`."""
+    target = find_user(user)
+    _guard(tenant, actor, target)
+    try:
+        with transaction.atomic():
+            membership = Membership.objects.create(tenant=tenant, user=target, role=_role(role))
+    except IntegrityError:
+        raise ConflictError(f"{target.username} is already a member of {tenant.slug}.", field="user") from None
+    audit(
+        actor=actor,
+        action="membership.add",
+        obj=membership,
+        tenant=tenant,
+        reason=reason,
+        changes={"user": target.username, "from": None, "to": membership.role},
+    )
+    return membership
+
+
+def _locked(tenant: Tenant, username: str) -> Membership:
+    membership = (
+        Membership.objects.select_for_update(of=("self",))
+        .select_related("user")
+        .filter(tenant=tenant, user__username=username)
+        .first()
+    )
+    if membership is None:
+        raise DomainError(f"{username!r} is not a member of {tenant.slug}.", field="user", code="not_found")
+    return membership
+
+
+@transaction.atomic
+def membership_set_role(*, tenant: Tenant, actor, username: str, role: str, reason: str = "") -> Membership:
+    """Change a member's role."""
+    if not can_manage_members(tenant, actor):
+        raise Forbidden("Only platform admins and this tenant's admins manage its members.")
+    membership = _locked(tenant, username)
+    _guard(tenant, actor, membership.user)
+    before = membership.role
+    membership.role = _role(role)
+    if before != membership.role:
+        membership.save(update_fields=["role"])
+        audit(
+            actor=actor,
+            action="membership.role",
+            obj=membership,
+            tenant=tenant,
+            reason=reason,
+            changes={"user": username, "from": before, "to": membership.role},
+        )
+    return membership
+
+
+@transaction.atomic
+def membership_remove(*, tenant: Tenant, actor, username: str, reason: str = "") -> None:
+    """Remove a member from the tenant (their deployments stay with the tenant)."""
+    if not can_manage_members(tenant, actor):
+        raise Forbidden("Only platform admins and this tenant's admins manage its members.")
+    membership = _locked(tenant, username)
+    _guard(tenant, actor, membership.user)
+    audit(
+        actor=actor,
+        action="membership.remove",
+        obj=membership,
+        tenant=tenant,
+        reason=reason,
+        changes={"user": username, "from": membership.role, "to": None},
+    )
+    membership.delete()
+
+
+@transaction.atomic
+def memberships_sync_from_idp(*, user, roles: dict[str, str]) -> dict[str, tuple[str | None, str | None]]:
+    """Make the user's provider-managed memberships match `roles` (tenant slug → role), as the
+    identity provider's groups grant them at this sign-in.
+
+    Memberships the groups grant are created or updated (a membership added by hand that a group
+    now covers becomes provider-managed); provider-managed memberships whose group is gone are
+    removed; memberships added by hand and not covered by a group are left alone. Archived and
+    unknown tenants are skipped. Returns what changed: slug → (old role, new role).
+    """
+    tenants = {t.slug: t for t in Tenant.objects.filter(slug__in=roles, archived_at__isnull=True)}
+    current = {m.tenant.slug: m for m in Membership.objects.select_for_update(of=("self",)).filter(user=user)}
+    changed: dict[str, tuple[str | None, str | None]] = {}
+    for slug, role in roles.items():
+        if slug not in tenants or role not in Role.values:
+            continue
+        membership = current.get(slug)
+        if membership is None:
+            membership = Membership.objects.create(
+                user=user, tenant=tenants[slug], role=role, source=MembershipSource.IDP
+            )
+            changed[slug] = (None, role)
+        elif (membership.role, membership.source) != (role, MembershipSource.IDP):
+            if membership.role != role:
+                changed[slug] = (membership.role, role)
+            membership.role, membership.source = role, MembershipSource.IDP
+            membership.save(update_fields=["role", "source"])
+    for slug, membership in current.items():
+        if membership.source == MembershipSource.IDP and slug not in roles:
+            changed[slug] = (membership.role, None)
+            membership.delete()
+    for slug, (old, new) in changed.items():
+        tenant = tenants.get(slug) or current[slug].tenant
+        audit(
+            actor=IDP_ACTOR,
+            action="membership.sync",
+            obj=user,
+            tenant=tenant,
+            reason="Identity-provider groups at sign-in.",
+            changes={"user": user.username, "from": old, "to": new},
+        )
+    return changed

@@ -1,0 +1,192 @@
+"""Tenant administration: create, edit, set the request policy, archive. Platform admins only.
+
+Every write is audited with its actor, the values before and after, and the reason given, and
+(where the cluster's objects depend on it) mirrored to Kueue once the transaction commits.
+Stopping a tenant's deployments before it is archived is the deployments app's part
+(deployments.archive); this module only checks that nothing is held any more.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from core.exceptions import ConflictError, DomainError, Forbidden
+from core.models import audit
+from quotas.models import GpuFlavor, Tenant, TenantQuota, is_platform_admin
+from quotas.policy import policy_summary
+from quotas.services import schedule_kueue_sync
+from quotas.validators import validate_dns1123_label
+
+SLUG_MAX = Tenant._meta.get_field("slug").max_length
+EDITABLE = ("slug", "display_name", "cohort")
+
+
+def _require_platform_admin(actor) -> None:
+    if not is_platform_admin(actor):
+        raise Forbidden("Only platform admins manage tenants.")
+
+
+def _check_names(*, slug: str, display_name: str, cohort: str) -> None:
+    for field, value, required, max_length in (
+        ("slug", slug, True, SLUG_MAX),
+        ("cohort", cohort, False, 63),
+    ):
+        if not value and not required:
+            continue
+        try:
+            validate_dns1123_label(value, max_length=max_length)
+        except ValidationError as error:
+            raise DomainError(error.messages[0], field=field) from None
+    if not display_name or not display_name.strip() or len(display_name) > 100:
+        raise DomainError("Enter a display name (at most 100 characters).", field="display_name")
+
+
+def _values(tenant: Tenant) -> dict:
+    return {field: getattr(tenant, field) for field in EDITABLE}
+
+
+@transaction.atomic
+def tenant_create(*, actor, slug: str, display_name: str, cohort: str = "", reason: str = "") -> Tenant:
+    """A new tenant; its Namespace and queues follow on commit (Kueue sync)."""
+    _require_platform_admin(actor)
+    _check_names(slug=slug, display_name=display_name, cohort=cohort)
+    try:
+        with transaction.atomic():
+            tenant = Tenant.objects.create(slug=slug, display_name=display_name.strip(), cohort=cohort)
+    except IntegrityError:
+        raise ConflictError(f"A tenant with the slug {slug!r} already exists.", field="slug") from None
+    audit(
+        actor=actor, action="tenant.create", obj=tenant, tenant=tenant, reason=reason, changes={"to": _values(tenant)}
+    )
+    schedule_kueue_sync(tenant.pk)
+    return tenant
+
+
+def _lock(tenant_id: int) -> Tenant:
+    return Tenant.objects.select_for_update().get(pk=tenant_id)
+
+
+@transaction.atomic
+def tenant_update(*, tenant_id: int, actor, reason: str = "", **values) -> Tenant:
+    """Change the display name, cohort or (until its Namespace exists) the slug."""
+    _require_platform_admin(actor)
+    unknown = set(values) - set(EDITABLE)
+    if unknown:
+        raise DomainError(f"Cannot change {', '.join(sorted(unknown))} here.")
+    tenant = _lock(tenant_id)
+    if tenant.archived:
+        raise ConflictError("This tenant is archived.", code="archived")
+    before = _values(tenant)
+    after = {**before, **values}
+    if after["slug"] != before["slug"] and tenant.slug_locked:
+        raise DomainError(
+            f"The slug names the tenant's Namespace and queues on the cluster ({tenant.namespace}), "
+            "which exist now: it can no longer change.",
+            field="slug",
+            code="immutable",
+        )
+    _check_names(**after)
+    changed = {k: v for k, v in after.items() if before[k] != v}
+    if not changed:
+        return tenant
+    for key, value in changed.items():
+        setattr(tenant, key, value.strip() if key == "display_name" else value)
+    try:
+        with transaction.atomic():
+            tenant.save(update_fields=list(changed))
+    except IntegrityError:
+        raise ConflictError(f"A tenant with the slug {after['slug']!r} already exists.", field="slug") from None
+    audit(
+        actor=actor,
+        action="tenant.update",
+        obj=tenant,
+        tenant=tenant,
+        reason=reason,
+        changes={"from": {k: before[k] for k in changed}, "to": changed},
+    )
+    if {"slug", "cohort"} & set(changed):
+        schedule_kueue_sync(tenant.pk)
+    return tenant
+
+
+@transaction.atomic
+def tenant_policy_set(
+    *,
+    tenant_id: int,
+    actor,
+    auto_approve_max_gpus: int,
+    max_gpus_per_deployment: int,
+    allowed_flavors: list[GpuFlavor],
+    reason: str = "",
+) -> Tenant:
+    """Set the request policy (quotas.policy). It shapes requests, not the cluster: no Kueue sync."""
+    _require_platform_admin(actor)
+    for field, value in (
+        ("auto_approve_max_gpus", auto_approve_max_gpus),
+        ("max_gpus_per_deployment", max_gpus_per_deployment),
+    ):
+        if not isinstance(value, int) or not 0 <= value <= 100_000:
+            raise DomainError("A whole number from 0 to 100000.", field=field)
+    if max_gpus_per_deployment and auto_approve_max_gpus > max_gpus_per_deployment:
+        raise DomainError(
+            "The auto-approve ceiling cannot exceed the maximum GPUs per deployment.", field="auto_approve_max_gpus"
+        )
+    retired = sorted(f.name for f in allowed_flavors if not f.active)
+    if retired:
+        raise DomainError(f"Not offered any more: {', '.join(retired)}.", field="allowed_flavors")
+    tenant = _lock(tenant_id)
+    if tenant.archived:
+        raise ConflictError("This tenant is archived.", code="archived")
+    before = policy_summary(tenant)
+    tenant.auto_approve_max_gpus = auto_approve_max_gpus
+    tenant.max_gpus_per_deployment = max_gpus_per_deployment
+    tenant.save(update_fields=["auto_approve_max_gpus", "max_gpus_per_deployment"])
+    tenant.allowed_flavors.set(allowed_flavors)
+    after = policy_summary(tenant)
+    if after != before:
+        audit(
+            actor=actor,
+            action="tenant.policy",
+            obj=tenant,
+            tenant=tenant,
+            reason=reason,
+            changes={"from": before, "to": after},
+        )
+    return tenant
+
+
+@transaction.atomic
+def tenant_mark_archived(*, tenant_id: int, actor, reason: str) -> Tenant:
+    """The last step of archiving: give the tenant's quota back to the cohort (every quota to zero)
+    and mark it archived. Its deployments must hold nothing by now (deployments.archive stops
+    them first); the ClusterQueue follows on commit."""
+    _require_platform_admin(actor)
+    if not reason or not reason.strip():
+        raise DomainError("Say why the tenant is archived.", field="reason")
+    tenant = _lock(tenant_id)
+    if tenant.archived:
+        raise ConflictError("This tenant is already archived.", code="archived")
+    quotas = list(TenantQuota.objects.select_for_update().filter(tenant=tenant).order_by("pk"))
+    held = sum(q.reserved_gpus for q in quotas)
+    if held:
+        raise ConflictError(f"{held} GPUs are still reserved by this tenant's deployments.", code="reserved")
+    before = {
+        q.flavor.name: {"nominal_gpus": q.nominal_gpus, "borrowing_limit_gpus": q.borrowing_limit_gpus} for q in quotas
+    }
+    TenantQuota.objects.filter(pk__in=[q.pk for q in quotas]).update(
+        nominal_gpus=0, borrowing_limit_gpus=0, lending_limit_gpus=None, updated=timezone.now()
+    )
+    tenant.archived_at = timezone.now()
+    tenant.save(update_fields=["archived_at"])
+    audit(
+        actor=actor,
+        action="tenant.archive",
+        obj=tenant,
+        tenant=tenant,
+        reason=reason.strip(),
+        changes={"from": {"quotas": before}, "to": {"quotas": dict.fromkeys(before, 0), "archived": True}},
+    )
+    schedule_kueue_sync(tenant.pk)
+    return tenant
