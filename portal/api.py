@@ -1,4 +1,4 @@
-"""API for the signed-in user: who am I, my API tokens, tenants, the audit log."""
+"""API for the signed-in user: who am I, my API tokens, the audit log (tenants: portal.platform_api)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from knox.models import get_token_model
 from rest_framework import mixins, serializers, status, viewsets
-from rest_framework.decorators import action, api_view, permission_classes
+from rest_framework.decorators import api_view, permission_classes
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
 from core.models import AuditEvent, audit
 from core.throttles import WriteThrottle
 from quotas.choices import Role
-from quotas.models import Membership, Tenant, is_platform_admin
+from quotas.models import Membership, is_platform_admin
 
 ApiToken = get_token_model()
 
@@ -91,57 +91,6 @@ class TokenViewSet(mixins.ListModelMixin, mixins.CreateModelMixin, mixins.Destro
 
     def perform_destroy(self, instance):
         token_revoke(user=self.request.user, token=instance)
-
-
-class MembershipSerializer(serializers.ModelSerializer):
-    username = serializers.CharField(source="user.username", read_only=True)
-
-    class Meta:
-        model = Membership
-        fields = ["username", "role"]
-
-
-class TenantSerializer(serializers.ModelSerializer):
-    namespace = serializers.CharField(read_only=True)
-    local_queue = serializers.CharField(read_only=True)
-    cluster_queue = serializers.CharField(read_only=True)
-    cohort = serializers.CharField(source="effective_cohort", read_only=True)
-    my_role = serializers.SerializerMethodField()
-
-    class Meta:
-        model = Tenant
-        fields = [
-            "slug",
-            "display_name",
-            "namespace",
-            "local_queue",
-            "cluster_queue",
-            "cohort",
-            "auto_approve_max_gpus",
-            "my_role",
-        ]
-
-    def get_my_role(self, obj) -> str | None:
-        user = self.context["request"].user
-        return "platform_admin" if is_platform_admin(user) else obj.role_of(user)
-
-
-class TenantViewSet(viewsets.ReadOnlyModelViewSet):
-    """Tenants you belong to (all of them for platform admins)."""
-
-    serializer_class = TenantSerializer
-    lookup_field = "slug"
-
-    def get_queryset(self):
-        return Tenant.objects.visible_to(self.request.user)
-
-    @extend_schema(responses=MembershipSerializer(many=True))
-    @action(detail=True, methods=["get"], pagination_class=None)  # a plain list, not a page
-    def members(self, request, slug=None):
-        tenant = self.get_object()
-        if not tenant.has_role(request.user, Role.TENANT_ADMIN):
-            return Response({"detail": "Only tenant admins see the member list."}, status=403)
-        return Response(MembershipSerializer(tenant.memberships.select_related("user"), many=True).data)
 
 
 class AuditEventSerializer(serializers.ModelSerializer):

@@ -2,8 +2,9 @@ from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
 from deployments.api.views import DeploymentViewSet
-from portal.api import AuditEventViewSet, TenantViewSet, TokenViewSet, me
+from portal.api import AuditEventViewSet, TokenViewSet, me
 from portal.cluster_api import ClusterSweepView, OrphanDeleteView
+from portal.platform_api import TenantViewSet
 from quotas.api.views import (
     ClusterUsageView,
     GpuFlavorViewSet,

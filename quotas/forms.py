@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django import forms
 
+from quotas.choices import Role
 from quotas.models import GpuFlavor
 
 
@@ -33,3 +34,155 @@ class DecisionForm(forms.Form):
     comment = forms.CharField(
         max_length=2000, required=False, widget=forms.Textarea(attrs={"rows": 2}), label="Comment (required to reject)"
     )
+
+
+# --- platform administration (portal/platform_views.py) -----------------------------------------
+
+REASON_HELP = "Why: kept in the audit log."
+
+
+def _reason(required: bool = False) -> forms.CharField:
+    return forms.CharField(max_length=2000, required=required, label="Reason", help_text=REASON_HELP)
+
+
+class TenantForm(forms.Form):
+    slug = forms.CharField(
+        max_length=40,
+        help_text="The tenant's Kubernetes namespace and queue name: lowercase letters, digits and '-'. "
+        "Fixed once the namespace exists.",
+    )
+    display_name = forms.CharField(max_length=100, label="Display name")
+    cohort = forms.CharField(
+        max_length=63, required=False, help_text="Kueue cohort to lend and borrow in (empty: the platform default)."
+    )
+    reason = _reason()
+
+    def __init__(self, *args, slug_locked: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        if slug_locked:
+            self.fields["slug"].disabled = True
+            self.fields["slug"].help_text = "Fixed: the tenant's namespace exists on the cluster."
+
+
+class PolicyForm(forms.Form):
+    auto_approve_max_gpus = forms.IntegerField(
+        min_value=0,
+        max_value=100_000,
+        label="Auto-approve up to (GPUs)",
+        help_text="Requests within nominal quota needing at most this many GPUs are approved without a "
+        "platform admin (0: every request waits for one).",
+    )
+    max_gpus_per_deployment = forms.IntegerField(
+        min_value=0,
+        max_value=100_000,
+        label="Max GPUs per deployment",
+        help_text="Max replicas × tensor parallel × pipeline parallel (0: no limit).",
+    )
+    allowed_flavors = forms.ModelMultipleChoiceField(
+        queryset=GpuFlavor.objects.filter(active=True),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Allowed GPU flavors",
+        help_text="None ticked: every active flavor.",
+    )
+    reason = _reason()
+
+
+class QuotaSetForm(forms.Form):
+    flavor = forms.ModelChoiceField(queryset=GpuFlavor.objects.filter(active=True), label="GPU flavor")
+    nominal_gpus = forms.IntegerField(min_value=0, max_value=100_000, label="Nominal GPUs")
+    borrowing_limit_gpus = forms.IntegerField(min_value=0, max_value=100_000, initial=0, label="Borrowing limit")
+    lending_limit_gpus = forms.IntegerField(
+        min_value=0, max_value=100_000, required=False, label="Lending limit", help_text="Empty: all unused quota."
+    )
+    reason = _reason()
+
+
+class MemberAddForm(forms.Form):
+    user = forms.CharField(max_length=254, label="Username or e-mail")
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
+    reason = _reason()
+
+
+class MemberRoleForm(forms.Form):
+    role = forms.ChoiceField(choices=Role.choices)
+
+
+class ArchiveForm(forms.Form):
+    confirm = forms.CharField(max_length=40, label="Type the tenant's slug to confirm")
+    reason = _reason(required=True)
+
+
+def labels_to_text(labels: dict) -> str:
+    return "\n".join(f"{key}={value}" for key, value in sorted(labels.items()))
+
+
+def tolerations_to_text(tolerations: list) -> str:
+    lines = []
+    for item in tolerations:
+        head = item.get("key", "") + (f"={item['value']}" if item.get("value") else "")
+        lines.append(f"{head}:{item['effect']}" if item.get("effect") else head or ":")
+    return "\n".join(lines)
+
+
+class FlavorForm(forms.Form):
+    """A GPU flavor. Labels and tolerations are typed one per line, the way kubectl writes them."""
+
+    name = forms.CharField(max_length=63, help_text="The Kueue ResourceFlavor's name; fixed once created.")
+    gpu_model = forms.CharField(max_length=60, label="GPU model", help_text="e.g. H100 SXM5, L4")
+    accelerator_type = forms.CharField(max_length=40, label="Accelerator type", help_text="Ray's name: H100, A100, L4…")
+    gpu_memory_gib = forms.IntegerField(min_value=1, max_value=4096, label="GPU memory (GiB)")
+    gpus_per_node = forms.IntegerField(min_value=1, max_value=64, label="GPUs per node")
+    cpu_per_gpu = forms.IntegerField(min_value=1, max_value=256, initial=8, label="CPU cores per GPU")
+    memory_gib_per_gpu = forms.IntegerField(min_value=1, max_value=4096, initial=64, label="Memory per GPU (GiB)")
+    node_labels = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        label="Node labels",
+        help_text="key=value, one per line: the labels of this flavor's nodes. GPU pods are pinned to them, "
+        "so kuberay and kserve deployments need at least one.",
+    )
+    tolerations = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="One per line: key=value:Effect (Equal), key:Effect (Exists), or key alone; Effect is "
+        "NoSchedule, PreferNoSchedule or NoExecute.",
+    )
+    price_per_gpu_hour = forms.DecimalField(
+        min_value=0, max_digits=8, decimal_places=2, required=False, label="Price per GPU-hour"
+    )
+    active = forms.BooleanField(required=False, initial=True, help_text="Offered for new requests and quotas.")
+    reason = _reason()
+
+    def clean_node_labels(self) -> dict:
+        labels = {}
+        for number, line in enumerate(self.cleaned_data["node_labels"].splitlines(), start=1):
+            if not line.strip():
+                continue
+            key, sep, value = line.strip().partition("=")
+            if not sep or not key:
+                raise forms.ValidationError(f"Line {number}: write key=value.")
+            labels[key.strip()] = value.strip()
+        return labels
+
+    def clean_tolerations(self) -> list:
+        tolerations = []
+        for line in self.cleaned_data["tolerations"].splitlines():
+            if not line.strip():
+                continue
+            head, sep, effect = line.strip().rpartition(":") if ":" in line else (line.strip(), "", "")
+            key, eq, value = head.partition("=")
+            item = {"key": key.strip(), "operator": "Equal" if eq else "Exists"}
+            if eq:
+                item["value"] = value.strip()
+            if sep:
+                item["effect"] = effect.strip()
+            tolerations.append(item)
+        return tolerations
+
+    @classmethod
+    def initial_for(cls, flavor: GpuFlavor) -> dict:
+        initial = {name: getattr(flavor, name) for name in cls.base_fields if hasattr(flavor, name)}
+        initial["node_labels"] = labels_to_text(flavor.node_labels or {})
+        initial["tolerations"] = tolerations_to_text(flavor.tolerations or [])
+        return initial

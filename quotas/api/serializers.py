@@ -6,6 +6,10 @@ from quotas.models import GpuFlavor, QuotaChangeRequest, Tenant, TenantQuota
 
 
 class GpuFlavorSerializer(serializers.ModelSerializer):
+    reason = serializers.CharField(
+        max_length=2000, required=False, allow_blank=True, write_only=True, help_text="Why: kept in the audit log."
+    )
+
     class Meta:
         model = GpuFlavor
         fields = [
@@ -20,12 +24,13 @@ class GpuFlavorSerializer(serializers.ModelSerializer):
             "tolerations",
             "price_per_gpu_hour",
             "active",
+            "reason",
         ]
 
     def validate(self, attrs):
-        instance = GpuFlavor(
-            **{**({f: getattr(self.instance, f) for f in self.Meta.fields} if self.instance else {}), **attrs}
-        )
+        fields = [f for f in self.Meta.fields if f != "reason"]
+        values = {k: v for k, v in attrs.items() if k != "reason"}
+        instance = GpuFlavor(**{**({f: getattr(self.instance, f) for f in fields} if self.instance else {}), **values})
         instance.clean()  # node labels and tolerations end up in Kueue objects
         return attrs
 
@@ -59,6 +64,18 @@ class QuotaSetSerializer(serializers.Serializer):
     borrowing_limit_gpus = serializers.IntegerField(min_value=0, max_value=100_000, default=0)
     lending_limit_gpus = serializers.IntegerField(min_value=0, max_value=100_000, allow_null=True, default=None)
     reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class QuotaCreateSerializer(QuotaSetSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="slug", queryset=Tenant.objects.all())
+    flavor = serializers.SlugRelatedField(slug_field="name", queryset=GpuFlavor.objects.filter(active=True))
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        request = self.context.get("request")
+        if request is not None:
+            # Unknown and foreign tenants look the same: "does not exist".
+            self.fields["tenant"].queryset = Tenant.objects.visible_to(request.user)
 
 
 class QuotaChangeRequestSerializer(serializers.ModelSerializer):

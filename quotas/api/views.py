@@ -11,12 +11,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.throttles import WriteThrottle
-from quotas import services
+from quotas import flavors, services
 from quotas.api.serializers import (
     DecisionSerializer,
     GpuFlavorSerializer,
     PreviewQuerySerializer,
     QuotaChangeRequestSerializer,
+    QuotaCreateSerializer,
     QuotaPreviewSerializer,
     QuotaSetSerializer,
     TenantQuotaSerializer,
@@ -41,13 +42,26 @@ class GpuFlavorViewSet(viewsets.ModelViewSet):
     queryset = GpuFlavor.objects.all()
     filterset_fields = ["active", "accelerator_type"]
 
+    # Writes go through quotas.flavors: audited (before/after, reason) and mirrored to Kueue.
+    def perform_create(self, serializer):
+        data = dict(serializer.validated_data)
+        reason = data.pop("reason", "")
+        serializer.instance = flavors.flavor_save(actor=self.request.user, values=data, reason=reason)
+
+    def perform_update(self, serializer):
+        data = dict(serializer.validated_data)
+        reason = data.pop("reason", "")
+        name = serializer.instance.name
+        serializer.instance = flavors.flavor_save(actor=self.request.user, name=name, values=data, reason=reason)
+
     def perform_destroy(self, instance):
-        instance.active = False  # quotas and deployments refer to it; retire instead
-        instance.save(update_fields=["active"])
+        # Quotas and deployments refer to it: retired (inactive), not deleted.
+        flavors.flavor_retire(actor=self.request.user, name=instance.name, reason="Retired over the API.")
 
 
-class TenantQuotaViewSet(viewsets.ReadOnlyModelViewSet):
-    """Quotas per tenant and flavor; `set` (platform admins) changes them directly."""
+class TenantQuotaViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Quotas per tenant and flavor. Platform admins set them directly: POST (any tenant and
+    flavor; creates the quota or changes it) or `set` on an existing one."""
 
     serializer_class = TenantQuotaSerializer
     filterset_fields = {"tenant__slug": ["exact"], "flavor__name": ["exact"]}
@@ -55,6 +69,14 @@ class TenantQuotaViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self):
         return TenantQuota.objects.visible_to(self.request.user).select_related("tenant", "flavor")
+
+    @extend_schema(request=QuotaCreateSerializer, responses={201: TenantQuotaSerializer})
+    def create(self, request, *args, **kwargs):
+        body = QuotaCreateSerializer(data=request.data, context=self.get_serializer_context())
+        body.is_valid(raise_exception=True)
+        data = dict(body.validated_data)
+        quota = services.quota_set(tenant=data.pop("tenant"), flavor=data.pop("flavor"), actor=request.user, **data)
+        return Response(TenantQuotaSerializer(quota).data, status=201)
 
     @extend_schema(request=QuotaSetSerializer, responses=TenantQuotaSerializer)
     @action(detail=True, methods=["post"], url_path="set")

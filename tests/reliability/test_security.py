@@ -33,7 +33,7 @@ from portal.api import ApiToken, token_create
 from portal.login import LOCKED_OUT
 from quotas import services as quota_services
 from quotas.choices import QuotaChangeStatus
-from quotas.models import GpuFlavor, QuotaChangeRequest, TenantQuota
+from quotas.models import GpuFlavor, Membership, QuotaChangeRequest, TenantQuota
 from tests.support.factories import draft as model_draft
 from tests.support.shared import PROJECT_ROOT
 from tests.support.world import PASSWORD, ROLES, check_matrix
@@ -91,6 +91,14 @@ def _flavor() -> GpuFlavor:
     return GpuFlavor.objects.create(
         name=f"l4-{next(_names)}", gpu_model="L4", accelerator_type="L4", gpu_memory_gib=24, gpus_per_node=4
     )
+
+
+def _person(tenant=None) -> User:
+    """A new account (a member of `tenant` when given), so repeated calls never collide."""
+    user = User.objects.create_user(f"person-{next(_names)}")
+    if tenant is not None:
+        Membership.objects.create(user=user, tenant=tenant, role="member")
+    return user
 
 
 def _alpha_quota(world) -> TenantQuota:
@@ -158,6 +166,41 @@ MATRIX = {
     ("tenant-list", "get"): (lambda w, c: c.get("/api/v1/tenants/"), READ_ALL),
     ("tenant-detail", "get"): (lambda w, c: c.get("/api/v1/tenants/alpha/"), ALPHA_READ),
     ("tenant-members", "get"): (lambda w, c: c.get("/api/v1/tenants/alpha/members/"), expect(viewer=403, member=403)),
+    # Platform administration (portal/platform_api.py): platform admins run tenants; tenant admins
+    # manage their own tenant's members only.
+    ("tenant-list", "post"): (
+        lambda w, c: c.post("/api/v1/tenants/", {"slug": f"t{next(_names)}", "display_name": "T"}),
+        expect(viewer=403, member=403, tenant_admin=403, platform_admin=201, other_member=403),
+    ),
+    ("tenant-detail", "patch"): (
+        lambda w, c: c.patch("/api/v1/tenants/alpha/", {"display_name": "Alpha"}),
+        expect(viewer=403, member=403, tenant_admin=403),
+    ),
+    ("tenant-policy", "get"): (lambda w, c: c.get("/api/v1/tenants/alpha/policy/"), ALPHA_READ),
+    ("tenant-policy", "put"): (
+        lambda w, c: c.put(
+            "/api/v1/tenants/alpha/policy/",
+            {"auto_approve_max_gpus": 1, "max_gpus_per_deployment": 0, "allowed_flavors": []},
+            format="json",
+        ),
+        expect(viewer=403, member=403, tenant_admin=403),
+    ),
+    ("tenant-archive", "post"): (
+        lambda w, c: c.post("/api/v1/tenants/alpha/archive/", {"confirm": "alpha", "reason": "matrix"}),
+        expect(viewer=403, member=403, tenant_admin=403),
+    ),
+    ("tenant-members", "post"): (
+        lambda w, c: c.post("/api/v1/tenants/alpha/members/", {"user": _person().username, "role": "viewer"}),
+        expect(viewer=403, member=403, tenant_admin=201, platform_admin=201),
+    ),
+    ("tenant-member", "patch"): (
+        lambda w, c: c.patch("/api/v1/tenants/alpha/members/alpha-viewer/", {"role": "viewer"}),
+        expect(viewer=403, member=403),
+    ),
+    ("tenant-member", "delete"): (
+        lambda w, c: c.delete(f"/api/v1/tenants/alpha/members/{_person(w.alpha).username}/"),
+        expect(viewer=403, member=403, tenant_admin=204, platform_admin=204),
+    ),
     ("audit-list", "get"): (lambda w, c: c.get("/api/v1/audit/"), READ_ALL),
     # Tenant admins read their tenant's audit log; viewers and members do not.
     ("audit-detail", "get"): (
@@ -184,6 +227,11 @@ MATRIX = {
     ),
     ("quota-list", "get"): (lambda w, c: c.get("/api/v1/quotas/"), READ_ALL),
     ("quota-detail", "get"): (lambda w, c: c.get(f"/api/v1/quotas/{_alpha_quota(w).pk}/"), ALPHA_READ),
+    # Another tenant's slug is "does not exist" (400), like an unknown one.
+    ("quota-list", "post"): (
+        lambda w, c: c.post("/api/v1/quotas/", {"tenant": "alpha", "flavor": "a100-pcie", "nominal_gpus": 6}),
+        expect(viewer=403, member=403, tenant_admin=403, platform_admin=201, other_member=400),
+    ),
     ("quota-set-values", "post"): (
         lambda w, c: c.post(
             f"/api/v1/quotas/{_alpha_quota(w).pk}/set/",

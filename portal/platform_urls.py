@@ -1,0 +1,20 @@
+"""Platform administration pages (portal/platform_views.py)."""
+
+from django.urls import path
+
+from portal import platform_views as views
+
+urlpatterns = [
+    path("platform/", views.platform_home, name="platform"),
+    path("platform/tenants/new/", views.tenant_new, name="platform-tenant-new"),
+    path("platform/tenants/<slug:slug>/", views.tenant_edit, name="platform-tenant"),
+    path("platform/tenants/<slug:slug>/archive/", views.tenant_archive_confirm, name="platform-tenant-archive"),
+    path("platform/flavors/new/", views.flavor_edit, name="platform-flavor-new"),
+    path("platform/flavors/<slug:name>/", views.flavor_edit, name="platform-flavor"),
+    path("tenants/<slug:slug>/members/", views.tenant_members, name="tenant-members"),
+    path(
+        "tenants/<slug:slug>/members/<str:username>/",
+        views.member_change,
+        name="tenant-member-change",
+    ),
+]

@@ -1,0 +1,123 @@
+"""API shapes for tenants, their request policy and their members."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from quotas.choices import Role
+from quotas.models import GpuFlavor, Membership, Tenant, is_platform_admin
+from quotas.validators import DNS1123_LABEL
+
+
+def _reason():
+    return serializers.CharField(
+        max_length=2000,
+        required=False,
+        allow_blank=True,
+        default="",
+        write_only=True,
+        help_text="Why: kept in the audit log.",
+    )
+
+
+class TenantSerializer(serializers.ModelSerializer):
+    namespace = serializers.CharField(read_only=True)
+    local_queue = serializers.CharField(read_only=True)
+    cluster_queue = serializers.CharField(read_only=True)
+    cohort = serializers.CharField(source="effective_cohort", read_only=True)
+    allowed_flavors = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
+    slug_locked = serializers.BooleanField(
+        read_only=True, help_text="True once the tenant's Namespace exists: the slug can no longer change."
+    )
+    archived = serializers.BooleanField(read_only=True)
+    my_role = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Tenant
+        fields = [
+            "slug",
+            "display_name",
+            "namespace",
+            "local_queue",
+            "cluster_queue",
+            "cohort",
+            "auto_approve_max_gpus",
+            "max_gpus_per_deployment",
+            "allowed_flavors",
+            "slug_locked",
+            "archived",
+            "archived_at",
+            "my_role",
+        ]
+        read_only_fields = fields
+
+    def get_my_role(self, obj) -> str | None:
+        user = self.context["request"].user
+        return "platform_admin" if is_platform_admin(user) else obj.role_of(user)
+
+
+class TenantWriteSerializer(serializers.Serializer):
+    """Create (slug and display name required) or change (any subset) a tenant."""
+
+    slug = serializers.RegexField(
+        DNS1123_LABEL.pattern,
+        max_length=40,
+        help_text="Kubernetes namespace and LocalQueue name (DNS-1123 label); fixed once the namespace exists.",
+    )
+    display_name = serializers.CharField(max_length=100)
+    cohort = serializers.RegexField(
+        DNS1123_LABEL.pattern,
+        max_length=63,
+        required=False,
+        allow_blank=True,
+        help_text="Kueue cohort (empty: the platform default).",
+    )
+    reason = _reason()
+
+
+class PolicySerializer(serializers.Serializer):
+    auto_approve_max_gpus = serializers.IntegerField(
+        min_value=0,
+        max_value=100_000,
+        help_text="Requests within nominal quota and at most this many GPUs are approved without a person (0: never).",
+    )
+    max_gpus_per_deployment = serializers.IntegerField(
+        min_value=0, max_value=100_000, help_text="Most GPUs one deployment may reserve (0: no limit)."
+    )
+    allowed_flavors = serializers.SlugRelatedField(
+        slug_field="name",
+        many=True,
+        queryset=GpuFlavor.objects.filter(active=True),
+        help_text="Flavor names the tenant may request (empty: every active flavor).",
+    )
+    reason = _reason()
+
+
+class MembershipSerializer(serializers.ModelSerializer):
+    username = serializers.CharField(source="user.username", read_only=True)
+    email = serializers.CharField(source="user.email", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["username", "email", "role", "source"]
+        read_only_fields = fields
+
+
+class MemberAddSerializer(serializers.Serializer):
+    user = serializers.CharField(max_length=254, help_text="Username or e-mail address of an existing account.")
+    role = serializers.ChoiceField(choices=Role.choices, default=Role.MEMBER)
+    reason = _reason()
+
+
+class MemberRoleSerializer(serializers.Serializer):
+    role = serializers.ChoiceField(choices=Role.choices)
+    reason = _reason()
+
+
+class ReasonSerializer(serializers.Serializer):
+    reason = _reason()
+
+
+class ArchiveSerializer(serializers.Serializer):
+    confirm = serializers.CharField(max_length=40, help_text="The tenant's slug, typed again.")
+    reason = serializers.CharField(max_length=2000, help_text="Why: kept in the audit log.")
