@@ -2,11 +2,25 @@
 
 Input is any sequence of objects shaped like :class:`runtime.exposition.MetricPoint` (the
 stored ``MetricSample`` rows qualify): a ``timestamp`` or ``ts`` (unix seconds or an aware
-datetime) and the
-optional float fields the rules read. Each rule looks at a recent window, needs the
-condition on *every* point in it ("sustained", so one bad scrape never pages anyone), and
-returns evidence a user can check against the charts: the series, the window, the observed
-value and the threshold.
+datetime), ``interval_s`` and the optional float fields the rules read.
+
+Every rule judges a point by two tests, both configurable per deployment (:class:`Objectives`,
+stored as metrics.models.AdvisorObjectives):
+
+* an **absolute floor**: below it the rule never fires, whatever the relative test says (a
+  first token in 0.04 s is fast even at three times its median);
+* a **relative test**: against the deployment's own objective or baseline, or against the load
+  (a queue half the size of the running batch, preemptions per finished request).
+
+A rule then looks at its window and fires when the points in breach cover at least
+``breach_share_pct`` of the window's observed time (each point weighs the seconds it covers).
+So one bad scrape in a quarter of an hour is noise, while a short saturation burst in the
+window yields its advice, also after the burst is over. A slow first token while requests
+queue is the queue's doing: those points count for the queue rule, not the latency rule, so a
+burst gives one piece of advice, not two.
+
+Each :class:`Advice` names the chart (metrics.charts.CHARTS key) and carries its evidence: the
+series, the window, the breach share, the stretches in breach, the floor and the threshold.
 """
 
 from __future__ import annotations
@@ -16,9 +30,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any
 
-__all__ = ["Advice", "MetricPointLike", "Severity", "Thresholds", "advise"]
+__all__ = ["Advice", "Objectives", "Severity", "advise"]
 
 
 class Severity(StrEnum):
@@ -29,25 +43,20 @@ class Severity(StrEnum):
     INFO = "info"
 
 
-class MetricPointLike(Protocol):
-    """Has ``timestamp`` or ``ts``, plus whichever of ``waiting``, ``running``,
-    ``kv_cache_pct``, ``ttft_p95``, ``generation_tokens_per_s``, ``preemptions_per_s`` it
-    knows; a missing or None value keeps a point from counting towards that rule.
-    """
-
-
 @dataclass(frozen=True)
-class Thresholds:
-    """When each rule fires. Windows are seconds back from ``now``."""
+class Objectives:
+    """When each rule fires. The first four are per deployment (AdvisorObjectives)."""
 
-    waiting_requests: float = 5.0  # queue length that means "add capacity" when sustained
-    waiting_window_s: float = 300.0
-    kv_cache_pct: float = 90.0
-    kv_cache_window_s: float = 300.0
-    ttft_p95_s: float = 2.0  # absolute: users notice a first token later than this
-    ttft_spike_factor: float = 3.0  # relative: p95 this many times its window median
-    ttft_window_s: float = 900.0
+    ttft_p95_objective_s: float = 2.0  # relative: slower than the deployment's own objective
+    waiting_floor: float = 2.0  # absolute: a shorter queue never counts
+    kv_cache_floor_pct: float = 90.0  # absolute: a cache below this is not under pressure
+    breach_share_pct: float = 10.0  # a rule fires when this share of the window's time is in breach
+    ttft_floor_s: float = 0.5  # absolute: a p95 first token below this is never slow
+    ttft_spike_factor: float = 3.0  # relative: p95 this many times the window's median
     ttft_min_points_for_median: int = 3  # a median of two points is no baseline
+    waiting_per_running: float = 0.5  # relative: the queue is at least this share of the batch
+    preemptions_per_request: float = 0.05  # relative: preemptions per finished request
+    window_s: float = 900.0
     idle_window_s: float = 2 * 3600.0
     min_points: int = 2  # fewer points than this in a window: no judgement at all
 
@@ -56,195 +65,252 @@ class Thresholds:
 class Advice:
     """One recommendation. ``evidence`` is JSON-safe (times as ISO 8601 UTC strings)."""
 
-    code: str  # scale_out | kv_cache_pressure | ttft_spike | idle
+    code: str  # scale_out | kv_cache_pressure | slow_first_token | idle
     severity: str
     title: str
     message: str
+    chart: str  # the metrics.charts.CHARTS key that shows the evidence
     evidence: dict[str, Any] = field(default_factory=dict)
+
+
+Point = tuple[float, float, Any]  # (unix time, seconds it covers, the point)
 
 
 def _ts(value: float | datetime) -> float:
     return value.timestamp() if isinstance(value, datetime) else float(value)
 
 
-def _point_ts(point: Any) -> float:
-    """MetricPoint calls it ``timestamp``; the MetricSample row calls it ``ts``."""
-    value = getattr(point, "timestamp", None)
-    return _ts(point.ts if value is None else value)
-
-
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
 
 
-def _get(point: MetricPointLike, name: str) -> float | None:
+def _get(point: Any, name: str) -> float | None:
     value = getattr(point, name, None)
     return None if value is None else float(value)
 
 
-def _window(
-    points: Sequence[tuple[float, MetricPointLike]], now: float, seconds: float, min_points: int
-) -> list[tuple[float, MetricPointLike]]:
-    """Points of the last ``seconds``; if too few, the last ``min_points`` points.
+def _points(points: Sequence[Any]) -> list[Point]:
+    """(time, covered seconds, point), oldest first. A point covers its interval; one without
+    (the first of a series: gauges only) covers the gap since the point before it, if any."""
+    timed = sorted(
+        ((_ts(p.ts if getattr(p, "timestamp", None) is None else p.timestamp), p) for p in points),
+        key=lambda tp: tp[0],
+    )
+    out: list[Point] = []
+    for i, (t, p) in enumerate(timed):
+        covered = _get(p, "interval_s")
+        if covered is None:
+            covered = t - timed[i - 1][0] if i else 0.0
+        out.append((t, max(0.0, covered), p))
+    return out
 
-    The fallback lets a slow scrape interval (or a short history) still be judged, while
-    the evidence shows the real span the judgement rests on.
-    """
-    recent = [(t, p) for t, p in points if now - seconds <= t <= now]
-    if len(recent) >= min_points:
-        return recent
-    if not recent:  # nothing new: stale data must not produce advice
-        return []
-    past = [(t, p) for t, p in points if t <= now]
-    return past[-min_points:] if len(past) >= min_points else []
+
+@dataclass
+class Judgement:
+    """A rule's verdict over its window: which points were judged and which were in breach."""
+
+    window: list[Point]
+    breached: list[Point]
+
+    @property
+    def covered_s(self) -> float:
+        return sum(c for _, c, _ in self.window)
+
+    @property
+    def breach_s(self) -> float:
+        return sum(c for _, c, _ in self.breached)
+
+    @property
+    def share(self) -> float:
+        covered = self.covered_s
+        return self.breach_s / covered if covered > 0 else (1.0 if self.breached else 0.0)
+
+    def fires(self, ob: Objectives) -> bool:
+        return len(self.window) >= ob.min_points and bool(self.breached) and self.share * 100 >= ob.breach_share_pct
+
+    def stretches(self, limit: int = 5) -> list[list[str]]:
+        """The stretches in breach, [start, end] as ISO times, newest last (at most `limit`)."""
+        runs: list[list[float]] = []
+        breached = {id(p) for _, _, p in self.breached}
+        for t, covered, p in self.window:
+            if id(p) in breached:
+                if runs and runs[-1][2]:
+                    runs[-1][1] = t
+                else:
+                    runs.append([t - covered, t, True])
+            elif runs:
+                runs[-1][2] = False
+        return [[_iso(a), _iso(b)] for a, b, _ in runs[-limit:]]
 
 
-def _evidence(
-    series: str,
-    window: Sequence[tuple[float, Any]],
-    observed: float,
-    threshold: float,
-    **extra: Any,
-) -> dict[str, Any]:
+def _judge(
+    pts: list[Point], now: float, seconds: float, needs: Sequence[str], test: Callable[[Any], bool]
+) -> Judgement:
+    """Points of the last `seconds` that carry every field in `needs`, and those `test` flags.
+    Nothing new in the window (stale data) means nothing to judge."""
+    window = [(t, c, p) for t, c, p in pts if now - seconds <= t <= now and all(_get(p, n) is not None for n in needs)]
+    return Judgement(window, [(t, c, p) for t, c, p in window if test(p)])
+
+
+def _evidence(j: Judgement, series: str, observed: float, threshold: float, **extra: Any) -> dict[str, Any]:
     return {
         "series": series,
-        "window_start": _iso(window[0][0]),
-        "window_end": _iso(window[-1][0]),
-        "points": len(window),
+        "window_start": _iso(j.window[0][0] - j.window[0][1]),
+        "window_end": _iso(j.window[-1][0]),
+        "points": len(j.window),
+        "breach_share_pct": round(100 * j.share, 1),
+        "breach_s": round(j.breach_s, 1),
+        "breaches": j.stretches(),
         "observed": round(observed, 4),
         "threshold": threshold,
         **extra,
     }
 
 
-def _values(window: Sequence[tuple[float, MetricPointLike]], name: str) -> list[float] | None:
-    """The series over the window, or None if any point lacks it (then nothing is sustained)."""
-    values: list[float] = []
-    for _, point in window:
-        value = _get(point, name)
-        if value is None:
-            return None
-        values.append(value)
-    return values
+def _queueing(p: Any, ob: Objectives) -> bool:
+    waiting, running = _get(p, "waiting"), _get(p, "running") or 0.0
+    return waiting is not None and waiting >= ob.waiting_floor and waiting >= ob.waiting_per_running * running
 
 
-def _rule_scale_out(
-    pts: Sequence[tuple[float, MetricPointLike]],
-    now: float,
-    th: Thresholds,
-    quota_headroom_gpus: int | None,
-    gpus_per_replica: int,
-) -> Advice | None:
-    window = _window(pts, now, th.waiting_window_s, th.min_points)
-    waiting = _values(window, "waiting") if window else None
-    if not waiting or min(waiting) <= th.waiting_requests:
+def _rule_scale_out(pts: list[Point], now: float, ob: Objectives, headroom: int | None, per_replica: int):
+    j = _judge(pts, now, ob.window_s, ("waiting",), lambda p: _queueing(p, ob))
+    if not j.fires(ob):
         return None
-    if quota_headroom_gpus is None:
+    peak = max(_get(p, "waiting") or 0.0 for _, _, p in j.breached)
+    kv_peak = max((v for _, _, p in j.breached if (v := _get(p, "kv_cache_pct")) is not None), default=None)
+    if headroom is None:
         room, allowed = "The quota headroom is unknown.", None
     else:
-        allowed = max(0, quota_headroom_gpus) // max(1, gpus_per_replica)
+        allowed = max(0, headroom) // max(1, per_replica)
         room = (
-            f"Your quota has room for {allowed} more replica(s) "
-            f"({quota_headroom_gpus} free GPU(s), {gpus_per_replica} per replica)."
+            f"Your quota has room for {allowed} more replica(s) ({headroom} free GPU(s), {per_replica} per replica)."
             if allowed
-            else f"Your quota has no room for another replica ({gpus_per_replica} GPU(s) "
-            f"each, {quota_headroom_gpus} free): request a quota increase."
+            else f"Your quota has no room for another replica ({per_replica} GPU(s) each, {headroom} free): "
+            "request a quota increase."
         )
+    kv_note = f" The KV cache reached {kv_peak:.0f} % meanwhile." if kv_peak is not None else ""
     return Advice(
         code="scale_out",
         severity=Severity.CRITICAL if allowed == 0 else Severity.WARNING,
         title="Requests are queueing: add replicas",
         message=(
-            f"At least {min(waiting):g} requests waited at every scrape from "
-            f"{_iso(window[0][0])} to {_iso(window[-1][0])} (threshold {th.waiting_requests:g}). "
-            f"Raise max_replicas / min_replicas so the load spreads. {room}"
+            f"Requests queued (up to {peak:g} waiting, at least {ob.waiting_floor:g} and half the running batch) "
+            f"for {100 * j.share:.0f} % of the observed time from {_iso(j.window[0][0])} to {_iso(j.window[-1][0])}."
+            f"{kv_note} Raise max_replicas / min_replicas so the load spreads. {room}"
         ),
+        chart="queue",
         evidence=_evidence(
+            j,
             "waiting",
-            window,
-            min(waiting),
-            th.waiting_requests,
-            mean=round(statistics.fmean(waiting), 4),
+            peak,
+            ob.waiting_floor,
+            relative=f"waiting ≥ {ob.waiting_per_running:g} × running",
+            kv_cache_pct_peak=kv_peak,
             replicas_allowed=allowed,
         ),
     )
 
 
-def _rule_kv_cache(pts: Sequence[tuple[float, MetricPointLike]], now: float, th: Thresholds) -> Advice | None:
-    window = _window(pts, now, th.kv_cache_window_s, th.min_points)
-    kv = _values(window, "kv_cache_pct") if window else None
-    waiting = _values(window, "waiting") if window else None
-    # With a long queue the scale-out advice covers it; this rule is for a full cache that
-    # is not (yet) turning into a queue.
-    if not kv or min(kv) <= th.kv_cache_pct or (waiting and max(waiting) > th.waiting_requests):
+def _preempting(p: Any, ob: Objectives) -> bool:
+    rate, covered = _get(p, "preemptions_per_s") or 0.0, _get(p, "interval_s") or 0.0
+    finished = _get(p, "requests_finished") or 0.0
+    return rate * covered > 0 and rate * covered >= ob.preemptions_per_request * max(finished, 1.0)
+
+
+def _rule_kv_cache(pts: list[Point], now: float, ob: Objectives):
+    # A full cache that turns into a queue is the scale-out rule's; this one is for a full cache
+    # that makes the engine evict and recompute requests while nothing waits.
+    def breach(p: Any) -> bool:
+        return (_get(p, "kv_cache_pct") or 0.0) >= ob.kv_cache_floor_pct and _preempting(p, ob) and not _queueing(p, ob)
+
+    j = _judge(pts, now, ob.window_s, ("kv_cache_pct",), breach)
+    if not j.fires(ob):
         return None
-    preempt = [v for _, p in window if (v := _get(p, "preemptions_per_s")) is not None]
-    preempt_note = (
-        f" The engine preempted {statistics.fmean(preempt):.2f} requests/s on average, recomputing their prefixes."
-        if preempt and max(preempt) > 0
-        else ""
-    )
+    low = min(_get(p, "kv_cache_pct") or 0.0 for _, _, p in j.breached)
+    preempt = statistics.fmean(_get(p, "preemptions_per_s") or 0.0 for _, _, p in j.breached)
     return Advice(
         code="kv_cache_pressure",
         severity=Severity.WARNING,
-        title="KV cache nearly full",
+        title="KV cache full: requests are preempted",
         message=(
-            f"KV-cache use stayed above {th.kv_cache_pct:g} % (lowest {min(kv):.1f} %) while "
-            f"few requests waited.{preempt_note} Add replicas, give the cache more memory "
-            "(gpu_memory_utilization), or tune max_num_batched_tokens / max_num_seqs so "
-            "fewer sequences hold cache blocks at once."
+            f"KV-cache use stayed at or above {ob.kv_cache_floor_pct:g} % (lowest {low:.1f} %) while the engine "
+            f"preempted {preempt:.2f} requests/s, for {100 * j.share:.0f} % of the observed time. Add replicas, give "
+            "the cache more memory (gpu_memory_utilization), or lower max_num_seqs so fewer sequences hold blocks."
         ),
-        evidence=_evidence("kv_cache_pct", window, min(kv), th.kv_cache_pct),
+        chart="kv_cache",
+        evidence=_evidence(
+            j,
+            "kv_cache_pct",
+            low,
+            ob.kv_cache_floor_pct,
+            relative=f"preemptions ≥ {ob.preemptions_per_request:g} per finished request",
+            preemptions_per_s=preempt,
+        ),
     )
 
 
-def _rule_ttft(pts: Sequence[tuple[float, MetricPointLike]], now: float, th: Thresholds) -> Advice | None:
-    window = _window(pts, now, th.ttft_window_s, th.min_points)
-    # Intervals without new requests have no quantile; they neither help nor hurt.
-    observed = [(t, v) for t, p in window if (v := _get(p, "ttft_p95")) is not None]
-    if not observed:
+def _rule_ttft(pts: list[Point], now: float, ob: Objectives):
+    # Intervals without new requests have no quantile: they neither help nor hurt.
+    observed = [v for t, _, p in pts if now - ob.window_s <= t <= now and (v := _get(p, "ttft_p95")) is not None]
+    median = statistics.median(observed) if len(observed) >= ob.ttft_min_points_for_median else None
+    queued = {id(b[2]) for a, b in zip(pts, pts[1:], strict=False) if _queueing(a[2], ob)}
+    queued |= {id(p) for _, _, p in pts if _queueing(p, ob)}
+
+    def breach(p: Any) -> bool:
+        v = _get(p, "ttft_p95") or 0.0
+        relative = v > ob.ttft_p95_objective_s or (median is not None and v > ob.ttft_spike_factor * median)
+        # A point whose requests queued (now or in the interval before) is the queue's doing.
+        return v > ob.ttft_floor_s and relative and id(p) not in queued
+
+    j = _judge(pts, now, ob.window_s, ("ttft_p95",), breach)
+    if not j.fires(ob):
         return None
-    peak_t, peak = max(observed, key=lambda tv: tv[1])
-    median = statistics.median(v for _, v in observed)
-    spike = len(observed) >= th.ttft_min_points_for_median and peak > th.ttft_spike_factor * median
-    if peak <= th.ttft_p95_s and not spike:
-        return None
-    threshold = th.ttft_p95_s if peak > th.ttft_p95_s else th.ttft_spike_factor * median
+    peak_t, peak = max(((t, _get(p, "ttft_p95") or 0.0) for t, _, p in j.breached), key=lambda tv: tv[1])
     return Advice(
-        code="ttft_spike",
+        code="slow_first_token",
         severity=Severity.WARNING,
         title="Slow first tokens",
         message=(
-            f"Time to first token (p95) reached {peak:.2f} s at {_iso(peak_t)} "
-            f"(limit {th.ttft_p95_s:g} s; window median {median:.2f} s). Long prefills are "
-            "stalling the batch: lower max_num_batched_tokens so chunked prefill takes "
-            "smaller chunks, or separate prefill from decode."
+            f"Time to first token (p95) reached {peak:.2f} s at {_iso(peak_t)}, above the objective of "
+            f"{ob.ttft_p95_objective_s:g} s or {ob.ttft_spike_factor:g}× the window's median, for "
+            f"{100 * j.share:.0f} % of the time with requests. Long prefills are stalling the batch: lower "
+            "max_num_batched_tokens so chunked prefill takes smaller chunks, or separate prefill from decode."
         ),
-        evidence=_evidence("ttft_p95", window, peak, round(threshold, 4), median=round(median, 4), at=_iso(peak_t)),
+        chart="ttft",
+        evidence=_evidence(
+            j,
+            "ttft_p95",
+            peak,
+            ob.ttft_p95_objective_s,
+            floor=ob.ttft_floor_s,
+            median=None if median is None else round(median, 4),
+            at=_iso(peak_t),
+        ),
     )
 
 
-def _is_idle(point: MetricPointLike) -> bool:
-    running = _get(point, "running")
-    waiting = _get(point, "waiting") or 0.0
-    generated = _get(point, "generation_tokens_per_s") or 0.0
-    return running == 0.0 and waiting == 0.0 and generated == 0.0
+def _is_idle(p: Any) -> bool:
+    return (
+        _get(p, "running") == 0.0
+        and (_get(p, "waiting") or 0.0) == 0.0
+        and (_get(p, "generation_tokens_per_s") or 0.0) == 0.0
+    )
 
 
-def _rule_idle(pts: Sequence[tuple[float, MetricPointLike]], now: float, th: Thresholds) -> Advice | None:
-    # The run of idle points that ends at the newest point: its span is how long it has
-    # been idle, independent of the scrape interval.
-    past = [(t, p) for t, p in pts if t <= now]
-    run: list[tuple[float, MetricPointLike]] = []
-    for t, p in reversed(past):
-        if not _is_idle(p):
+def _rule_idle(pts: list[Point], now: float, ob: Objectives):
+    # The run of idle points that ends at the newest point: its span is how long it has been
+    # idle, independent of the scrape interval.
+    run: list[Point] = []
+    for point in reversed([x for x in pts if x[0] <= now]):
+        if not _is_idle(point[2]):
             break
-        run.insert(0, (t, p))
-    if len(run) < th.min_points:
+        run.insert(0, point)
+    if len(run) < ob.min_points or now - run[-1][0] > ob.window_s:
         return None
     span = run[-1][0] - run[0][0]
-    if span < th.idle_window_s:
+    if span < ob.idle_window_s:
         return None
+    j = Judgement(run, run)
     return Advice(
         code="idle",
         severity=Severity.INFO,
@@ -253,14 +319,15 @@ def _rule_idle(pts: Sequence[tuple[float, MetricPointLike]], now: float, th: Thr
             f"No request ran and no token was generated for {span / 3600:.1f} h. "
             "Stopping the deployment returns its GPUs to your quota; start it again when needed."
         ),
-        evidence=_evidence("generation_tokens_per_s", run, 0.0, th.idle_window_s, idle_s=span),
+        chart="tokens",
+        evidence=_evidence(j, "generation_tokens_per_s", 0.0, ob.idle_window_s, idle_s=span),
     )
 
 
 def advise(
-    points: Sequence[MetricPointLike],
+    points: Sequence[Any],
     *,
-    thresholds: Thresholds | None = None,
+    objectives: Objectives | None = None,
     quota_headroom_gpus: int | None,
     gpus_per_replica: int,
     now: float | datetime,
@@ -270,15 +337,14 @@ def advise(
     ``quota_headroom_gpus`` is what the tenant's quota still allows in this deployment's
     flavor (None when unknown); the scale-out advice turns it into whole replicas.
     """
-    th = thresholds or Thresholds()
+    ob = objectives or Objectives()
     now_ts = _ts(now)
-    pts = sorted(((_point_ts(p), p) for p in points), key=lambda tp: tp[0])
-    rules: list[Callable[[], Advice | None]] = [
-        lambda: _rule_scale_out(pts, now_ts, th, quota_headroom_gpus, gpus_per_replica),
-        lambda: _rule_kv_cache(pts, now_ts, th),
-        lambda: _rule_ttft(pts, now_ts, th),
-        lambda: _rule_idle(pts, now_ts, th),
+    pts = _points(points)
+    found = [
+        _rule_scale_out(pts, now_ts, ob, quota_headroom_gpus, gpus_per_replica),
+        _rule_kv_cache(pts, now_ts, ob),
+        _rule_ttft(pts, now_ts, ob),
+        _rule_idle(pts, now_ts, ob),
     ]
     order = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
-    found = [a for rule in rules if (a := rule()) is not None]
-    return sorted(found, key=lambda a: order[a.severity])
+    return sorted((a for a in found if a is not None), key=lambda a: order[a.severity])

@@ -52,6 +52,21 @@ def _x(timestamps: Timestamps) -> list[datetime]:
     return [t.astimezone(UTC) if isinstance(t, datetime) else datetime.fromtimestamp(t, UTC) for t in timestamps]
 
 
+Span = tuple[float | datetime, float | datetime] | None  # the window drawn, (start, end)
+
+
+def _isolated(y: Sequence[float | None]) -> bool:
+    """Whether some value has no neighbour to draw a line to (a lone point would be invisible)."""
+    for i, value in enumerate(y):
+        if value is None:
+            continue
+        before = i > 0 and y[i - 1] is not None
+        after = i + 1 < len(y) and y[i + 1] is not None
+        if not (before or after):
+            return True
+    return False
+
+
 def _figure(title: str, y_title: str, *, percent: bool = False) -> go.Figure:
     fig = go.Figure()
     fig.update_layout(
@@ -78,29 +93,43 @@ def _lines(
     *,
     percent: bool = False,
     fill: bool = False,
+    span: Span = None,
 ) -> go.Figure:
-    """A line chart of ``traces`` = (series key, legend name, colour key)."""
+    """A line chart of ``traces`` = (series key, legend name, colour key).
+
+    A value with no neighbour (a one-point series, or a point between gaps) is drawn as a
+    marker: a line needs two points. The x axis spans the window (`span`) when given, so one
+    point sits where it belongs in time instead of filling an axis of a few milliseconds; a
+    series of only zeros gets a y axis of 0-1 instead of Plotly's -1..1.
+    """
     fig = _figure(title, y_title, percent=percent)
     x = _x(timestamps)
+    present: list[float] = []
     for key, name, colour in traces:
         y = list(series.get(key, [None] * len(x)))
         if len(y) != len(x):
             raise ValueError(f"series {key!r} has {len(y)} values for {len(x)} timestamps")
+        present += [v for v in y if v is not None]
         fig.add_trace(
             go.Scatter(
                 x=x,
                 y=y,
                 name=name,
-                mode="lines",
+                mode="lines+markers" if _isolated(y) else "lines",
+                marker={"size": 7, "color": COLOURS[colour]},
                 line={"color": COLOURS[colour], "width": 2},
                 fill="tozeroy" if fill else None,
                 connectgaps=False,
             )
         )
+    if span is not None:
+        fig.update_xaxes(range=_x(span))
+    if not percent and present and max(present) <= 0 and min(present) >= 0:
+        fig.update_yaxes(range=[0, 1])
     return fig
 
 
-def tokens_chart(timestamps: Timestamps, series: Series) -> go.Figure:
+def tokens_chart(timestamps: Timestamps, series: Series, *, span: Span = None) -> go.Figure:
     """Throughput: prompt (prefill) and generated tokens per second."""
     return _lines(
         "Throughput",
@@ -111,10 +140,11 @@ def tokens_chart(timestamps: Timestamps, series: Series) -> go.Figure:
             ("prompt_tokens_per_s", "prompt", "secondary"),
             ("generation_tokens_per_s", "generation", "primary"),
         ],
+        span=span,
     )
 
 
-def kv_cache_chart(timestamps: Timestamps, series: Series) -> go.Figure:
+def kv_cache_chart(timestamps: Timestamps, series: Series, *, span: Span = None) -> go.Figure:
     """KV-cache use, 0-100 % (mean over replicas)."""
     return _lines(
         "KV-cache use",
@@ -124,10 +154,11 @@ def kv_cache_chart(timestamps: Timestamps, series: Series) -> go.Figure:
         [("kv_cache_pct", "KV cache", "primary")],
         percent=True,
         fill=True,
+        span=span,
     )
 
 
-def queue_chart(timestamps: Timestamps, series: Series) -> go.Figure:
+def queue_chart(timestamps: Timestamps, series: Series, *, span: Span = None) -> go.Figure:
     """Requests running in the batch vs waiting in the queue."""
     return _lines(
         "Running vs waiting requests",
@@ -135,47 +166,51 @@ def queue_chart(timestamps: Timestamps, series: Series) -> go.Figure:
         timestamps,
         series,
         [("running", "running", "primary"), ("waiting", "waiting", "bad")],
+        span=span,
     )
 
 
-def _quantiles(title: str, prefix: str, timestamps: Timestamps, series: Series) -> go.Figure:
+def _quantiles(title: str, prefix: str, timestamps: Timestamps, series: Series, span: Span) -> go.Figure:
     return _lines(
         title,
         "seconds",
         timestamps,
         series,
         [(f"{prefix}_p50", "p50", "primary"), (f"{prefix}_p95", "p95", "secondary")],
+        span=span,
     )
 
 
-def ttft_chart(timestamps: Timestamps, series: Series) -> go.Figure:
+def ttft_chart(timestamps: Timestamps, series: Series, *, span: Span = None) -> go.Figure:
     """Time to first token, p50 and p95 per interval."""
-    return _quantiles("Time to first token", "ttft", timestamps, series)
+    return _quantiles("Time to first token", "ttft", timestamps, series, span)
 
 
-def itl_chart(timestamps: Timestamps, series: Series) -> go.Figure:
+def itl_chart(timestamps: Timestamps, series: Series, *, span: Span = None) -> go.Figure:
     """Inter-token latency, p50 and p95 per interval."""
-    return _quantiles("Inter-token latency", "itl", timestamps, series)
+    return _quantiles("Inter-token latency", "itl", timestamps, series, span)
 
 
-def e2e_chart(timestamps: Timestamps, series: Series) -> go.Figure:
+def e2e_chart(timestamps: Timestamps, series: Series, *, span: Span = None) -> go.Figure:
     """End-to-end request latency, p50 and p95 per interval."""
-    return _quantiles("End-to-end latency", "e2e", timestamps, series)
+    return _quantiles("End-to-end latency", "e2e", timestamps, series, span)
 
 
-def prefix_cache_chart(timestamps: Timestamps, series: Series) -> go.Figure:
-    """Prefix-cache hit rate over the interval's lookups, 0-100 %."""
+def prefix_cache_chart(timestamps: Timestamps, series: Series, *, span: Span = None) -> go.Figure:
+    """Prefix-cache hits over lookups, 0-100 %: per interval, and accumulated over the window
+    (every hit so far over every lookup so far: ratios of sums, metrics.aggregate)."""
     return _lines(
         "Prefix-cache hit rate",
         "%",
         timestamps,
         series,
-        [("prefix_cache_hit_pct", "hits", "good")],
+        [("prefix_cache_hit_pct", "per interval", "good"), ("prefix_cache_hit_pct_cumulative", "cumulative", "muted")],
         percent=True,
+        span=span,
     )
 
 
-def preemptions_chart(timestamps: Timestamps, series: Series) -> go.Figure:
+def preemptions_chart(timestamps: Timestamps, series: Series, *, span: Span = None) -> go.Figure:
     """Preemptions per second (requests evicted from the KV cache and recomputed)."""
     return _lines(
         "Preemptions",
@@ -183,10 +218,11 @@ def preemptions_chart(timestamps: Timestamps, series: Series) -> go.Figure:
         timestamps,
         series,
         [("preemptions_per_s", "preemptions", "bad")],
+        span=span,
     )
 
 
-def request_rate_chart(timestamps: Timestamps, series: Series) -> go.Figure:
+def request_rate_chart(timestamps: Timestamps, series: Series, *, span: Span = None) -> go.Figure:
     """Finished requests per second, and those that ended abnormally (abort/error)."""
     return _lines(
         "Requests",
@@ -194,6 +230,7 @@ def request_rate_chart(timestamps: Timestamps, series: Series) -> go.Figure:
         timestamps,
         series,
         [("requests_per_s", "finished", "primary"), ("errors_per_s", "errors", "bad")],
+        span=span,
     )
 
 
@@ -211,9 +248,9 @@ CHARTS = {
 }
 
 
-def dashboard(timestamps: Timestamps, series: Series) -> dict[str, go.Figure]:
-    """Every deployment chart, keyed as in :data:`CHARTS`."""
-    return {key: build(timestamps, series) for key, build in CHARTS.items()}
+def dashboard(timestamps: Timestamps, series: Series, *, span: Span = None) -> dict[str, go.Figure]:
+    """Every deployment chart, keyed as in :data:`CHARTS`, over the window `span`."""
+    return {key: build(timestamps, series, span=span) for key, build in CHARTS.items()}
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """The scrape cycle: every serving deployment's metrics, concurrently, into derived samples.
 
-Source: Prometheus when PROMETHEUS_URL is set; otherwise the deployments' own endpoints. A
+Source: Prometheus when PROMETHEUS_URL is set: a fixed set of fleet-wide PromQL queries per
+cycle (runtime.exposition.promql), whatever the number of deployments, which Prometheus answers
+from its own scrapes. Otherwise the deployments' own endpoints. A
 local engine has one (vLLM /metrics or its Ray metrics port). A KubeRay deployment has one per
 pod: Ray exports a node's metrics on that node, and the replicas (with their ray_vllm_*
 series) run on the worker pods, never on the head (num-gpus 0). So each cycle lists the pods
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
 from django.db import transaction
@@ -34,15 +35,19 @@ from metrics.store import new_sample
 from runtime import k8s
 from runtime.backends import names as backend_names
 from runtime.backends import traits as backend_traits
-from runtime.exposition.derive import derive
+from runtime.exposition.derive import MetricPoint, derive
 from runtime.exposition.parse import ScrapeError
+from runtime.exposition.promql import DEPLOYMENT_LABELS, fleet_points, rescaled
 from runtime.exposition.snapshot import Snapshot
-from runtime.exposition.sources import query_prometheus, scrape_many
+from runtime.exposition.sources import scrape_many
 from runtime.manifests.common import LABEL_DEPLOYMENT_ID, LABEL_MANAGED_BY, MANAGED_BY, PORT_METRICS
 
 log = logging.getLogger(__name__)
 SCRAPED_STATES = (State.READY, State.DEGRADED, State.PROVISIONING)
 LABEL_RAY_NODE_TYPE = "ray.io/node-type"  # set by KubeRay on every pod: head or worker
+# rate() needs at least two samples in its window; Prometheus's guidance is a range of four
+# scrape intervals or more, and 30 s is a common interval. A cycle longer than this uses its own.
+PROMETHEUS_RATE_WINDOW_S = 120.0
 
 
 def _from_pods(backend: str) -> bool:
@@ -51,19 +56,26 @@ def _from_pods(backend: str) -> bool:
     return backend_traits(backend).metrics_from_pods
 
 
-def _prometheus_many(deps: list[ModelDeployment]) -> dict[int, Snapshot | ScrapeError]:
-    def one(dep):
-        try:
-            return dep.pk, query_prometheus(
-                settings.PROMETHEUS_URL,
-                {"namespace": dep.tenant.namespace, "model_name": dep.served_model_name},
-                timeout=settings.METRICS_SCRAPE_TIMEOUT_SECONDS,
-            )
-        except ScrapeError as error:
-            return dep.pk, error
-
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        return dict(pool.map(one, deps))
+def _prometheus_many(deps: list[ModelDeployment], *, at: float | None = None) -> dict[int, MetricPoint | ScrapeError]:
+    """Every deployment's point from one fixed set of fleet-wide PromQL queries (runtime.exposition.promql):
+    the number of requests to Prometheus does not depend on the number of deployments."""
+    window = max(PROMETHEUS_RATE_WINDOW_S, float(settings.METRICS_SCRAPE_SECONDS))
+    keys = {dep.pk: (dep.tenant.namespace, dep.served_model_name) for dep in deps}
+    try:
+        points = fleet_points(
+            settings.PROMETHEUS_URL,
+            window_s=window,
+            at=at,
+            timeout=settings.METRICS_SCRAPE_TIMEOUT_SECONDS,
+            keys=set(keys.values()),
+        )
+    except ScrapeError as error:
+        return {pk: error for pk in keys}
+    labels = ", ".join(DEPLOYMENT_LABELS)
+    return {
+        pk: points.get(key) or ScrapeError(f"Prometheus has no vLLM series with ({labels}) = {key}")
+        for pk, key in keys.items()
+    }
 
 
 def pod_metrics_url(pod: dict) -> str | None:
@@ -170,11 +182,12 @@ def planned_shards(size: int) -> list[list[int]]:
     return sorted(parts, key=staleness)
 
 
-def collect(ids: Iterable[int] | None = None) -> int:
-    """Scrape, derive and store one point per reachable deployment; returns points stored.
+def collect(ids: Iterable[int] | None = None, *, at: float | None = None) -> int:
+    """Read, derive and store one point per reachable deployment; returns points stored.
 
     `ids` limits the cycle to those deployments (a shard); None means all of them. A
-    deployment that left the scraped states since the shard was planned is skipped.
+    deployment that left the scraped states since the shard was planned is skipped. `at` is the
+    evaluation time of the Prometheus queries (default now; the direct path reads now anyway).
     """
     deps = _scraped().select_related("tenant")
     if ids is not None:
@@ -182,19 +195,25 @@ def collect(ids: Iterable[int] | None = None) -> int:
     deps = list(deps)
     if not deps:
         return 0
-    if settings.PROMETHEUS_URL:
-        results = _prometheus_many(deps)
-    else:
-        results = _direct_many(deps)
+    results = _prometheus_many(deps, at=at) if settings.PROMETHEUS_URL else _direct_many(deps)
     now = timezone.now()
-    previous = dict(
-        ScrapeState.objects.filter(deployment_id__in=[d.pk for d in deps]).values_list("deployment_id", "snapshot")
-    )
+    previous = {
+        row[0]: row[1:]
+        for row in ScrapeState.objects.filter(deployment_id__in=[d.pk for d in deps]).values_list(
+            "deployment_id", "snapshot", "last_success"
+        )
+    }
     samples, states = [], []
     for dep in deps:
-        state = ScrapeState(deployment_id=dep.pk, last_attempt=now, snapshot=previous.get(dep.pk) or {})
+        snapshot, last_success = previous.get(dep.pk) or ({}, None)
+        state = ScrapeState(deployment_id=dep.pk, last_attempt=now, snapshot=snapshot or {})
         result = results.get(dep.pk)
-        if isinstance(result, Snapshot):
+        if isinstance(result, MetricPoint):
+            # Prometheus: the point stands for the time since this deployment's last point.
+            since = (now - last_success).total_seconds() if last_success else settings.METRICS_SCRAPE_SECONDS
+            samples.append(new_sample(dep.pk, rescaled(result, since)))
+            state.last_success = now
+        elif isinstance(result, Snapshot):
             prev = Snapshot.from_dict(state.snapshot) if state.snapshot else None
             if prev is None or result.timestamp > prev.timestamp:
                 # Without a previous snapshot only gauges are known; rates start next cycle.

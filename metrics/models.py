@@ -31,8 +31,15 @@ class MetricSample(models.Model):
     itl_p95 = models.FloatField(null=True)
     e2e_p50 = models.FloatField(null=True)
     e2e_p95 = models.FloatField(null=True)
-    prefix_cache_hit_pct = models.FloatField(null=True)
     preemptions_per_s = models.FloatField(null=True)
+    # Seconds the rates cover (None for a first point: gauges only). Rollups weight rates by it.
+    interval_s = models.FloatField(null=True)
+    # Ratio parts as increments over the interval: ratios are divided at read time, so a rollup
+    # (a sum of increments) gives the ratio of sums, never a mean of ratios.
+    prefix_cache_hits = models.FloatField(null=True)
+    prefix_cache_queries = models.FloatField(null=True)
+    requests_finished = models.FloatField(null=True)
+    requests_failed = models.FloatField(null=True)
 
     class Meta:
         # The table and index keep the names they had in the deployments app (moved without a copy).
@@ -60,3 +67,20 @@ class ScrapeState(models.Model):
 
     def __str__(self) -> str:
         return f"scrape state {self.deployment_id}"
+
+
+class AdvisorObjectives(models.Model):
+    """A deployment's own targets for the advisor (metrics.advisor.Objectives); defaults apply
+    where a deployment has no row."""
+
+    deployment = models.OneToOneField(
+        "deployments.ModelDeployment", on_delete=models.CASCADE, related_name="advisor_objectives"
+    )
+    ttft_p95_objective_s = models.FloatField(default=2.0)
+    waiting_floor = models.FloatField(default=2.0)
+    kv_cache_floor_pct = models.FloatField(default=90.0)
+    breach_share_pct = models.FloatField(default=10.0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"advisor objectives {self.deployment_id}"

@@ -1,8 +1,10 @@
 """Metric samples: store derived points, read series for a window, downsample, advise.
 
 Retention (bounded storage): raw 15 s points for 1 day, 1-minute rollups for 7 days, 10-minute
-rollups for 90 days. Rollups are maintained continuously for completed buckets, so any window
-is read at a single resolution chosen to keep charts ≤ ~1,500 points.
+rollups for 90 days. Rollups are made for completed buckets by the downsample task; a window is
+read at one resolution chosen to keep charts ≤ ~1,500 points, from its rollups and, after the
+last of them, from finer rows combined on the fly (window_rows). How points combine and how
+ratios are divided: metrics.aggregate.
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 from deployments.models import ModelDeployment
-from metrics.advisor import Advice, Thresholds, advise
+from metrics.aggregate import COLUMNS, INCREMENTS, combine, window_ratios, with_ratios
 from metrics.models import MetricSample, Resolution
-from runtime.exposition.derive import SERIES_FIELDS, MetricPoint
+from runtime.exposition.derive import MetricPoint
 
 WINDOWS = {
     "1h": (timedelta(hours=1), Resolution.RAW),
@@ -35,7 +38,7 @@ ROLLUPS = ((Resolution.MINUTE, Resolution.RAW), (Resolution.TEN_MINUTES, Resolut
 
 def new_sample(deployment_id: int, point: MetricPoint) -> MetricSample:
     """The raw sample for `point`, unsaved (the scrape cycle writes a shard's samples at once)."""
-    values = {name: getattr(point, name) for name in SERIES_FIELDS}
+    values = {name: getattr(point, name) for name in COLUMNS}
     return MetricSample(
         deployment_id=deployment_id,
         resolution=Resolution.RAW,
@@ -44,28 +47,71 @@ def new_sample(deployment_id: int, point: MetricPoint) -> MetricSample:
     )
 
 
+def _rows(deployment_id: int, resolution: int, since: datetime, until: datetime | None = None) -> list[tuple]:
+    rows = MetricSample.objects.filter(deployment_id=deployment_id, resolution=resolution, ts__gte=since)
+    if until is not None:
+        rows = rows.filter(ts__lt=until)
+    return list(rows.order_by("ts").values_list("ts", *COLUMNS))
+
+
+def window_rows(deployment_id: int, window: str, *, now: datetime) -> list[tuple]:
+    """The window's points at its resolution: its rollups where they exist, then the finer rows
+    after the last rollup (not rolled up yet: the newest, still open bucket, or a downsample that
+    has not run) bucketed on the fly by the same rules (metrics.aggregate.combine). So every
+    window shows data as soon as there is any, and old and new parts join without a seam."""
+    span, resolution = WINDOWS[window]
+    since = now - span
+    levels = sorted((r for r in Resolution if r <= resolution), reverse=True)  # coarsest first
+    points = _rows(deployment_id, levels[0], since)
+    cutoff = points[-1][0] + timedelta(seconds=levels[0]) if points else since
+    finer: list[tuple] = []
+    for level in levels[1:]:
+        rows = _rows(deployment_id, level, cutoff)
+        finer += rows
+        if rows and level != Resolution.RAW:
+            cutoff = rows[-1][0] + timedelta(seconds=level)
+    buckets: dict[datetime, list[tuple]] = defaultdict(list)
+    for row in finer:
+        buckets[_bucket(row[0], resolution)].append(row[1:])
+    for ts, group in sorted(buckets.items()):
+        combined = combine(group)
+        points.append((ts, *(combined[name] for name in COLUMNS)))
+    return points
+
+
 def series(deployment: ModelDeployment, window: str, *, now: datetime | None = None) -> dict:
-    """Timestamps and one list per metric for `window` (one indexed query, values only)."""
+    """Timestamps and one list per metric for `window`, ratios divided at read time."""
     span, resolution = WINDOWS[window]
     now = now or timezone.now()
-    rows = (
-        MetricSample.objects.filter(deployment=deployment, resolution=resolution, ts__gte=now - span)
-        .order_by("ts")
-        .values_list("ts", *SERIES_FIELDS)
-    )
-    timestamps, columns = [], {name: [] for name in SERIES_FIELDS}
-    for row in rows:
-        timestamps.append(row[0])
-        for name, value in zip(SERIES_FIELDS, row[1:], strict=True):
-            columns[name].append(value)
-    return {"window": window, "resolution_s": int(resolution), "timestamps": timestamps, "series": columns}
+    rows = window_rows(deployment.pk, window, now=now)
+    timestamps = [row[0] for row in rows]
+    columns = {name: [row[i + 1] for row in rows] for i, name in enumerate(COLUMNS)}
+    return {
+        "window": window,
+        "resolution_s": int(resolution),
+        "start": now - span,
+        "end": now,
+        "timestamps": timestamps,
+        "series": with_ratios(columns),
+        "totals": window_ratios(columns),
+    }
 
 
 def summary(deployment: ModelDeployment) -> dict | None:
-    latest = MetricSample.objects.filter(deployment=deployment, resolution=Resolution.RAW).order_by("-ts").first()
+    """The newest raw point (with its ratios) and the last 24 hours' ratios (sums divided)."""
+    raw = MetricSample.objects.filter(
+        deployment=deployment, resolution=Resolution.RAW, ts__gte=timezone.now() - RETENTION[Resolution.RAW]
+    )
+    latest = raw.order_by("-ts").values_list("ts", *COLUMNS).first()
     if latest is None:
         return None
-    return {"ts": latest.ts.isoformat(), **{name: getattr(latest, name) for name in SERIES_FIELDS}}
+    point = with_ratios({name: [value] for name, value in zip(COLUMNS, latest[1:], strict=True)})
+    sums = raw.aggregate(**{name: Sum(name) for name in INCREMENTS})
+    return {
+        "ts": latest[0].isoformat(),
+        **{name: values[0] for name, values in point.items() if name != "prefix_cache_hit_pct_cumulative"},
+        "last_24h": window_ratios({name: [value] for name, value in sums.items()}),
+    }
 
 
 def _bucket(ts: datetime, seconds: int) -> datetime:
@@ -73,13 +119,8 @@ def _bucket(ts: datetime, seconds: int) -> datetime:
     return datetime.fromtimestamp(epoch - epoch % seconds, tz=UTC)
 
 
-def _mean(values: list) -> float | None:
-    present = [v for v in values if v is not None]
-    return sum(present) / len(present) if present else None
-
-
 def _rollup(target: int, source: int, now: datetime) -> int:
-    """Average `source` rows into `target` buckets that are complete and not yet rolled up."""
+    """Combine `source` rows into `target` buckets that are complete and not yet rolled up."""
     made = 0
     last_complete = _bucket(now, target)
     # order_by() drops Meta.ordering ("ts"), which would otherwise make DISTINCT run per row.
@@ -97,16 +138,11 @@ def _rollup(target: int, source: int, now: datetime) -> int:
         if start is not None:
             rows = rows.filter(ts__gte=start)
         buckets: dict[datetime, list] = defaultdict(list)
-        for row in rows.values_list("ts", *SERIES_FIELDS).iterator(chunk_size=2000):
+        for row in rows.values_list("ts", *COLUMNS).iterator(chunk_size=2000):
             buckets[_bucket(row[0], target)].append(row[1:])
         MetricSample.objects.bulk_create(
             [
-                MetricSample(
-                    deployment_id=dep_id,
-                    resolution=target,
-                    ts=ts,
-                    **{name: _mean([r[i] for r in group]) for i, name in enumerate(SERIES_FIELDS)},
-                )
+                MetricSample(deployment_id=dep_id, resolution=target, ts=ts, **combine(group))
                 for ts, group in sorted(buckets.items())
             ]
         )
@@ -124,27 +160,3 @@ def downsample(*, now: datetime | None = None) -> dict:
         for res, keep in RETENTION.items()
     }
     return {"rolled_up": made, "deleted": deleted}
-
-
-def advice_for(
-    deployment: ModelDeployment, *, thresholds: Thresholds | None = None, now: datetime | None = None
-) -> list[Advice]:
-    """The advisor over the last two hours of raw points, with this tenant's quota headroom."""
-    from quotas.services import quota_preview
-
-    now = now or timezone.now()
-    points = list(
-        MetricSample.objects.filter(
-            deployment=deployment, resolution=Resolution.RAW, ts__gte=now - timedelta(hours=2, minutes=5)
-        ).order_by("ts")
-    )
-    if not points:
-        return []
-    fit = quota_preview(tenant=deployment.tenant, flavor=deployment.flavor, gpus=1)
-    return advise(
-        points,
-        thresholds=thresholds,
-        quota_headroom_gpus=fit.free_nominal + fit.borrowable,
-        gpus_per_replica=deployment.gpus_per_replica,
-        now=now,
-    )

@@ -19,7 +19,7 @@ def deployment_charts(request, pk: int):
     if window not in WINDOWS:
         raise Http404("unknown window")
     data = series(dep, window)
-    figures = dashboard(data["timestamps"], data["series"])
+    figures = dashboard(data["timestamps"], data["series"], span=(data["start"], data["end"]))
     body = "{" + ",".join(f'"{name}":{figure_json(fig)}' for name, fig in figures.items())
     body += f',"_meta":{{"points":{len(data["timestamps"])},"resolution_s":{data["resolution_s"]}}}}}'
     return HttpResponse(body, content_type="application/json")

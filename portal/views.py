@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -15,7 +13,7 @@ from django.views.decorators.http import require_POST
 from deployments.choices import State
 from deployments.models import ModelDeployment
 from deployments.reconcile import last_orphans, last_pending_workloads, orphan_delete
-from metrics.models import MetricSample, Resolution
+from metrics.presenters import busiest as metrics_busiest
 from metrics.presenters import latest_samples
 from portal.api import ApiToken, token_create, token_revoke
 from quotas.choices import QuotaChangeStatus
@@ -103,12 +101,7 @@ def cluster(request):
     if not is_platform_admin(request.user):
         raise PermissionDenied
     quotas = TenantQuota.objects.select_related("tenant", "flavor").order_by("tenant__slug", "flavor__name")
-    since = timezone.now() - timedelta(minutes=5)
-    busiest = (
-        MetricSample.objects.filter(resolution=Resolution.RAW, ts__gte=since, generation_tokens_per_s__isnull=False)
-        .select_related("deployment__tenant")
-        .order_by("-generation_tokens_per_s")[:10]
-    )
+    busiest = metrics_busiest(minutes=5, limit=10)  # each deployment once (metrics.presenters)
     from django.db.models import Sum
 
     from metrics.charts import QuotaRow, figure_json, quota_bars

@@ -13,27 +13,33 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from deployments.api.views import VisibleDeploymentsMixin
+from deployments.states import Action, actor_of, authorize
 from metrics import store
+from metrics.advice import OBJECTIVE_FIELDS, advice_dict, advice_for
+from metrics.models import AdvisorObjectives
 
 
 class MetricsQuerySerializer(serializers.Serializer):
     window = serializers.ChoiceField(choices=list(store.WINDOWS), default="1h")
 
 
-def _advice_dict(advice) -> dict:
-    return {
-        "code": advice.code,
-        "severity": advice.severity,
-        "title": advice.title,
-        "message": advice.message,
-        "evidence": advice.evidence,
-    }
+class ObjectivesSerializer(serializers.ModelSerializer):
+    """The advisor's per-deployment objectives (absolute floors and the TTFT objective)."""
+
+    ttft_p95_objective_s = serializers.FloatField(min_value=0.01, max_value=600.0)
+    waiting_floor = serializers.FloatField(min_value=0.0, max_value=100_000.0)
+    kv_cache_floor_pct = serializers.FloatField(min_value=1.0, max_value=100.0)
+    breach_share_pct = serializers.FloatField(min_value=1.0, max_value=100.0)
+
+    class Meta:
+        model = AdvisorObjectives
+        fields = list(OBJECTIVE_FIELDS)
 
 
 class DeploymentMetricsViewSet(VisibleDeploymentsMixin, viewsets.GenericViewSet):
     """Engine metrics of the deployments of the tenants you belong to. Other tenants' are 404."""
 
-    http_method_names = ["get", "head", "options"]
+    http_method_names = ["get", "put", "patch", "head", "options"]
 
     @extend_schema(parameters=[MetricsQuerySerializer], responses={200: dict})
     @action(detail=True, methods=["get"])
@@ -60,7 +66,7 @@ class DeploymentMetricsViewSet(VisibleDeploymentsMixin, viewsets.GenericViewSet)
                     "last_error": scrape.last_error,
                     "last_attempt": scrape.last_attempt,
                 },
-                "advice": [_advice_dict(a) for a in store.advice_for(dep)],
+                "advice": [advice_dict(dep.pk, a) for a in advice_for(dep)],
             }
         )
 
@@ -68,4 +74,19 @@ class DeploymentMetricsViewSet(VisibleDeploymentsMixin, viewsets.GenericViewSet)
     @action(detail=True, methods=["get"])
     def advice(self, request, pk=None):
         """The advisor's recommendations with their evidence (series, window, value, threshold)."""
-        return Response([_advice_dict(a) for a in store.advice_for(self.get_object())])
+        dep = self.get_object()
+        return Response([advice_dict(dep.pk, a) for a in advice_for(dep)])
+
+    @extend_schema(request=ObjectivesSerializer, responses={200: ObjectivesSerializer})
+    @action(detail=True, methods=["get", "put", "patch"])
+    def objectives(self, request, pk=None):
+        """The advisor's objectives for this deployment; members change them as they edit it."""
+        dep = self.get_object()
+        row = AdvisorObjectives.objects.filter(deployment=dep).first() or AdvisorObjectives(deployment=dep)
+        if request.method == "GET":
+            return Response(ObjectivesSerializer(row).data)
+        authorize(actor_of(dep.tenant, request.user), dep.state, Action.UPDATE)
+        serializer = ObjectivesSerializer(row, data=request.data, partial=request.method == "PATCH")
+        serializer.is_valid(raise_exception=True)
+        serializer.save(deployment=dep)
+        return Response(serializer.data)

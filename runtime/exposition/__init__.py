@@ -3,7 +3,8 @@
 - `snapshot`: the families read and :class:`~snapshot.Snapshot`, one deployment's series at one instant;
 - `parse`: filtering an exposition and parsing it with prometheus_client;
 - `derive`: rates, ratios and quantiles between two snapshots (:class:`~derive.MetricPoint`);
-- `sources`: the HTTP scrape (one endpoint, or many at once) and Prometheus queries.
+- `sources`: the HTTP scrape (one endpoint, or many at once);
+- `promql`: the whole fleet's points from Prometheus, a fixed set of PromQL queries per cycle.
 
 Two exposition dialects carry the same numbers:
 

@@ -20,7 +20,10 @@ class MetricPoint:
     """What one scrape interval shows; None where it cannot be known (no prev, no data).
 
     Rates are per second over ``interval_s``; percentages are 0-100; latency quantiles are
-    seconds over the requests observed *during* the interval.
+    seconds over the requests observed *during* the interval. Ratios are not stored: their
+    numerator and denominator are, as increments over the interval (``prefix_cache_hits`` of
+    ``prefix_cache_queries``, ``requests_failed`` of ``requests_finished``), so any sum of
+    intervals divides to the right ratio (a mean of ratios would not).
     """
 
     timestamp: float
@@ -30,7 +33,10 @@ class MetricPoint:
     requests_per_s: float | None = None
     errors_per_s: float | None = None
     preemptions_per_s: float | None = None
-    prefix_cache_hit_pct: float | None = None
+    prefix_cache_hits: float | None = None
+    prefix_cache_queries: float | None = None
+    requests_finished: float | None = None
+    requests_failed: float | None = None
     kv_cache_pct: float | None = None
     running: float | None = None
     waiting: float | None = None
@@ -41,8 +47,20 @@ class MetricPoint:
     e2e_p50: float | None = None
     e2e_p95: float | None = None
 
+    @property
+    def prefix_cache_hit_pct(self) -> float | None:
+        """Hits over lookups in the interval, 0-100 (None without a lookup)."""
+        return ratio_pct(self.prefix_cache_hits, self.prefix_cache_queries)
+
 
 SERIES_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(MetricPoint) if f.name not in ("timestamp", "interval_s"))
+
+
+def ratio_pct(numerator: float | None, denominator: float | None) -> float | None:
+    """100 × numerator / denominator, None when there is nothing to divide by."""
+    if numerator is None or not denominator or denominator <= 0:
+        return None
+    return 100.0 * numerator / denominator
 
 
 def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None:
@@ -151,7 +169,10 @@ def derive(prev: Snapshot | None, cur: Snapshot) -> MetricPoint:
         requests_per_s=sum(finished.values()) / dt,
         errors_per_s=errors / dt,
         preemptions_per_s=_counter_increase(prev, cur, "num_preemptions_total") / dt,
-        prefix_cache_hit_pct=100.0 * hits / queries if queries > 0 else None,
+        prefix_cache_hits=hits,
+        prefix_cache_queries=queries,
+        requests_finished=sum(finished.values()),
+        requests_failed=errors,
         **gauges,
         **quantiles,
     )

@@ -1,8 +1,7 @@
-"""Where snapshots come from: an HTTP scrape of one endpoint or many at once, or Prometheus."""
+"""Where snapshots come from: an HTTP scrape of one endpoint or many at once (Prometheus: promql)."""
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -12,8 +11,8 @@ from typing import TypeVar
 import requests
 import urllib3
 
-from runtime.exposition.parse import ScrapeError, SnapshotBuilder, parse_exposition
-from runtime.exposition.snapshot import COUNTERS, GAUGES, HISTOGRAMS, Snapshot
+from runtime.exposition.parse import ScrapeError, parse_exposition
+from runtime.exposition.snapshot import Snapshot
 
 # Exposition bodies above this are refused: a real Ray node exposition is ~1 MB.
 MAX_BODY_BYTES = 32 * 1024 * 1024
@@ -23,7 +22,7 @@ _ACCEPT = "text/plain;version=0.0.4;q=1.0, */*;q=0.1"
 K = TypeVar("K")
 
 
-def _get_text(url: str, timeout: float, params: Mapping[str, str] | None = None) -> str:
+def get_text(url: str, timeout: float, params: Mapping[str, str] | None = None) -> str:
     """GET with an overall deadline and a size cap.
 
     requests' timeout bounds each socket read, so a server dripping a byte a second never
@@ -60,7 +59,7 @@ def scrape(
     require_vllm: bool = True,
 ) -> Snapshot:
     """Fetch and parse one exposition (vLLM ``/metrics`` or a Ray metrics port)."""
-    text = _get_text(url, timeout)
+    text = get_text(url, timeout)
     taken_at = time.time()
     try:
         return parse_exposition(text, taken_at, match_labels=match_labels, require_vllm=require_vllm)
@@ -127,55 +126,3 @@ def scrape_many(
         else:
             results[key] = snapshot
     return results
-
-
-def _escape_label_value(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def prometheus_selector(selector_labels: Mapping[str, str]) -> str:
-    """The PromQL instant-vector selector for every raw series :func:`parse_exposition` keeps."""
-    names = [*COUNTERS, *GAUGES]
-    names += [h + suffix for h in HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")]
-    # PromQL regexes are fully anchored RE2; the names hold only [a-z0-9_].
-    matchers = [f'__name__=~"(vllm:|ray_vllm_)({"|".join(names)})"']
-    matchers += [f'{k}="{_escape_label_value(v)}"' for k, v in sorted(selector_labels.items())]
-    return "{" + ", ".join(matchers) + "}"
-
-
-def query_prometheus(
-    base_url: str,
-    selector_labels: Mapping[str, str],
-    timeout: float = 5.0,
-    *,
-    timestamp: float | None = None,
-) -> Snapshot:
-    """The same Snapshot built from Prometheus's HTTP API (``/api/v1/query``, raw series).
-
-    Asking for the raw counters and buckets (not ``rate()``) keeps one derivation path for
-    both sources. ``selector_labels`` narrow to one deployment (e.g. ``{"namespace": ns,
-    "ray_io_cluster": name}``); the job/instance labels Prometheus adds keep replicas apart.
-    """
-    params = {"query": prometheus_selector(selector_labels)}
-    if timestamp is not None:
-        params["time"] = repr(timestamp)
-    url = base_url.rstrip("/") + "/api/v1/query"
-    body = _get_text(url, timeout, params=params)
-    try:
-        payload = json.loads(body)
-        if payload.get("status") != "success":
-            raise ScrapeError(f"{url}: {payload.get('errorType')}: {payload.get('error')}")
-        result = payload["data"]["result"]
-        builder = SnapshotBuilder(None)
-        eval_time: float | None = None
-        for item in result:
-            metric = item["metric"]
-            ts, raw = item["value"]
-            eval_time = float(ts)
-            builder.add(metric["__name__"], metric, float(raw))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ScrapeError(f"{url}: not a Prometheus vector answer: {exc}") from exc
-    if builder.empty:
-        raise ScrapeError(f"{url}: no vLLM series match {params['query']}")
-    when = timestamp if timestamp is not None else eval_time
-    return builder.build(time.time() if when is None else when)

@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 import pytest
 
 from metrics import charts
+from metrics.aggregate import COLUMNS, RATIOS, with_ratios
 from runtime.exposition.derive import SERIES_FIELDS, MetricPoint, derive
 from runtime.exposition.parse import parse_exposition
 from tests.support.shared import shared_path
@@ -24,7 +25,7 @@ def data() -> tuple[list[float], dict[str, list[float | None]]]:
         points.append(derive(prev, cur))
         prev = cur
     timestamps = [p.timestamp for p in points]
-    series = {name: [getattr(p, name) for p in points] for name in SERIES_FIELDS}
+    series = with_ratios({name: [getattr(p, name) for p in points] for name in COLUMNS})
     return timestamps, series
 
 
@@ -36,7 +37,7 @@ TRACES = {
     "ttft": [("p50", "ttft_p50"), ("p95", "ttft_p95")],
     "itl": [("p50", "itl_p50"), ("p95", "itl_p95")],
     "e2e": [("p50", "e2e_p50"), ("p95", "e2e_p95")],
-    "prefix_cache": [("hits", "prefix_cache_hit_pct")],
+    "prefix_cache": [("per interval", "prefix_cache_hit_pct"), ("cumulative", "prefix_cache_hit_pct_cumulative")],
     "preemptions": [("preemptions", "preemptions_per_s")],
 }
 Y_UNITS = {
@@ -71,7 +72,11 @@ class TestDashboard:
     def test_every_metric_point_field_is_on_some_chart(self) -> None:
         plotted = {field for traces in TRACES.values() for _, field in traces}
         numeric = {f.name for f in fields(MetricPoint)} - {"timestamp", "interval_s"}
-        assert plotted == numeric == set(SERIES_FIELDS)
+        assert numeric == set(SERIES_FIELDS)
+        # Ratio parts are plotted as their ratios (divided at read time), plus the cumulative one.
+        parts = {name for pair in RATIOS.values() for name in pair}
+        shown = (numeric - parts) | {"prefix_cache_hit_pct", "prefix_cache_hit_pct_cumulative"}
+        assert plotted == shown
 
     def test_values_from_the_burst(self, data) -> None:
         timestamps, series = data

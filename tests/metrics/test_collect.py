@@ -4,15 +4,16 @@ A local HTTP server serves the real vLLM series from ../shared/fixtures/metrics,
 scrape, as a deployment's metrics endpoint would.
 """
 
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from metrics.advice import advice_for
 from metrics.charts import dashboard
 from metrics.collect import collect_all
 from metrics.models import MetricSample, Resolution, ScrapeState
-from metrics.store import advice_for, downsample, series
+from metrics.presenters import busiest
+from metrics.store import downsample, series
 from runtime.exposition.derive import derive
 from runtime.exposition.parse import parse_exposition
 from runtime.exposition.snapshot import Snapshot
@@ -392,6 +393,115 @@ class TestDashboardData:
         assert MetricSample.objects.filter(resolution=Resolution.MINUTE).count() == 2 * 24 * 60
 
 
+def raw(dep, ts, **values):
+    return MetricSample(deployment=dep, resolution=Resolution.RAW, ts=ts, **values)
+
+
+class TestWindows:
+    """Every window shows data as soon as there is any, across rollups and raw rows."""
+
+    def test_a_fresh_deployment_shows_in_every_window_before_any_rollup(self, serving):
+        now = datetime(2026, 11, 30, 12, 5, 30, tzinfo=UTC)
+        MetricSample.objects.bulk_create(
+            [raw(serving, now - timedelta(seconds=15 * i), interval_s=15.0, waiting=2.0) for i in range(21)]
+        )  # five minutes of raw points (12:00:30-12:05:30), downsample never ran
+        counts = {w: len(series(serving, w, now=now)["timestamps"]) for w in ("1h", "6h", "24h", "7d", "30d")}
+        assert counts == {"1h": 21, "6h": 21, "24h": 6, "7d": 1, "30d": 1}
+        week = series(serving, "7d", now=now)
+        assert week["series"]["waiting"] == [2.0] and week["series"]["interval_s"] == [21 * 15.0]
+
+    def test_rollups_and_newer_raw_rows_join_without_a_seam_or_a_double_count(self, serving):
+        now = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+        MetricSample.objects.bulk_create(
+            [
+                raw(serving, now - timedelta(seconds=15 * i), interval_s=15.0, generation_tokens_per_s=10.0)
+                for i in range(1, 4 * 30 + 1)
+            ]
+        )  # the last 30 minutes
+        downsample(now=now - timedelta(minutes=10))  # rolled up until 11:50; the rest is raw
+        assert MetricSample.objects.filter(resolution=Resolution.TEN_MINUTES).count() == 2
+        day = series(serving, "24h", now=now)
+        assert len(day["timestamps"]) == 30 and len(set(day["timestamps"])) == 30
+        assert set(day["series"]["generation_tokens_per_s"]) == {10.0}
+        assert sum(day["series"]["interval_s"]) == 4 * 30 * 15.0  # every raw second exactly once
+        week = series(serving, "7d", now=now)
+        assert len(week["timestamps"]) == 3 and sum(week["series"]["interval_s"]) == 4 * 30 * 15.0
+
+    def test_rates_roll_up_weighted_by_the_time_they_cover(self, serving):
+        now = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+        start = now - timedelta(minutes=1)
+        MetricSample.objects.bulk_create(
+            [
+                raw(serving, start + timedelta(seconds=5), interval_s=5.0, generation_tokens_per_s=100.0),
+                raw(serving, start + timedelta(seconds=50), interval_s=45.0, generation_tokens_per_s=0.0),
+            ]
+        )
+        (rate,) = series(serving, "24h", now=now)["series"]["generation_tokens_per_s"]
+        assert rate == pytest.approx(500 / 50)  # 500 tokens in 50 s, not the mean of 100 and 0
+
+
+class TestRatios:
+    def test_hit_ratio_is_a_ratio_of_sums_at_every_resolution(self, serving):
+        now = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+        base = now - timedelta(minutes=1)
+        MetricSample.objects.bulk_create(
+            [  # 1 of 1 lookups hit, then 10 of 100: the hit ratio is 11/101, not the mean 55 %
+                raw(
+                    serving, base + timedelta(seconds=10), interval_s=10.0, prefix_cache_hits=1, prefix_cache_queries=1
+                ),
+                raw(
+                    serving,
+                    base + timedelta(seconds=20),
+                    interval_s=10.0,
+                    prefix_cache_hits=10,
+                    prefix_cache_queries=100,
+                ),
+                raw(serving, base + timedelta(seconds=30), interval_s=10.0, requests_finished=50, requests_failed=5),
+            ]
+        )
+        hour = series(serving, "1h", now=now)
+        assert hour["series"]["prefix_cache_hit_pct"] == [100.0, 10.0, None]
+        assert hour["series"]["prefix_cache_hit_pct_cumulative"] == pytest.approx(
+            [100.0, 100 * 11 / 101, 100 * 11 / 101]
+        )
+        assert hour["totals"]["prefix_cache_hit_pct"] == pytest.approx(100 * 11 / 101)
+        assert hour["totals"]["error_pct"] == pytest.approx(10.0)
+        (rolled,) = series(serving, "24h", now=now)["series"]["prefix_cache_hit_pct"]
+        assert rolled == pytest.approx(100 * 11 / 101)
+        downsample(now=now + timedelta(minutes=20))
+        (stored,) = series(serving, "7d", now=now)["series"]["prefix_cache_hit_pct"]
+        assert stored == pytest.approx(100 * 11 / 101)
+
+    def test_a_single_point_is_drawn_as_a_point_on_the_windows_axis(self, serving):
+        now = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+        MetricSample.objects.create(deployment=serving, ts=now - timedelta(seconds=5), waiting=0.0, running=0.0)
+        data = series(serving, "24h", now=now)
+        figures = dashboard(data["timestamps"], data["series"], span=(data["start"], data["end"]))
+        queue = figures["queue"]
+        assert {trace.mode for trace in queue.data} == {"lines+markers"}
+        start, end = queue.layout.xaxis.range
+        assert (end - start) == timedelta(hours=24)
+        assert tuple(queue.layout.yaxis.range) == (0, 1)  # zeros on a 0-1 axis, not -1..1
+
+
+class TestBusiest:
+    def test_each_deployment_is_listed_once_busiest_first(self, world, serving):
+        from deployments import services
+
+        other = services.deployment_create(
+            tenant=world.alpha, user=world.users["member"], data=draft(world, name="other")
+        )
+        now = datetime.now(UTC)
+        MetricSample.objects.bulk_create(
+            [raw(serving, now - timedelta(seconds=15 * i), generation_tokens_per_s=100.0 + i) for i in range(10)]
+            + [raw(other, now - timedelta(seconds=15 * i), generation_tokens_per_s=300.0) for i in range(10)]
+            + [raw(other, now - timedelta(minutes=30), generation_tokens_per_s=9999.0)]  # too old to count
+        )
+        rows = busiest(minutes=5, limit=10)
+        assert [r.deployment_id for r in rows] == [other.pk, serving.pk]
+        assert rows[1].generation_tokens_per_s == pytest.approx(104.5)
+
+
 class TestAdvisorOnStoredSamples:
     def test_sustained_queue_advises_scale_out_with_quota_headroom(self, serving):
         now = datetime.now(UTC)
@@ -429,36 +539,3 @@ class TestAdvisorOnStoredSamples:
             ]
         )
         assert advice_for(serving, now=now) == []
-
-
-class TestPrometheusSource:
-    def test_a_kserve_deployment_gets_samples_through_prometheus(self, world, settings, series_files):
-        """KServe pods sit behind Knative, so their vLLM metrics come from Prometheus."""
-        import json
-        from urllib.parse import parse_qs, urlparse
-
-        from deployments import services
-        from tests.runtime.test_exposition import prometheus_answer
-
-        texts = [f.read_text() for f in series_files[:3]]
-        state = {"i": 0}
-
-        def respond(method, path, body):
-            query = parse_qs(urlparse(path).query)["query"][0]
-            answer = prometheus_answer(texts[min(state["i"], len(texts) - 1)], query)
-            for item in answer["data"]["result"]:  # Prometheus stamps an instant query "now"
-                item["value"][0] = time.time()
-            return 200, "application/json", json.dumps(answer).encode()
-
-        httpd = serve(respond)
-        settings.PROMETHEUS_URL = base_url(httpd)
-        dep = services.deployment_create(
-            tenant=world.alpha, user=world.users["member"], data=draft(world, backend="kserve", name="isvc")
-        )
-        type(dep).objects.filter(pk=dep.pk).update(state="ready")
-        for i in range(3):
-            state["i"] = i
-            assert collect_all() == 1
-        samples = list(MetricSample.objects.filter(deployment=dep).order_by("ts"))
-        assert len(samples) == 3 and samples[-1].kv_cache_pct is not None
-        httpd.shutdown()

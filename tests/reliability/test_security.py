@@ -288,6 +288,18 @@ MATRIX = {
     ("deployment-events", "get"): (lambda w, c: c.get(f"{D}/{_dep(w).pk}/events/"), ALPHA_READ),
     ("deployment-metrics", "get"): (lambda w, c: c.get(f"{D}/{_dep(w).pk}/metrics/"), ALPHA_READ),
     ("deployment-summary", "get"): (lambda w, c: c.get(f"{D}/{_dep(w).pk}/summary/"), ALPHA_READ),
+    ("deployment-objectives", "get"): (lambda w, c: c.get(f"{D}/{_dep(w).pk}/objectives/"), ALPHA_READ),
+    ("deployment-objectives", "put"): (
+        lambda w, c: c.put(
+            f"{D}/{_dep(w).pk}/objectives/",
+            {"ttft_p95_objective_s": 1.0, "waiting_floor": 2, "kv_cache_floor_pct": 90, "breach_share_pct": 10},
+        ),
+        MEMBER_WRITE,
+    ),
+    ("deployment-objectives", "patch"): (
+        lambda w, c: c.patch(f"{D}/{_dep(w).pk}/objectives/", {"ttft_p95_objective_s": 0.5}),
+        MEMBER_WRITE,
+    ),
     ("deployment-approve", "post"): (lambda w, c: c.post(f"{D}/{_dep(w).pk}/approve/", {"generation": 1}), ADMIN_ONLY),
     ("deployment-reject", "post"): (lambda w, c: c.post(f"{D}/{_dep(w).pk}/reject/", {"reason": "no"}), ADMIN_ONLY),
     ("deployment-cancel", "post"): (lambda w, c: c.post(f"{D}/{_dep(w).pk}/cancel/"), MEMBER_WRITE),

@@ -20,8 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from runtime.exposition.derive import MetricPoint, derive, histogram_quantile
 from runtime.exposition.parse import RAY_CONTEXT_LABELS, ScrapeError, filter_exposition, parse_exposition
-from runtime.exposition.snapshot import COUNTERS, Snapshot
-from runtime.exposition.sources import query_prometheus, scrape, scrape_many
+from runtime.exposition.promql import QUERY_COUNT, fleet_points, rescaled
+from runtime.exposition.snapshot import COUNTERS, GAUGES, HISTOGRAMS, Snapshot
+from runtime.exposition.sources import scrape, scrape_many
 from tests.support.shared import shared_path
 
 VLLM_BUSY = "vllm-0.32-cpu-openai-server-under-load.prom"
@@ -440,21 +441,26 @@ class TestDeriveEdgeCases:
 # -- sources ---------------------------------------------------------------------------------
 
 
-def prometheus_answer(text: str, query: str) -> dict:
-    """What Prometheus answers to ``query`` after scraping ``text``: the matching raw series."""
-    name_re = re.search(r'__name__=~"([^"]+)"', query).group(1)
-    wanted = dict(re.findall(r'(\w+)="([^"]*)"', query.replace(f'__name__=~"{name_re}"', "")))
-    result = []
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            labels = {**s.labels, "job": "vllm", "instance": "10.0.0.7:8000", **wanted}
-            if re.fullmatch(name_re, s.name):
-                result.append(
-                    {
-                        "metric": {"__name__": s.name, **labels},
-                        "value": [1796003900.5, repr(s.value)],
-                    }
-                )
+def prometheus_answer(query: str) -> dict:
+    """A stand-in Prometheus's answer: one deployment's figures, NaN for its quantiles (what
+    histogram_quantile gives over buckets that did not move)."""
+    metric = {"namespace": "team-a", "model_name": "tiny"}
+    if "histogram_quantile" in query:
+        result = [{"metric": {**metric, "quantile": q}, "value": [1796003900.5, "NaN"]} for q in ("0.5", "0.95")]
+    elif "finished_reason" in query:
+        result = [
+            {"metric": {**metric, "finished_reason": reason}, "value": [1796003900.5, rate]}
+            for reason, rate in (("stop", "3"), ("length", "1"), ("abort", "0.5"))
+        ]
+    elif "num_requests_running" in query:
+        result = [
+            {"metric": {**metric, "__name__": f"vllm:num_requests_{n}"}, "value": [1796003900.5, v]}
+            for n, v in (("running", "4"), ("waiting", "30"))
+        ]
+    elif "prefix_cache_hits" in query:
+        result = []  # Ray exports this counter only after the first hit
+    else:
+        result = [{"metric": metric, "value": [1796003900.5, "0.5"]}]
     return {"status": "success", "data": {"resultType": "vector", "result": result}}
 
 
@@ -497,7 +503,9 @@ class _Handler(BaseHTTPRequestHandler):
             elif url.path == "/api/v1/query":
                 query = parse_qs(url.query)["query"][0]
                 self.queries.append(query)
-                self._send(200, json.dumps(prometheus_answer(self.fixtures["busy"], query)))
+                self._send(200, json.dumps(prometheus_answer(query)))
+            elif url.path == "/matrix/api/v1/query":
+                self._send(200, json.dumps({"status": "success", "data": {"resultType": "matrix", "result": []}}))
             elif url.path == "/bad/api/v1/query":
                 self._send(200, json.dumps({"status": "error", "errorType": "bad_data", "error": "parse"}))
             else:
@@ -584,25 +592,38 @@ class TestScrape:
         assert all(r.gauge_sum("num_requests_running") == 4.0 for r in results.values())
 
 
-class TestQueryPrometheus:
-    def test_builds_the_same_snapshot_as_the_exposition(self, server: str) -> None:
-        labels = {"namespace": "team-a", "ray_io_cluster": "llama-8b"}
-        via_prom = query_prometheus(server, labels, timeout=5)
-        direct = parse_exposition(fixture(VLLM_BUSY))
-        assert via_prom.timestamp == 1796003900.5  # Prometheus's evaluation time
-        assert via_prom.counter_totals == direct.counter_totals
-        assert via_prom.success_by_reason == direct.success_by_reason
-        for hist in ("time_to_first_token_seconds", "e2e_request_latency_seconds"):
-            assert via_prom.histogram(hist) == direct.histogram(hist)
-        a, b = derive(None, via_prom), derive(None, direct)
-        assert (a.running, a.waiting, a.kv_cache_pct) == (b.running, b.waiting, b.kv_cache_pct)
-        (query,) = _Handler.queries
-        assert 'namespace="team-a"' in query and 'ray_io_cluster="llama-8b"' in query
+class TestFleetQueries:
+    """The request side of runtime.exposition.promql (the maths is checked against a real
+    Prometheus in tests/metrics/test_prometheus.py)."""
+
+    def test_a_cycle_is_the_same_fixed_set_of_queries_for_any_fleet(self, server: str) -> None:
+        one = fleet_points(server, window_s=60, at=1796003900.5, keys=[("team-a", "tiny")])
+        first = list(_Handler.queries)
+        fleet = fleet_points(server, window_s=60, at=1796003900.5, keys=[(f"ns-{i}", "m") for i in range(1000)])
+        assert len(first) == QUERY_COUNT and _Handler.queries[QUERY_COUNT:] == first
+        assert QUERY_COUNT <= len(COUNTERS) + len(GAUGES) + len(HISTOGRAMS)  # at most one per family
+        assert fleet == {}  # none of those deployments is in the answer
+        (point,) = one.values()
+        assert (point.running, point.waiting, point.kv_cache_pct) == (4.0, 30.0, 50.0)
+        assert point.requests_per_s == 4.5 and point.errors_per_s == 0.5  # abort is not a normal end
+        assert point.requests_finished == 4.5 * 60 and point.requests_failed == 0.5 * 60
+        assert point.prefix_cache_hits == 0.0 and point.prefix_cache_hit_pct == 0.0  # absent counter = 0
+        assert point.ttft_p95 is None  # NaN: no request in the window
 
     def test_prometheus_error_is_a_scrape_error(self, server: str) -> None:
         with pytest.raises(ScrapeError, match="bad_data"):
-            query_prometheus(server + "/bad", {}, timeout=2)
+            fleet_points(server + "/bad", window_s=60)
+
+    def test_a_non_vector_answer_is_a_scrape_error(self, server: str) -> None:
+        with pytest.raises(ScrapeError, match="matrix"):
+            fleet_points(server + "/matrix", window_s=60)
 
     def test_unreachable_prometheus_is_a_scrape_error(self) -> None:
         with pytest.raises(ScrapeError):
-            query_prometheus("http://127.0.0.1:9", {}, timeout=1)
+            fleet_points("http://127.0.0.1:9", window_s=60, timeout=1)
+
+    def test_a_point_rescaled_to_the_cycle_keeps_its_rates_and_ratios(self, server: str) -> None:
+        (point,) = fleet_points(server, window_s=120, keys=[("team-a", "tiny")]).values()
+        short = rescaled(point, 15)
+        assert short.interval_s == 15 and short.requests_per_s == point.requests_per_s
+        assert short.requests_finished == pytest.approx(4.5 * 15) and short.prefix_cache_queries == pytest.approx(7.5)
