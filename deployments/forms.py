@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django import forms
+from django.forms.utils import pretty_name
 from django.conf import settings
 
 from deployments.choices import Backend, Dtype, Quantization
@@ -87,21 +88,82 @@ class DeploymentForm(forms.Form):
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         self.user = user
-        self.fields["tenant"].queryset = Tenant.objects.filter(
+        tenants = Tenant.objects.filter(
             pk__in=[t.pk for t in Tenant.objects.visible_to(user) if t.has_role(user, Role.MEMBER)]
         )
+        self.fields["tenant"].queryset = tenants
+        if not self.initial.get("tenant") and len(tenants) == 1:
+            self.initial["tenant"] = tenants[0].pk  # a member of one team has nothing to choose
         self.fields["backend"].choices = [(b, label) for b, label in Backend.choices if b in settings.RUNTIME_BACKENDS]
         self.fields["backend"].initial = settings.RUNTIME_DEFAULT_BACKEND
         self.check = None
+
+    def check_context(self, data: dict) -> dict:
+        """check_draft's keyword arguments for this form's draft."""
+        return {"tenant": data.get("tenant")}
 
     def clean(self):
         data = super().clean()
         if self.errors:
             return data
-        self.check = check_draft(dict(data, quantization=data.get("quantization") or ""), tenant=data.get("tenant"))
+        self.check = check_draft(dict(data, quantization=data.get("quantization") or ""), **self.check_context(data))
         for field, message in self.check.errors.items():
             self.add_error(field if field in self.fields else None, message)
         return data
+
+    def labelled_errors(self) -> list[tuple[str, str]]:
+        """(label, message) for every error of the form and of the fit check, in the words the
+        form shows ("Max replicas", not max_replicas)."""
+        found = [(self.label_of(f), e) for f, errors in self.errors.items() for e in errors]
+        if self.check is not None:
+            found += [(self.label_of(f), e) for f, e in self.check.errors.items() if (self.label_of(f), e) not in found]
+        return found
+
+    def label_of(self, name: str) -> str:
+        return label_of(self, name)
+
+
+class DeploymentEditForm(DeploymentForm):
+    """The spec of an existing deployment: what PATCH deployments/<id>/ takes. The tenant, the
+    name and the backend are fixed at creation."""
+
+    FIXED = ("tenant", "name", "backend")
+
+    def __init__(self, *args, deployment, user, **kwargs):
+        from deployments.models import SPEC_FIELDS
+
+        initial = {k: getattr(deployment, k) for k in SPEC_FIELDS if k not in self.FIXED}
+        initial["flavor"] = deployment.flavor_id
+        super().__init__(*args, user=user, initial=initial, **kwargs)
+        self.deployment = deployment
+        for name in self.FIXED:
+            del self.fields[name]
+
+    def check_context(self, data: dict) -> dict:
+        return {"tenant": self.deployment.tenant, "credit_gpus": self.deployment.reserved_gpus}
+
+    def clean(self):
+        data = super(DeploymentForm, self).clean()
+        if self.errors:
+            return data
+        draft = dict(data, quantization=data.get("quantization") or "", backend=self.deployment.backend)
+        self.check = check_draft(draft, **self.check_context(data))
+        for field, message in self.check.errors.items():
+            self.add_error(field if field in self.fields else None, message)
+        return data
+
+
+def label_of(form: forms.Form, name: str) -> str:
+    """A field's label as the form shows it; "__all__" and unknown names read as "Request"."""
+    field = form.fields.get(name)
+    if field is None:
+        return "Request"
+    return str(field.label or pretty_name(name))
+
+
+def form_error_text(form: forms.Form) -> str:
+    """A form's errors as one sentence for a message: "Max replicas: Ensure this value is…"."""
+    return "; ".join(f"{label_of(form, f)}: {' '.join(errors)}" for f, errors in form.errors.items())
 
 
 class ReasonForm(forms.Form):
@@ -113,3 +175,13 @@ class ReasonForm(forms.Form):
 class ScaleForm(forms.Form):
     min_replicas = forms.IntegerField(**LIMITS["min_replicas"].bounds())
     max_replicas = forms.IntegerField(**LIMITS["max_replicas"].bounds())
+
+
+class TryForm(forms.Form):
+    """One prompt for the Try-it box (the API's TrySerializer has the same bounds)."""
+
+    prompt = forms.CharField(max_length=2000, strip=True)
+    max_tokens = forms.IntegerField(min_value=1, max_value=512, initial=32, required=False, label="Max tokens")
+
+    def clean_max_tokens(self):
+        return self.cleaned_data.get("max_tokens") or 32

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC
 
 from django.utils.dateparse import parse_datetime
 
@@ -22,10 +23,23 @@ CONDITION_WORDS = {
 }
 
 
+# A local engine is a process on this machine: nothing is admitted by Kueue.
+LOCAL_CONDITION_WORDS = {**CONDITION_WORDS, "Admitted": ("Engine process started", "Engine process not started")}
+
+
+def plain_time(raw: str | None) -> str:
+    """An RFC 3339 time from the cluster or a sweep, as the page shows it: "2026-12-01 04:31:07 UTC"."""
+    when = parse_datetime(raw) if isinstance(raw, str) else None
+    if when is None:
+        return raw or ""
+    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def plain_conditions(dep: ModelDeployment) -> list[dict]:
     rows = []
+    words_for = CONDITION_WORDS if backend_traits(dep.backend).on_cluster else LOCAL_CONDITION_WORDS
     for c in dep.conditions or []:
-        yes, no = CONDITION_WORDS.get(c.get("type"), ("Yes", "No"))
+        yes, no = words_for.get(c.get("type"), ("Yes", "No"))
         status = c.get("status")
         words = yes if status == "True" else no if status == "False" else "Unknown"
         # The cluster's RFC 3339 time, as a datetime the page shows as "5 minutes ago".
@@ -63,7 +77,7 @@ def queue_details(dep: ModelDeployment) -> list[str]:
         lines.append(
             f"Position {queue['positionInLocalQueue']} of {queue['ofInLocalQueue']} in LocalQueue "
             f"{queue['localQueue']}, {queue['position']} of {queue['of']} in ClusterQueue "
-            f"{queue['clusterQueue']}; {ahead}. Read {queue['readAt']}."
+            f"{queue['clusterQueue']}; {ahead}. Read {plain_time(queue['readAt'])}."
         )
     count = admitted.get("requeueCount")
     if count:
@@ -73,7 +87,7 @@ def queue_details(dep: ModelDeployment) -> list[str]:
         lines.append(
             f"Last eviction: {eviction.get('type')} ({eviction.get('reason')})"
             + (f": {eviction['message']}" if eviction.get("message") else "")
-            + (f" at {eviction['at']}." if eviction.get("at") else ".")
+            + (f" at {plain_time(eviction['at'])}." if eviction.get("at") else ".")
         )
     requeued = admitted.get("requeued")
     if requeued and requeued.get("status") == "False" and requeued.get("reason"):
@@ -83,12 +97,19 @@ def queue_details(dep: ModelDeployment) -> list[str]:
     return lines
 
 
-def rendered_manifest(dep: ModelDeployment) -> dict | str:
-    """The object the runtime applies for this deployment, rendered from its current spec."""
+# What the preview of each kind of backend is, in the words the page and the API use.
+PREVIEW_TITLES = {True: "Rendered manifest", False: "Engine configuration"}
+
+
+def rendered_manifest(dep: ModelDeployment) -> dict:
+    """What the runtime applies for this deployment, rendered from its current spec: the
+    Kubernetes object for a cluster backend, the engine's command line (or Serve config) for the
+    local one. `{"title", "object", "error"}`, the same for the detail page and the API."""
+    title = PREVIEW_TITLES[backend_traits(dep.backend).on_cluster]
     try:
-        return backend_traits(dep.backend).preview(deployment_spec(dep))
+        return {"title": title, "object": backend_traits(dep.backend).preview(deployment_spec(dep)), "error": None}
     except ValueError as error:
-        return f"# cannot render: {error}"
+        return {"title": title, "object": None, "error": f"It cannot be rendered: {error}"}
 
 
 def snippets(dep: ModelDeployment) -> dict[str, str]:
@@ -111,10 +132,13 @@ def snippets(dep: ModelDeployment) -> dict[str, str]:
 def detail_context(request, dep: ModelDeployment) -> dict:
     """The detail page's (and its polled status partial's) context: the deployment's own parts,
     then what the apps above add through deployments.panels (metrics: advice and charts)."""
+    from deployments.states import Action, actions_for, actor_of
     from deployments.views import allowed_actions
 
     return {
         "dep": dep,
+        "can_edit": Action.UPDATE in actions_for(actor_of(dep.tenant, request.user), dep.state),
+        "preview_title": PREVIEW_TITLES[backend_traits(dep.backend).on_cluster],
         "badge": derived_badge(dep),
         "conditions": plain_conditions(dep),
         "kueue": kueue_story(dep),

@@ -157,7 +157,8 @@ def deployment_create(*, tenant: Tenant, user, data: dict) -> ModelDeployment:
     if ModelDeployment.objects.filter(tenant=tenant, name=data["name"]).live().exists():
         raise _name_taken(tenant, data["name"])
     fields = {k: data[k] for k in SPEC_FIELDS if k in data and data[k] is not None}
-    fields.setdefault("served_model_name", data.get("served_model_name") or data["name"])
+    # An empty served name (the form's blank field) is the deployment's name, as when it is left out.
+    fields["served_model_name"] = data.get("served_model_name") or data["name"]
     try:
         with transaction.atomic():  # a concurrent request for the same name loses here, cleanly
             dep = ModelDeployment.objects.create(tenant=tenant, name=data["name"], created_by=user, **fields)

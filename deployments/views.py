@@ -5,6 +5,7 @@ from __future__ import annotations
 import yaml
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -14,11 +15,11 @@ from core.redirects import safe_next
 from deployments import services
 from deployments.choices import Backend, State
 from deployments.filtersets import DeploymentFilterSet
-from deployments.forms import DeploymentForm, ReasonForm, ScaleForm
+from deployments.forms import DeploymentEditForm, DeploymentForm, ReasonForm, ScaleForm, TryForm, form_error_text
 from deployments.models import ModelDeployment
 from deployments.panels import extra_list_context
 from deployments.presenters import detail_context
-from deployments.states import Action, actions_for, actor_of
+from deployments.states import READ_ACTIONS, Action, actions_for, actor_of
 
 
 def _visible(request, pk: int) -> ModelDeployment:
@@ -42,6 +43,8 @@ def deployment_list(request):
 def deployment_new(request):
     """Request a deployment: hardware tiles, engine options, live quota and memory fit."""
     form = DeploymentForm(request.POST or None, user=request.user, initial={"tenant": request.GET.get("tenant")})
+    if not form.fields["tenant"].queryset.exists():
+        raise PermissionDenied("Only members of a tenant may request deployments; viewers can look, not request.")
     if request.method == "POST" and form.is_valid():
         data = {k: v for k, v in form.cleaned_data.items() if k != "tenant"}
         data["quantization"] = data.get("quantization") or ""
@@ -71,7 +74,11 @@ def deployment_preview(request):
     """htmx: quota fit and memory fit for the form as typed so far (creates nothing)."""
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
-    form = DeploymentForm(request.POST, user=request.user)
+    editing = request.GET.get("deployment", "")
+    if editing.isdigit():
+        form = DeploymentEditForm(request.POST, deployment=_visible(request, int(editing)), user=request.user)
+    else:
+        form = DeploymentForm(request.POST, user=request.user)
     form.is_valid()
     return render(request, "deployments/_preview.html", {"form": form, "check": form.check})
 
@@ -107,28 +114,62 @@ _BlockDumper.add_representer(
 
 @login_required
 def deployment_manifest(request, pk: int):
+    """htmx: what the runtime applies (the API's GET deployments/<id>/manifest/ returns the same)."""
     dep = _visible(request, pk)
     from deployments.presenters import rendered_manifest
 
-    manifest = rendered_manifest(dep)
-    text = yaml.dump(manifest, Dumper=_BlockDumper, sort_keys=False) if isinstance(manifest, dict) else str(manifest)
-    return render(request, "deployments/_manifest.html", {"manifest": text})
+    preview = rendered_manifest(dep)
+    obj = preview["object"]
+    text = preview["error"] if obj is None else yaml.dump(obj, Dumper=_BlockDumper, sort_keys=False)
+    return render(request, "deployments/_manifest.html", {"manifest": text, "preview": preview})
 
 
 @login_required
 @require_POST
 def deployment_try(request, pk: int):
-    """htmx: send one prompt to the deployment and show the answer and the latency."""
+    """htmx: send one prompt to the deployment and show the answer and the latency (the API's
+    POST deployments/<id>/try/ does the same)."""
     from deployments.trying import try_prompt
 
     dep = _visible(request, pk)
-    prompt = (request.POST.get("prompt") or "").strip()[:2000]
-    try:
-        max_tokens = min(512, max(1, int(request.POST.get("max_tokens") or 32)))
-    except ValueError:
-        max_tokens = 32
-    result = try_prompt(dep, prompt=prompt, max_tokens=max_tokens) if prompt else {"error": "Enter a prompt."}
-    return render(request, "deployments/_try_result.html", result)
+    form = TryForm(request.POST)
+    if not form.is_valid():
+        return render(request, "deployments/_try_result.html", {"error": form_error_text(form)})
+    return render(request, "deployments/_try_result.html", try_prompt(dep, **form.cleaned_data))
+
+
+@login_required
+def deployment_edit(request, pk: int):
+    """Change a deployment's spec: the API's PATCH deployments/<id>/, as a form. A change to what
+    runs goes back to approval unless the tenant's policy covers it; the approved version keeps
+    serving meanwhile (the service decides, as for the API)."""
+    dep = _visible(request, pk)
+    if Action.UPDATE not in actions_for(actor_of(dep.tenant, request.user), dep.state):
+        raise PermissionDenied("Only members of the tenant may change a deployment, and not in this state.")
+    form = DeploymentEditForm(request.POST or None, deployment=dep, user=request.user)
+    if request.method == "POST" and form.is_valid():
+        data = dict(form.cleaned_data, quantization=form.cleaned_data.get("quantization") or "")
+        data["served_model_name"] = data.get("served_model_name") or dep.name
+        try:
+            updated = services.deployment_update(deployment_id=dep.pk, user=request.user, data=data)
+        except services.DraftInvalid as error:
+            for field, message in error.errors.items():
+                form.add_error(field if field in form.fields else None, message)
+        except DomainError as error:
+            form.add_error(error.field if error.field in form.fields else None, error.message)
+        else:
+            if updated.generation == dep.generation:
+                messages.info(request, "Nothing changed.")
+            elif updated.state == State.PENDING_APPROVAL:
+                messages.success(
+                    request,
+                    f"Saved as generation {updated.generation}: it waits for a platform admin's approval; "
+                    "the approved version keeps serving.",
+                )
+            else:
+                messages.success(request, f"Saved as generation {updated.generation}.")
+            return redirect("deployment-detail", pk=dep.pk)
+    return render(request, "deployments/deployment_form.html", {"form": form, "dep": dep})
 
 
 def _approve(dep, user, form):
@@ -162,7 +203,7 @@ def deployment_action(request, pk: int, action: str):
     if action == "scale":
         form = ScaleForm(request.POST)
         if not form.is_valid():
-            messages.error(request, "Scale: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+            messages.error(request, "Scale: " + form_error_text(form))
             return redirect(safe_next(request, "deployment-detail", pk=pk))
         call, done = (
             lambda d, u, f: services.deployment_scale(deployment_id=d.pk, user=u, **form.cleaned_data),
@@ -189,4 +230,4 @@ def allowed_actions(user, dep: ModelDeployment) -> list[str]:
     """The lifecycle buttons this user sees: the permission table's cells for their role and the
     deployment's state (scale and update have their own forms)."""
     actor = actor_of(dep.tenant, user)
-    return [a.value for a in actions_for(actor, dep.state) if a not in (Action.SCALE, Action.UPDATE)]
+    return [a.value for a in actions_for(actor, dep.state) if a not in (Action.SCALE, Action.UPDATE, *READ_ACTIONS)]

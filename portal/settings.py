@@ -133,9 +133,18 @@ STATICFILES_DIRS = [
     BASE_DIR / "static",
     ("plotly", Path(plotly.__file__).parent / "package_data"),
 ]
+# collectstatic writes gzip (and brotli, where installed) copies beside files whose names carry a
+# content hash, and WhiteNoise serves them compressed with a year-long cache lifetime: plotly.min.js
+# goes over the wire at a fraction of its 4.8 MB and once per release. The manifest exists only after
+# collectstatic (scripts/demo, the Dockerfile); the unit tests never run it and set STATIC_MANIFEST=false.
+STATIC_MANIFEST = env_bool("STATIC_MANIFEST", default=True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        if STATIC_MANIFEST
+        else "whitenoise.storage.CompressedStaticFilesStorage"
+    },
 }
 WHITENOISE_USE_FINDERS = DEBUG
 
@@ -274,11 +283,13 @@ if OIDC_ENABLED:
         raise ImproperlyConfigured("OIDC needs OIDC_OP_AUTHORIZATION/TOKEN/USER_ENDPOINT")
 
 # --- Celery ------------------------------------------------------------------------------------
-_broker_default = "filesystem://"
+# A host name, though the file-system transport ignores it: without one kombu warns "No hostname
+# was supplied" at every start of the demo.
+_broker_default = "filesystem://localhost/"
 CELERY_BROKER_URL = env_url(
     "CELERY_BROKER_URL", _broker_default, schemes={"redis", "rediss", "amqp", "filesystem", "memory"}
 )
-if CELERY_BROKER_URL == "filesystem://":
+if CELERY_BROKER_URL.startswith("filesystem://"):
     # The demo's broker needs no server: messages are files that web, worker and beat share.
     _queue_dir = VAR_DIR / "broker"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
@@ -360,8 +371,15 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    # The API test server's access log drowns test output; it is not the portal's log.
-    "loggers": {"aiohttp.access": {"level": "WARNING"}},
+    "loggers": {
+        # The API test server's access log drowns test output; it is not the portal's log.
+        "aiohttp.access": {"level": "WARNING"},
+        # A 4xx is an answer, not a fault: the access log has it, and Django would log each 403 / 404
+        # with the exception's traceback. 5xx stay (ERROR, with the traceback, once).
+        "django.request": {"level": "ERROR"},
+        # Django's own console handler (DEBUG only) would print every record a second time beside root's.
+        "django": {"handlers": [], "level": "INFO"},
+    },
     "root": {"handlers": ["console"], "level": env_choice("LOG_LEVEL", "INFO", {"DEBUG", "INFO", "WARNING", "ERROR"})},
 }
 

@@ -24,6 +24,7 @@ urlpatterns = [
     path("deployments/<int:pk>/try/", deployment_views.deployment_try, name="deployment-try"),
     path("", include("metrics.urls")),  # deployments/<int:pk>/charts/: before the action catch-all below
     path("deployments/<int:pk>/manifest/", deployment_views.deployment_manifest, name="deployment-manifest"),
+    path("deployments/<int:pk>/edit/", deployment_views.deployment_edit, name="deployment-edit"),
     path("deployments/<int:pk>/<str:action>/", deployment_views.deployment_action, name="deployment-action"),
     path("quotas/", quota_views.quota_overview, name="quota-overview"),
     path("quotas/<slug:slug>/", quota_views.tenant_quota, name="tenant-quota"),

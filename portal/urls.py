@@ -3,6 +3,8 @@ from csp.decorators import csp_update
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.shortcuts import redirect
+from django.templatetags.static import static
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
@@ -28,7 +30,14 @@ api_redoc = csp_update({"style-src": [NONCE, *REDOC_STYLE_HASHES], "worker-src":
     SpectacularRedocView.as_view(url_name="api-schema")
 )
 
+
+def favicon(request):
+    """Browsers ask for /favicon.ico on pages without an icon link (the admin, the API docs)."""
+    return redirect(static("portal/favicon.svg"), permanent=True)
+
+
 urlpatterns = [
+    path("favicon.ico", favicon),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics_view, name="metrics"),

@@ -249,3 +249,26 @@ class PreviewSerializer(DeploymentSpecSerializer):
         request = self.context.get("request")
         if request is not None:
             self.fields["tenant"].queryset = Tenant.objects.visible_to(request.user)
+
+
+class TrySerializer(serializers.Serializer):
+    """One prompt sent through the portal to the deployment's OpenAI endpoint (the detail page's
+    Try-it box; deployments.forms.TryForm has the same bounds)."""
+
+    prompt = serializers.CharField(max_length=2000)
+    max_tokens = serializers.IntegerField(min_value=1, max_value=512, default=32)
+
+
+class TryResultSerializer(serializers.Serializer):
+    text = serializers.CharField()
+    tokens = serializers.IntegerField(allow_null=True)
+    latency_ms = serializers.IntegerField()
+
+
+class ManifestSerializer(serializers.Serializer):
+    """What the runtime applies: the Kubernetes object (cluster backends) or the local engine's
+    command line / Serve config; `error` says why it cannot be rendered, with `object` null."""
+
+    title = serializers.CharField()
+    object = serializers.JSONField(allow_null=True)
+    error = serializers.CharField(allow_null=True)

@@ -1,4 +1,5 @@
-"""Deployment API: CRUD plus approve / reject / cancel / stop / start / scale / preview / events.
+"""Deployment API: CRUD plus approve / reject / cancel / stop / start / scale / preview / events /
+manifest / try.
 
 The metrics of a deployment (metrics/, summary/, advice/ under the same URLs) are served by the
 metrics app (metrics/api/views.py) over the same queryset: VisibleDeploymentsMixin."""
@@ -20,9 +21,12 @@ from deployments.api.serializers import (
     DeploymentEventSerializer,
     DeploymentSerializer,
     DeploymentUpdateSerializer,
+    ManifestSerializer,
     PreviewSerializer,
     ReasonSerializer,
     ScaleSerializer,
+    TryResultSerializer,
+    TrySerializer,
     list_rows,
 )
 from deployments.filtersets import DeploymentFilterSet
@@ -160,6 +164,31 @@ class DeploymentViewSet(
         dep = self.get_object()
         page = self.paginate_queryset(dep.events.select_related("actor"))
         return self.get_paginated_response(DeploymentEventSerializer(page, many=True).data)
+
+    @extend_schema(responses=ManifestSerializer)
+    @action(detail=True, methods=["get"], url_path="manifest", url_name="rendered-manifest")
+    def manifest(self, request, pk=None):
+        """What the runtime applies for the current spec (the detail page's manifest panel)."""
+        from deployments.presenters import rendered_manifest
+
+        return Response(rendered_manifest(self.get_object()))
+
+    @extend_schema(request=TrySerializer, responses={200: TryResultSerializer, 409: dict, 502: dict})
+    @action(detail=True, methods=["post"], url_path="try", url_name="try-prompt")
+    def try_prompt(self, request, pk=None):
+        """Send one prompt through the portal and get the completion and its latency (the detail
+        page's Try-it box). 409 while the deployment has no endpoint; 502 when the endpoint fails."""
+        from deployments.trying import try_prompt
+
+        dep = self.get_object()
+        body = TrySerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        if not dep.endpoint_url:
+            return Response({"detail": "This deployment has no endpoint yet."}, status=status.HTTP_409_CONFLICT)
+        result = try_prompt(dep, **body.validated_data)
+        if "error" in result:
+            return Response({"detail": result["error"]}, status=status.HTTP_502_BAD_GATEWAY)
+        return Response(result)
 
     @extend_schema(request=PreviewSerializer, responses={200: dict})
     @action(detail=False, methods=["post"])

@@ -23,3 +23,29 @@ def state_label(value: str) -> str:
         return State(value).label
     except ValueError:
         return str(value).replace("_", " ").capitalize()
+
+
+# The audit log's action codes (core.models.AuditEvent.action), as the pages say them.
+AUDIT_LABELS = {
+    "quota_change.request": "Quota change requested",
+    "quota_change.approve": "Quota change approved",
+    "quota_change.reject": "Quota change rejected",
+    "quota.set": "Quota set",
+    "deployment.request": "Deployment requested",
+    "deployment.approve": "Deployment approved",
+    "deployment.reject": "Deployment rejected",
+    "deployment.cancel": "Deployment cancelled",
+    "deployment.stop": "Deployment stopped",
+    "deployment.start": "Deployment started",
+    "deployment.scale": "Deployment scaled",
+    "deployment.update": "Deployment spec changed",
+    "deployment.delete": "Deployment deleted",
+}
+
+
+@register.filter
+def audit_label(action: str) -> str:
+    """ "quota_change.request" → "Quota change requested"; a code without a label reads as words."""
+    if action in AUDIT_LABELS:
+        return AUDIT_LABELS[action]
+    return str(action).replace("_", " ").replace(".", ": ").capitalize()

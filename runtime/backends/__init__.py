@@ -79,13 +79,21 @@ def get_cluster() -> k8s.Cluster:
     key = (settings.KUBERNETES_URL, settings.KUBECONFIG, settings.KUBERNETES_TIMEOUT_SECONDS)
     with _cluster_lock:
         if key not in _clusters:
-            if not settings.KUBERNETES_URL and not settings.KUBECONFIG and not _in_cluster():
+            if not cluster_configured():
                 raise k8s.PermanentClusterError(
                     "No Kubernetes cluster is configured: set KUBERNETES_URL or KUBECONFIG "
                     "(or run the portal in the cluster)."
                 )
             _clusters[key] = k8s.Cluster.from_settings()
         return _clusters[key]
+
+
+def cluster_configured() -> bool:
+    """Whether a cluster is configured at all (KUBERNETES_URL, KUBECONFIG or in-cluster): without
+    one, cluster work is a state to show (the demo), not an error to log."""
+    from django.conf import settings
+
+    return bool(settings.KUBERNETES_URL or settings.KUBECONFIG or _in_cluster())
 
 
 def _in_cluster() -> bool:
@@ -126,12 +134,20 @@ def _preview_inferenceservice(spec: DeploymentSpec):
     return render_inferenceservice(spec, platform_spec())
 
 
-def _preview_serve_config(spec: DeploymentSpec):
-    from runtime.manifests.rayservice import serve_config_v2
+def _preview_local(spec: DeploymentSpec):
+    """What the local backend runs for `spec` with the configured engine: vLLM's command line
+    (the port is picked at start), or the Serve config of the single-node Ray app."""
+    from django.conf import settings
 
-    return serve_config_v2(spec)
+    from runtime.backends.local.engine import ENGINES
+
+    engine = ENGINES[settings.LOCAL_ENGINE]()
+    config = engine.config(spec)
+    if engine.kind == "ray":
+        return {"engine": "ray", "serveConfigV2": config}
+    return {"engine": engine.kind, "command": engine.argv("python", config, ["<port>"], None)}
 
 
 register("kuberay", _kuberay, Traits(True, True, False, True, True, _preview_rayservice))
 register("kserve", _kserve, Traits(True, False, False, True, False, _preview_inferenceservice))
-register("local", _local, Traits(False, False, True, False, False, _preview_serve_config))
+register("local", _local, Traits(False, False, True, False, False, _preview_local))

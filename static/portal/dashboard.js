@@ -1,24 +1,45 @@
 // Deployment dashboard: fetch the server-built Plotly figures for a window, redraw in place
 // every 15 s and when the range changes (no page reload). Started by the page's
-// <div id="charts" data-charts-url="…">: no inline script (Content-Security-Policy).
-function portalDashboard(chartsUrl) {
+// <div id="charts" data-charts-url="…" data-plotly-src="…">: no inline script (Content-Security-Policy).
+// plotly.js is the page's heaviest file by far; it is fetched only once there are points to plot,
+// so the page paints at once and a deployment without metrics never downloads it.
+let plotlyLoading = null;
+function loadPlotly(src) {
+  if (window.Plotly) return Promise.resolve();
+  if (!plotlyLoading) {
+    plotlyLoading = new Promise((resolve, reject) => {
+      const script = document.createElement("script");
+      script.src = src;
+      script.onload = resolve;
+      script.onerror = () => { plotlyLoading = null; reject(new Error("plotly.js did not load")); };
+      document.head.appendChild(script);
+    });
+  }
+  return plotlyLoading;
+}
+
+function plural(n, word) {
+  return `${n} ${word}${n === 1 ? "" : "s"}`;
+}
+
+function portalDashboard(charts) {
   let current = "1h";
   const note = document.getElementById("chart-note");
-  const charts = document.getElementById("charts");
   async function draw() {
     let figures;
     try {
-      const url = new URL(chartsUrl, document.baseURI);
+      const url = new URL(charts.dataset.chartsUrl, document.baseURI);
       url.searchParams.set("window", current);
       const response = await fetch(url, {credentials: "same-origin"});
       if (!response.ok) throw new Error(String(response.status));
       figures = await response.json();
+      if (figures._meta.points) await loadPlotly(charts.dataset.plotlySrc);
     } catch (error) {
       note.textContent = "Metrics are unavailable right now; retrying every 15 s.";
       return;
     }
     const meta = figures._meta;
-    note.textContent = meta.points ? `${meta.points} points at ${meta.resolution_s} s resolution.`
+    note.textContent = meta.points ? `${plural(meta.points, "point")} at ${meta.resolution_s} s resolution.`
                                    : `No metrics in the last ${current}: samples appear once the deployment serves.`;
     // Empty plots would only fill the page with blank axes.
     charts.hidden = !meta.points;
@@ -35,7 +56,11 @@ function portalDashboard(chartsUrl) {
       layout.title = {text: ""};
       layout.margin = {...(layout.margin || {}), t: 28};
       layout.height = 250;
-      Plotly.react(el, fig.data, layout, {responsive: true, displaylogo: false});
+      // A line needs two points: a single sample is drawn as a marker, on a clock-time axis
+      // (Plotly would otherwise zoom in to milliseconds around it).
+      const data = fig.data.map((trace) => (trace.x && trace.x.length === 1 ? {...trace, mode: "markers"} : trace));
+      if (meta.points === 1) layout.xaxis = {...(layout.xaxis || {}), tickformat: "%H:%M"};
+      Plotly.react(el, data, layout, {responsive: true, displaylogo: false});
     }
   }
   document.querySelectorAll("[data-window]").forEach((button) => {
@@ -50,4 +75,4 @@ function portalDashboard(chartsUrl) {
 }
 
 const chartsElement = document.getElementById("charts");
-if (chartsElement && chartsElement.dataset.chartsUrl) portalDashboard(chartsElement.dataset.chartsUrl);
+if (chartsElement && chartsElement.dataset.chartsUrl) portalDashboard(chartsElement);

@@ -6,3 +6,56 @@ document.addEventListener("click", (event) => {
   const button = event.target.closest("[data-confirm]");
   if (button && !window.confirm(button.dataset.confirm)) event.preventDefault();
 });
+
+// <button data-copy="element-id">: put that element's text on the clipboard and say so.
+// navigator.clipboard needs a secure context (https, or http on localhost); elsewhere the
+// text is selected and copied with the older execCommand.
+document.addEventListener("click", async (event) => {
+  const button = event.target.closest("[data-copy]");
+  if (!button) return;
+  const source = document.getElementById(button.dataset.copy);
+  if (!source) return;
+  const status = document.getElementById("copy-status");
+  let copied = false;
+  try {
+    if (navigator.clipboard && window.isSecureContext) {
+      await navigator.clipboard.writeText(source.textContent);
+      copied = true;
+    }
+  } catch (error) {
+    copied = false;
+  }
+  if (!copied) {
+    const range = document.createRange();
+    range.selectNodeContents(source);
+    const selection = window.getSelection();
+    selection.removeAllRanges();
+    selection.addRange(range);
+    copied = document.execCommand("copy");
+  }
+  button.textContent = copied ? "Copied" : "Copy";
+  if (status) status.textContent = copied ? "Copied to the clipboard." : "Select the text and copy it.";
+  setTimeout(() => { button.textContent = "Copy"; }, 2000);
+});
+
+// <form data-prefill="ID">: choosing a flavor fills the number fields with that flavor's current
+// values from the JSON in element ID, so a request changes only what the admin edits (a new
+// nominal no longer silently asked for a borrowing limit of 0).
+function prefillFromCurrent(form) {
+  const source = document.getElementById(form.dataset.prefill);
+  const flavor = form.querySelector("[name=flavor]");
+  if (!source || !flavor) return;
+  const current = JSON.parse(source.textContent);
+  const fill = () => {
+    const values = current[flavor.value];
+    if (!values) return;
+    for (const [name, value] of Object.entries(values)) {
+      const input = form.querySelector(`[name=${name}]`);
+      if (input) input.value = value === null ? "" : String(value);
+    }
+  };
+  flavor.addEventListener("change", fill);
+  // A form sent back with errors keeps what was typed; a fresh one starts from the current values.
+  if (!form.querySelector(".error, .errorlist")) fill();
+}
+document.querySelectorAll("form[data-prefill]").forEach(prefillFromCurrent);

@@ -83,7 +83,7 @@ def test_with_nothing_set_the_demo_runs_on_sqlite_with_a_serverless_broker(tmp_p
         env={**environment, "DJANGO_SETTINGS_MODULE": "portal.settings", "PORTAL_VAR_DIR": str(tmp_path)},
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["django.db.backends.sqlite3", "filesystem://", "True"]
+    assert result.stdout.split() == ["django.db.backends.sqlite3", "filesystem://localhost/", "True"]
 
 
 class TestHelpers:

@@ -31,7 +31,16 @@ def pages(dep):
     return {
         "/": {"anonymous": LOGIN, **{r: 200 for r in ROLES if r != "anonymous"}},
         "/deployments/": {"anonymous": LOGIN, **{r: 200 for r in ROLES if r != "anonymous"}},
-        "/deployments/new/": {"anonymous": LOGIN, **{r: 200 for r in ROLES if r != "anonymous"}},
+        # Viewers look, they do not request: 403 (the page with navigation), not an empty-tenant form.
+        "/deployments/new/": {"anonymous": LOGIN, **{r: 200 for r in ROLES if r not in ("anonymous", "viewer")}, "viewer": 403},
+        f"/deployments/{dep.pk}/edit/": {
+            "anonymous": LOGIN,
+            "viewer": 403,
+            "member": 200,
+            "tenant_admin": 200,
+            "platform_admin": 200,
+            "other_member": 404,
+        },
         f"/deployments/{dep.pk}/": {
             "anonymous": LOGIN,
             "viewer": 200,

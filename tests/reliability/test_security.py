@@ -286,6 +286,12 @@ MATRIX = {
     ),
     ("deployment-advice", "get"): (lambda w, c: c.get(f"{D}/{_dep(w).pk}/advice/"), ALPHA_READ),
     ("deployment-events", "get"): (lambda w, c: c.get(f"{D}/{_dep(w).pk}/events/"), ALPHA_READ),
+    ("deployment-rendered-manifest", "get"): (lambda w, c: c.get(f"{D}/{_dep(w).pk}/manifest/"), ALPHA_READ),
+    # Anyone who sees the deployment may try it (as on the page); this one has no endpoint yet: 409.
+    ("deployment-try-prompt", "post"): (
+        lambda w, c: c.post(f"{D}/{_dep(w).pk}/try/", {"prompt": "hi"}),
+        expect(viewer=409, member=409, tenant_admin=409, platform_admin=409),
+    ),
     ("deployment-metrics", "get"): (lambda w, c: c.get(f"{D}/{_dep(w).pk}/metrics/"), ALPHA_READ),
     ("deployment-summary", "get"): (lambda w, c: c.get(f"{D}/{_dep(w).pk}/summary/"), ALPHA_READ),
     ("deployment-objectives", "get"): (lambda w, c: c.get(f"{D}/{_dep(w).pk}/objectives/"), ALPHA_READ),
