@@ -151,3 +151,22 @@ class DeploymentEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.reason} ({self.deployment_id})"
+
+
+class DeploymentPhase(models.Model):
+    """When one startup phase of a deployment's latest start began (runtime.phases.PHASES).
+
+    One row per phase and deployment: a new approval starts a new row set. Recorded by the
+    reconciler while the deployment is unsettled, from the Workload, pods, Events and engine log.
+    """
+
+    deployment = models.ForeignKey(ModelDeployment, on_delete=models.CASCADE, related_name="phases")
+    name = models.CharField(max_length=32)
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["at", "id"]
+        constraints = [models.UniqueConstraint(fields=["deployment", "name"], name="one_phase_row_per_deployment")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.deployment_id})"

@@ -73,6 +73,7 @@ class Action(StrEnum):
     SCALE = "scale"
     UPDATE = "update"
     DELETE = "delete"
+    LOGS = "logs"  # read the engine logs (they may carry prompts and paths: not for viewers)
 
 
 class Actor(StrEnum):
@@ -103,7 +104,12 @@ PERMISSIONS: dict[Action, Rule] = {
     Action.SCALE: Rule(_PEOPLE, _EDITABLE),
     Action.UPDATE: Rule(_PEOPLE, _EDITABLE),
     Action.DELETE: Rule(_PEOPLE, frozenset(State.values) - {S.DELETING, S.DELETED}),
+    # Tenant members only: a platform admin reads the phases and Kubernetes Events instead.
+    Action.LOGS: Rule(frozenset({Actor.MEMBER, Actor.TENANT_ADMIN}), frozenset(State.values) - {S.DELETED}),
 }
+# Actions that read and change nothing: no button, no audit entry, no transition.
+READ_ACTIONS = frozenset({Action.LOGS})
+_VERB = {Action.LOGS: "read the logs of"}
 
 
 def actor_of(tenant, user) -> Actor | None:
@@ -136,7 +142,7 @@ def authorize(actor: Actor | None, state: str, action: Action) -> None:
             if Actor.POLICY in rule.actors
             else ("platform admins" if rule.actors == {Actor.PLATFORM_ADMIN} else "members of the tenant")
         )
-        raise Forbidden(f"Only {who} may {action.value} a deployment.")
+        raise Forbidden(f"Only {who} may {_VERB.get(action, action.value)} a deployment.")
     if state not in rule.states:
         extra = " A rejected request is final: request a new deployment." if state == S.REJECTED else ""
         raise TransitionError(f"Cannot {action.value} a deployment that is {State(state).label.lower()}.{extra}")

@@ -3,7 +3,7 @@ from rest_framework.routers import DefaultRouter
 
 from deployments.api.views import DeploymentViewSet
 from portal.api import AuditEventViewSet, TokenViewSet, me
-from portal.cluster_api import ClusterSweepView, OrphanDeleteView
+from portal.cluster_api import ClusterReadinessView, ClusterSweepView, OrphanDeleteView
 from portal.platform_api import TenantViewSet
 from quotas.api.views import (
     ClusterUsageView,
@@ -34,7 +34,9 @@ urlpatterns = [
     path("quota-preview/", QuotaPreviewView.as_view(), name="quota-preview"),
     path("cluster/usage/", ClusterUsageView.as_view(), name="cluster-usage"),
     path("cluster/sweep/", ClusterSweepView.as_view(), name="cluster-sweep"),
+    path("cluster/readiness/", ClusterReadinessView.as_view(), name="cluster-readiness"),
     path("cluster/orphans/delete/", OrphanDeleteView.as_view(), name="cluster-orphan-delete"),
     path("", include(router.urls)),
     path("", include("metrics.api.urls")),  # deployments/<id>/metrics/, summary/, advice/
+    path("", include("deployments.api.operating_urls")),  # deployments/<id>/timeline/, phases/, logs/
 ]

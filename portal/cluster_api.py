@@ -32,6 +32,18 @@ class ClusterSweepView(APIView):
         return Response({"pending": last_pending_workloads(), "orphans": last_orphans()})
 
 
+class ClusterReadinessView(APIView):
+    """Is the cluster set up for the portal: each check green / amber / red, with the fix."""
+
+    @extend_schema(responses={200: dict, 403: dict})
+    def get(self, request):
+        if not is_platform_admin(request.user):
+            return Response(ADMINS_ONLY, status=status.HTTP_403_FORBIDDEN)
+        from portal.readiness import cluster_readiness
+
+        return Response(cluster_readiness())
+
+
 class OrphanDeleteView(APIView):
     """Delete one object the last sweep reported as orphaned (checked again first; audited)."""
 

@@ -1,13 +1,14 @@
 from django.urls import include, path
 
 from deployments import views as deployment_views
-from portal import views
+from portal import readiness, views
 from quotas import views as quota_views
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("approvals/", views.approvals, name="approvals"),
     path("cluster/", views.cluster, name="cluster"),
+    path("cluster/readiness/", readiness.readiness_page, name="cluster-readiness-page"),
     path(
         "cluster/orphans/<str:backend>/<slug:namespace>/<str:name>/delete/",
         views.orphan_delete_view,
@@ -23,6 +24,7 @@ urlpatterns = [
     path("deployments/<int:pk>/badge/", deployment_views.deployment_badge, name="deployment-badge"),
     path("deployments/<int:pk>/try/", deployment_views.deployment_try, name="deployment-try"),
     path("", include("metrics.urls")),  # deployments/<int:pk>/charts/: before the action catch-all below
+    path("", include("deployments.operating_urls")),  # phases/, timeline/, logs/: before the catch-all
     path("deployments/<int:pk>/manifest/", deployment_views.deployment_manifest, name="deployment-manifest"),
     path("deployments/<int:pk>/edit/", deployment_views.deployment_edit, name="deployment-edit"),
     path("deployments/<int:pk>/<str:action>/", deployment_views.deployment_action, name="deployment-action"),

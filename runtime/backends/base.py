@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Protocol
 
 from runtime import k8s
+from runtime.backends.insight import ClusterInsight
 from runtime.manifests.common import (
     ANNOTATION_GENERATION,
     ANNOTATION_SPEC_HASH,
@@ -36,6 +37,13 @@ class Backend(Protocol):
 
     def list_owned(self, namespace: str) -> dict[int, dict[str, Any]]: ...
 
+    # Operating visibility (runtime.backends.insight; the local backend has its own).
+    def events(self, spec: DeploymentSpec) -> list[dict[str, Any]]: ...
+
+    def logs(self, spec: DeploymentSpec, *, lines=None, max_bytes=None, secrets=()) -> list[dict[str, Any]]: ...
+
+    def startup(self, spec: DeploymentSpec) -> dict[str, Any]: ...
+
 
 def digest(value: Any) -> str:
     """A short stable hash of JSON-able data: the spec hashes stamped on objects and state files."""
@@ -56,7 +64,7 @@ def annotation(obj: dict[str, Any], key: str) -> str | None:
     return ((obj.get("metadata") or {}).get("annotations") or {}).get(key)
 
 
-class ClusterObjectBackend(ABC):
+class ClusterObjectBackend(ClusterInsight, ABC):
     """A deployment served by one custom object that Kueue admits through the tenant's LocalQueue.
 
     Subclasses name the `kind`, render it (`desired`), converge it (`ensure`) and read its

@@ -12,7 +12,7 @@ from typing import Any
 from runtime import k8s
 from runtime.backends.base import ClusterObjectBackend, annotation, stamp
 from runtime.manifests.common import ANNOTATION_GENERATION, ANNOTATION_SPEC_HASH
-from runtime.manifests.kserve import kserve_status, render_inferenceservice
+from runtime.manifests.kserve import CONTAINER_NAME, kserve_status, render_inferenceservice
 from runtime.spec import DeploymentSpec
 from runtime.status import Observation, kueue_story, standard_conditions
 
@@ -22,6 +22,7 @@ class KServeBackend(ClusterObjectBackend):
 
     name = "kserve"
     kind = k8s.INFERENCESERVICE
+    log_containers = (CONTAINER_NAME,)
 
     def desired(self, spec: DeploymentSpec) -> dict[str, Any]:
         obj = render_inferenceservice(spec, self.platform)

@@ -28,6 +28,7 @@ class KubeRayBackend(ClusterObjectBackend):
 
     name = "kuberay"
     kind = k8s.RAYSERVICE
+    log_containers = ("ray-worker", "ray-head")  # vLLM runs in the workers; the head holds Serve
 
     def desired(self, spec: DeploymentSpec) -> dict[str, Any]:
         obj = render_rayservice(spec, self.platform)

@@ -44,6 +44,8 @@ EXPECTED_RULES = {
     ("visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads"): {"get"},
     ("", "namespaces"): {"get", "create", "patch"},
     ("", "pods"): {"list"},
+    ("", "events"): {"list"},
+    ("", "pods/log"): {"get"},
 }
 SECRET_KEYS = {"SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "CACHE_URL"}
 

@@ -6,12 +6,13 @@ from pathlib import Path
 
 import yaml
 
-from deployments import services
+from deployments import operating, services
 from deployments.reconcile import last_orphans, orphan_delete, reconcile, sweep
 from metrics.collect import collect_all
 from quotas.kueue import sync_kueue
 from tests.support import operators
 from tests.support.factories import draft
+from tests.support.k8s.startup import put_pod
 
 RBAC = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "base" / "rbac.yaml"
 METHOD_VERB = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
@@ -65,6 +66,10 @@ def exercise(world, api) -> None:
             if step == 2 and backend == "kuberay":  # a cluster change: the RayService is recreated
                 dep = services.deployment_update(deployment_id=dep.pk, user=member, data={"tensor_parallel_size": 2})
                 services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=admin)
+        # Operating visibility: the timeline's live Events read and the engine log tails.
+        put_pod(api, "alpha", f"{dep.resource_name}-worker", dep.pk)
+        operating.timeline(dep, refresh=True)
+        assert operating.logs(dep, member)["tails"]
         sweep()
         if backend == "kuberay":  # the metrics cycle lists the Ray pods (no PROMETHEUS_URL here)
             type(dep).objects.filter(pk=dep.pk).update(state="ready")
@@ -87,7 +92,38 @@ def test_the_cluster_role_grants_exactly_what_the_runtime_calls(world, cluster_a
     assert ("list", "", "pods") in used
     assert ("get", "visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads") in used
     assert ("delete", "kueue.x-k8s.io", "workloads") in used
+    assert ("list", "", "events") in used and ("get", "", "pods/log") in used
     missing = used - granted()
     unused = granted() - used
     assert not missing, f"the runtime calls these but the ClusterRole does not grant them: {sorted(missing)}"
     assert not unused, f"the ClusterRole grants these but no runtime code path uses them: {sorted(unused)}"
+
+
+def test_the_portal_permissions_constant_is_the_cluster_role(world, cluster_api):
+    """runtime.k8s.permissions.PORTAL (what the readiness page asks the API server about) and the
+    ClusterRole are one list."""
+    from runtime.k8s.permissions import PORTAL
+
+    assert set(PORTAL) == granted() and len(PORTAL) == len(set(PORTAL))
+
+
+def test_the_readiness_checks_read_exactly_the_optional_grant(world, cluster_api):
+    """Beyond discovery and access reviews (open to every identity), the readiness page reads
+    nodes, claims and Kueue's ConfigMap: exactly deploy/k8s/optional/readiness's rules."""
+    from portal.readiness import cluster_readiness
+    from runtime.k8s.permissions import READINESS
+
+    cluster_readiness()
+    used = set()
+    for method, path in cluster_api.proxied_requests():
+        if path.rstrip("/") == "/apis" or path.startswith("/apis/authorization.k8s.io/"):
+            continue  # discovery root, SelfSubjectAccessReview
+        if method == "GET" and path.startswith("/apis/") and len([p for p in path.split("/") if p]) == 3:
+            continue  # discovery of one group/version
+        used.add(verb_and_resource(method, path))
+    optional = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "optional" / "readiness"
+    rules = set()
+    for doc in yaml.safe_load_all((optional / "readiness-rbac.yaml").read_text()):
+        for rule in doc.get("rules") or []:
+            rules |= {(v, g, r) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    assert used == rules == set(READINESS)

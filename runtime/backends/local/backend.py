@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from runtime.backends.base import digest
 from runtime.backends.local.engine import ENGINES, READY_FILE, Engine, VllmServer, engine_environment, local_llm_config
+from runtime.backends.local.insight import engine_logs, engine_markers
 from runtime.backends.local.paths import engine_model_source
 from runtime.backends.local.ports import STATE_FILE, PortAllocator
 from runtime.backends.local.processes import (
@@ -227,6 +228,27 @@ class LocalBackend:
             if state is not None and state.namespace == namespace:
                 owned[state.deployment_id] = {**asdict(state), "alive": self._alive(state)}
         return owned
+
+    # --- operating visibility -----------------------------------------------------------------
+
+    def events(self, spec: DeploymentSpec) -> list[dict[str, Any]]:
+        """No Kubernetes here: the portal's own timeline is the whole story."""
+        return []
+
+    def logs(self, spec: DeploymentSpec, *, lines=None, max_bytes=None, secrets=()) -> list[dict[str, Any]]:
+        """The engine log's tail (bounded, redacted); empty when no engine ran."""
+        log_path = self.run_dir(spec.deployment_id) / LOG_FILE
+        if not log_path.exists():
+            return []
+        return engine_logs(log_path, self.engine.kind, lines=lines, max_bytes=max_bytes, secrets=secrets)
+
+    def startup(self, spec: DeploymentSpec) -> dict[str, Any]:
+        """This run's startup markers (spawn time, engine log markers, the Ray ready file)."""
+        state = self.load_state(spec.deployment_id)
+        if state is None:
+            return {"markers": {}, "events": []}
+        ready_file = self.run_dir(spec.deployment_id) / READY_FILE if self.engine.kind == "ray" else None
+        return {"markers": engine_markers(Path(state.log_path), state.started_at, ready_file), "events": []}
 
     # --- internals ------------------------------------------------------------------------------
 

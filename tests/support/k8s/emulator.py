@@ -32,6 +32,7 @@ import aiohttp.web
 import kmock
 
 from runtime.k8s import Kind
+from tests.support.k8s.operating import ACCESS_REVIEW_PATH, LOG_PATH, OperatingAdapters
 
 
 def _now() -> str:
@@ -51,7 +52,7 @@ _CLUSTERQUEUES = kmock.resource("kueue.x-k8s.io/v1beta2/clusterqueues")
 _MATCHING: ContextVar[kmock.Request | None] = ContextVar("kmock_matching", default=None)
 
 
-class PortalEmulator(kmock.KubernetesEmulator):
+class PortalEmulator(OperatingAdapters, kmock.KubernetesEmulator):
     """kmock's emulator plus the object metadata a real API server maintains.
 
     It also serves core Namespaces, which kmock 0.8 cannot: its path parser reads
@@ -61,6 +62,10 @@ class PortalEmulator(kmock.KubernetesEmulator):
     """
 
     _resource_versions: Iterator[int] = itertools.count(1)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._init_operating()
 
     def __iter__(self) -> Iterator[kmock.Request]:
         # kmock decides whether a reaction applies with `request in reaction_view`, which walks
@@ -95,6 +100,13 @@ class PortalEmulator(kmock.KubernetesEmulator):
             _MATCHING.reset(token)
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        if raw_request.path == "/apis/":  # the client's discovery call; kmock serves "/apis"
+            raw_request = raw_request.clone(rel_url="/apis")
+        log = LOG_PATH.fullmatch(raw_request.path)
+        if log is not None and raw_request.method == "GET":
+            return self._serve_pod_log(log["ns"], log["pod"], raw_request.query)
+        if raw_request.path == ACCESS_REVIEW_PATH and raw_request.method == "POST":
+            return self._serve_access_review(await raw_request.read())
         visibility = _VISIBILITY_PATH.fullmatch(raw_request.path)
         if visibility is not None and raw_request.method == "GET":
             return self._serve_pending_workloads(**visibility.groupdict())

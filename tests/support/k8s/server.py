@@ -197,6 +197,24 @@ class K8sApiServer:
 
         return self.call(delete)
 
+    # operating visibility: logs, permissions, discovery
+
+    def set_pod_log(self, namespace: str, pod: str, container: str, text: str) -> None:
+        """What `GET .../pods/<pod>/log?container=<container>` answers (the pod must exist)."""
+        self.call(lambda: self.emulator.pod_logs.__setitem__((namespace, pod, container), text))
+
+    def deny(self, verb: str, group: str, resource: str) -> None:
+        """Make SelfSubjectAccessReviews for (verb, group, resource[/sub]) answer not allowed."""
+        self.call(lambda: self.emulator.denied.add((verb, group, resource)))
+
+    def undeclare(self, kind: Kind) -> None:
+        """Stop serving `kind` (its CRD is missing): discovery no longer lists it."""
+        self.call(lambda: self.emulator.resources.pop(kind.key, None))
+
+    def declare(self, key: str, kind_name: str, *, namespaced: bool = True) -> None:
+        """Serve a resource `group/version/plural` (e.g. a CRD at another version)."""
+        self.call(lambda: self.emulator.resources.__setitem__(key, {"kind": kind_name, "namespaced": namespaced}))
+
     # faults
 
     def inject_faults(

@@ -1,0 +1,61 @@
+"""Browser partials for operating a deployment: startup phases, the merged events timeline and
+the engine logs (with download). Loaded by htmx from the detail page; each reads the cluster
+only for this one deployment, and only when asked (`?refresh=1`, the logs panel)."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.core.cache import cache
+from django.http import HttpResponse
+from django.shortcuts import render
+
+from core.exceptions import DomainError
+from deployments import operating
+from deployments.views import _visible
+
+# At most one live Events read per deployment in this many seconds, whoever asks.
+REFRESH_INTERVAL_SECONDS = 5
+
+
+def refresh_allowed(dep_id: int) -> bool:
+    """Whether a live read may happen now (one per deployment per REFRESH_INTERVAL_SECONDS)."""
+    return cache.add(f"deployment-events-refresh:{dep_id}", 1, timeout=REFRESH_INTERVAL_SECONDS)
+
+
+def _int_param(request, name: str) -> int | None:
+    value = request.GET.get(name, "")
+    return int(value) if value.isdigit() and len(value) <= 9 else None
+
+
+@login_required
+def deployment_phases(request, pk: int):
+    dep = _visible(request, pk)
+    return render(
+        request,
+        "deployments/_phases_body.html",
+        {"dep": dep, "phases": operating.phases(dep), "starting": dep.state in operating.STARTING},
+    )
+
+
+@login_required
+def deployment_timeline(request, pk: int):
+    dep = _visible(request, pk)
+    refresh = request.GET.get("refresh") == "1" and refresh_allowed(dep.pk)
+    return render(
+        request, "deployments/_events_body.html", {"dep": dep, "timeline": operating.timeline(dep, refresh=refresh)}
+    )
+
+
+@login_required
+def deployment_logs(request, pk: int):
+    dep = _visible(request, pk)
+    try:
+        result = operating.logs(dep, request.user, lines=_int_param(request, "lines"))
+    except DomainError as error:
+        # 200, not 403: htmx swaps only successful answers, and the panel should say why.
+        return render(request, "deployments/_logs_body.html", {"dep": dep, "refused": error.message})
+    if request.GET.get("download") == "1":
+        response = HttpResponse(operating.logs_text(result), content_type="text/plain; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="{dep.resource_name}-logs.txt"'
+        return response
+    return render(request, "deployments/_logs_body.html", {"dep": dep, "result": result})

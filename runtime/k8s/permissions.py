@@ -1,0 +1,34 @@
+"""The Kubernetes permissions the portal needs, as (verb, apiGroup, resource) triples. Pure.
+
+`PORTAL` is what the runtime calls: deploy/k8s/base/rbac.yaml's ClusterRole grants exactly these
+(tests/portal/test_rbac.py records every call and compares all three). `READINESS` is what the
+cluster readiness page reads besides (nodes per flavor, the model-cache claims, Kueue's
+configuration): an optional grant, deploy/k8s/optional/readiness-rbac.yaml; without it those
+checks say they cannot tell. Discovery and SelfSubjectAccessReview need no grant (every
+authenticated identity has them through system:discovery and system:basic-user).
+"""
+
+from __future__ import annotations
+
+PORTAL: tuple[tuple[str, str, str], ...] = (
+    *((verb, "ray.io", "rayservices") for verb in ("get", "list", "create", "patch", "delete")),
+    *((verb, "serving.kserve.io", "inferenceservices") for verb in ("get", "list", "create", "patch", "delete")),
+    *(
+        (verb, "kueue.x-k8s.io", resource)
+        for resource in ("clusterqueues", "localqueues", "resourceflavors", "cohorts")
+        for verb in ("get", "create", "patch")
+    ),
+    ("list", "kueue.x-k8s.io", "workloads"),
+    ("delete", "kueue.x-k8s.io", "workloads"),
+    ("get", "visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads"),
+    *((verb, "", "namespaces") for verb in ("get", "create", "patch")),
+    ("list", "", "pods"),
+    ("list", "", "events"),
+    ("get", "", "pods/log"),
+)
+
+READINESS: tuple[tuple[str, str, str], ...] = (
+    ("list", "", "nodes"),
+    ("get", "", "persistentvolumeclaims"),
+    ("get", "", "configmaps"),
+)
