@@ -151,8 +151,8 @@ def timeline(markers: Mapping[str, datetime], *, now: datetime) -> list[dict[str
             at = previous
         rows.append({"name": name, "label": LABELS[name], "start": at})
         previous = at
-    for row, following in zip(rows, rows[1:] + [None], strict=True):
-        end = following["start"] if following is not None else None
+    for index, row in enumerate(rows):
+        end = rows[index + 1]["start"] if index + 1 < len(rows) else None
         row["running"] = end is None and row["name"] != "ready"
         row["duration"] = ((end or now) - row["start"]).total_seconds() if row["name"] != "ready" else 0.0
     return rows

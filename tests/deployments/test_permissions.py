@@ -16,7 +16,7 @@ import pytest
 from core.models import AuditEvent
 from deployments.choices import State
 from deployments.models import ModelDeployment
-from deployments.states import HOLDS_QUOTA, PERMISSIONS, Action, Actor, actions_for, allowed
+from deployments.states import HOLDS_QUOTA, PERMISSIONS, READ_ACTIONS, Action, Actor, actions_for, allowed
 from quotas.services import quota_reserve
 
 ROLES = ("anonymous", "viewer", "member", "tenant_admin", "platform_admin", "other_member")
@@ -93,7 +93,10 @@ def audit_entries(dep: ModelDeployment, action: Action) -> list[str]:
     )
 
 
-@pytest.mark.parametrize("action, state", list(itertools.product(list(Action), STATES)))
+WRITE_ACTIONS = [a for a in Action if a not in READ_ACTIONS]
+
+
+@pytest.mark.parametrize("action, state", list(itertools.product(WRITE_ACTIONS, STATES)))
 def test_api_cell(world, action, state):
     for role in ROLES:
         dep = put(world, state, f"{action.value}-{role.replace('_', '-')}")
@@ -108,7 +111,7 @@ def test_api_cell(world, action, state):
             assert audit_entries(dep, action) == [] and snapshot(dep) == before, role
 
 
-UI_ACTIONS = [a for a in Action if a not in (Action.UPDATE,)]  # the browser has no spec editor yet
+UI_ACTIONS = [a for a in WRITE_ACTIONS if a not in (Action.UPDATE,)]  # the browser has no spec editor yet
 UI_BODY = {
     Action.APPROVE: lambda d: {"generation": d.generation},
     Action.REJECT: lambda d: {"reason": "no"},
@@ -146,6 +149,20 @@ def test_the_detail_page_offers_exactly_the_allowed_buttons(world, state):
         assert shown == set(actions_for(actor(role), state)) & set(buttons), role
 
 
+@pytest.mark.parametrize("state", STATES)
+def test_logs_cell(world, state):
+    """The read action: allowed → 200 and nothing changes or is audited; else 403 / 404 / 401."""
+    for role in ROLES:
+        dep = put(world, state, f"logs-{role.replace('_', '-')}")
+        before = snapshot(dep)
+        response = world.client(role).get(f"{API}/{dep.pk}/logs/")
+        want = expected_status(role, state, Action.LOGS)
+        assert response.status_code == want, (role, response.content[:300])
+        if want == 200:
+            assert set(response.json()) == {"tails", "error"}, role
+        assert audit_entries(dep, Action.LOGS) == [] and snapshot(dep) == before, role
+
+
 def test_the_table_never_lets_a_person_approve_or_anyone_start_what_was_not_approved():
     """The integrity promise, read off the table itself."""
     for role in (Actor.VIEWER, Actor.MEMBER, Actor.TENANT_ADMIN):
@@ -154,4 +171,4 @@ def test_the_table_never_lets_a_person_approve_or_anyone_start_what_was_not_appr
         for state in STATES:
             if allowed(who, state, Action.START):
                 assert state == State.STOPPED
-        assert not any(allowed(who, State.REJECTED, a) for a in Action if a != Action.DELETE)
+        assert not any(allowed(who, State.REJECTED, a) for a in WRITE_ACTIONS if a != Action.DELETE)

@@ -138,6 +138,10 @@ MATRIX = {
         lambda w, c: c.get("/api/v1/quota-preview/", {"tenant": "alpha", "flavor": "h100-sxm5", "gpus": 1}),
         ALPHA_READ,
     ),
+    ("cluster-readiness", "get"): (
+        lambda w, c: c.get("/api/v1/cluster/readiness/"),
+        expect(viewer=403, member=403, tenant_admin=403, other_member=403),
+    ),
     ("cluster-sweep", "get"): (
         lambda w, c: c.get("/api/v1/cluster/sweep/"),
         expect(viewer=403, member=403, tenant_admin=403, other_member=403),
@@ -286,6 +290,13 @@ MATRIX = {
     ),
     ("deployment-advice", "get"): (lambda w, c: c.get(f"{D}/{_dep(w).pk}/advice/"), ALPHA_READ),
     ("deployment-events", "get"): (lambda w, c: c.get(f"{D}/{_dep(w).pk}/events/"), ALPHA_READ),
+    ("deployment-timeline", "get"): (lambda w, c: c.get(f"{D}/{_dep(w).pk}/timeline/?refresh=true"), ALPHA_READ),
+    ("deployment-phases", "get"): (lambda w, c: c.get(f"{D}/{_dep(w).pk}/phases/"), ALPHA_READ),
+    # Engine logs: tenant members only (Action.LOGS), not viewers nor platform admins.
+    ("deployment-logs", "get"): (
+        lambda w, c: c.get(f"{D}/{_dep(w).pk}/logs/"),
+        expect(viewer=403, platform_admin=403),
+    ),
     ("deployment-rendered-manifest", "get"): (lambda w, c: c.get(f"{D}/{_dep(w).pk}/manifest/"), ALPHA_READ),
     # Anyone who sees the deployment may try it (as on the page); this one has no endpoint yet: 409.
     ("deployment-try-prompt", "post"): (

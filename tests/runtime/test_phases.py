@@ -112,6 +112,9 @@ class TestTimeline:
         rows = timeline({"approved": at(10), "process_started": at(9)}, now=at(12))
         assert rows[1]["start"] == at(10) and rows[0]["duration"] == 0.0
 
+    def test_nothing_recorded_is_an_empty_timeline(self):
+        assert timeline({}, now=T0) == []
+
     def test_every_phase_has_a_label(self):
         assert len({name for name, _ in PHASES}) == len(PHASES) and all(label for _, label in PHASES)
 
