@@ -23,6 +23,7 @@ from portal.env import (
     env_str,
     env_url,
 )
+from portal.oidc_groups import MappingError, parse_group_roles
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PORTAL_VAR_DIR", str(BASE_DIR / "var")))
@@ -271,7 +272,7 @@ OIDC_ENABLED = bool(env_str("OIDC_OP_DISCOVERY_ISSUER") or env_str("OIDC_RP_CLIE
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 if OIDC_ENABLED:
     INSTALLED_APPS.append("mozilla_django_oidc")
-    AUTHENTICATION_BACKENDS.insert(1, "mozilla_django_oidc.auth.OIDCAuthenticationBackend")  # after axes
+    AUTHENTICATION_BACKENDS.insert(1, "portal.oidc.PortalOIDCBackend")  # after axes
     OIDC_RP_CLIENT_ID = env_str("OIDC_RP_CLIENT_ID", required=True)
     OIDC_RP_CLIENT_SECRET = env_str("OIDC_RP_CLIENT_SECRET", required=True)
     OIDC_RP_SIGN_ALGO = env_choice("OIDC_RP_SIGN_ALGO", "RS256", {"RS256", "HS256", "ES256"})
@@ -281,6 +282,18 @@ if OIDC_ENABLED:
     OIDC_OP_JWKS_ENDPOINT = env_url("OIDC_OP_JWKS_ENDPOINT", None, schemes={"https", "http"})
     if not all([OIDC_OP_AUTHORIZATION_ENDPOINT, OIDC_OP_TOKEN_ENDPOINT, OIDC_OP_USER_ENDPOINT]):
         raise ImproperlyConfigured("OIDC needs OIDC_OP_AUTHORIZATION/TOKEN/USER_ENDPOINT")
+    OIDC_RP_SCOPES = env_str("OIDC_RP_SCOPES", "openid email profile groups")
+    OIDC_USE_PKCE = env_bool("OIDC_USE_PKCE", True)
+# Tenant roles from the provider's groups, applied at every sign-in (portal/oidc.py): the claim
+# that lists the groups, the JSON mapping group → "tenant-slug:role" (portal/oidc_groups.py), and
+# the groups whose members are platform admins (empty: the provider does not decide that).
+OIDC_GROUPS_CLAIM = env_str("OIDC_GROUPS_CLAIM", "groups")
+OIDC_USERNAME_CLAIM = env_str("OIDC_USERNAME_CLAIM", "preferred_username")
+try:
+    OIDC_GROUP_ROLES = parse_group_roles(env_str("OIDC_GROUP_ROLES", ""))
+except MappingError as _error:
+    raise ImproperlyConfigured(f"OIDC_GROUP_ROLES: {_error}") from None
+OIDC_PLATFORM_ADMIN_GROUPS = env_list("OIDC_PLATFORM_ADMIN_GROUPS", [])
 
 # --- Celery ------------------------------------------------------------------------------------
 # A host name, though the file-system transport ignores it: without one kombu warns "No hostname

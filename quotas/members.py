@@ -9,12 +9,13 @@ makes the memberships the provider's groups grant match them (see portal.oidc).
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
 
 from core.exceptions import ConflictError, DomainError, Forbidden
 from core.models import audit
 from quotas.choices import MembershipSource, Role
-from quotas.models import Membership, Tenant, is_platform_admin
+from quotas.models import PLATFORM_ADMIN_GROUP, Membership, Tenant, is_platform_admin
 
 IDP_ACTOR = "identity-provider"  # the audit log's actor for changes made from a sign-in's groups
 
@@ -175,3 +176,27 @@ def memberships_sync_from_idp(*, user, roles: dict[str, str]) -> dict[str, tuple
             changes={"user": user.username, "from": old, "to": new},
         )
     return changed
+
+
+@transaction.atomic
+def platform_admin_sync_from_idp(*, user, is_admin: bool) -> bool | None:
+    """Put the user in the platform-admins group, or take them out, as the provider's groups say.
+    Staff and superusers are platform admins by their flags, which this never changes. Returns
+    the new standing when it changed, None when it did not."""
+    group, _ = Group.objects.get_or_create(name=PLATFORM_ADMIN_GROUP)
+    member = user.groups.filter(pk=group.pk).exists()
+    if member == is_admin:
+        return None
+    if is_admin:
+        user.groups.add(group)
+    else:
+        user.groups.remove(group)
+    user.__dict__.pop("_is_platform_admin", None)
+    audit(
+        actor=IDP_ACTOR,
+        action="platform_admin.grant" if is_admin else "platform_admin.revoke",
+        obj=user,
+        reason="Identity-provider groups at sign-in.",
+        changes={"user": user.username, "from": member, "to": is_admin},
+    )
+    return is_admin
