@@ -1,0 +1,180 @@
+"""The Prometheus path against a real Prometheus (Debian's binary, tests/support/prometheus.py).
+
+Prometheus scrapes stand-in engines every second: the real vLLM series replayed with advancing
+counters, the real Ray Serve LLM capture and the saturated vLLM capture growing steadily. The
+portal's fleet queries must give the numbers the direct-scrape path computes from the very
+expositions Prometheus stored (found through the ``standin_scrape_index`` each one carries), at
+a fixed number of queries per cycle.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import fields
+
+import pytest
+
+from metrics.collect import collect
+from metrics.models import MetricSample, ScrapeState
+from runtime.exposition.derive import MetricPoint, derive
+from runtime.exposition.parse import parse_exposition
+from runtime.exposition.promql import QUERY_COUNT, fleet_points
+from runtime.exposition.snapshot import COUNTERS, GAUGES, HISTOGRAMS
+from tests.support.factories import draft
+from tests.support.prometheus import Prometheus, Replay, StandIn, Target, require_prometheus, running
+from tests.support.shared import shared_path
+
+NAMESPACE = "alpha"  # the world's tenant alpha
+WINDOW_S = 4.0  # four scrape intervals
+# target name → (served model name, fixture file or series folder)
+TARGETS = {
+    "series": ("tiny-series", "series-vllm-0.32-cpu"),
+    "ray": ("tiny-ray", "ray-serve-llm-vllm-0.32-cpu.prom"),
+    "busy": ("tiny-busy", "vllm-0.32-cpu-openai-server-under-load.prom"),
+}
+# Compared on both paths: every figure a point shows (ratio parts are compared as ratios: the
+# stored increments cover different spans by design, see runtime.exposition.promql.rescaled).
+FIGURES = [f.name for f in fields(MetricPoint) if f.name not in ("timestamp", "interval_s")]
+FIGURES = [n for n in FIGURES if n not in ("prefix_cache_hits", "prefix_cache_queries")]
+FIGURES = [n for n in FIGURES if n not in ("requests_finished", "requests_failed")]
+
+
+def _texts(source: str) -> list[str]:
+    path = shared_path("fixtures", "metrics", source)
+    return [p.read_text() for p in sorted(path.glob("*.prom"))] if path.is_dir() else [path.read_text()]
+
+
+@pytest.fixture(scope="module")
+def stand_in() -> Iterator[StandIn]:
+    require_prometheus()
+    targets = [
+        Target(
+            name,
+            Replay(_texts(source), relabel={'model_name="tiny"': f'model_name="{model}"'}),
+            {"namespace": NAMESPACE, "target": name},
+        )
+        for name, (model, source) in TARGETS.items()
+    ]
+    # Start one loop in: every counter the series moves is then well above zero, so Prometheus's
+    # extrapolation is never clamped at a counter's zero (runtime.exposition.promql docstring).
+    server = StandIn(targets, start_at=15)
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def prometheus(stand_in: StandIn) -> Iterator[Prometheus]:
+    with running(stand_in, interval_s=1.0) as prom:
+        # Twenty seconds of scrapes of every target: more than one loop of the series.
+        prom.wait_for(
+            "count_over_time(standin_scrape_index[1m])",
+            lambda r: len(r) == len(TARGETS) and all(float(i["value"][1]) >= 20 for i in r),
+            timeout=90,
+        )
+        yield prom
+
+
+def scrapes_in_window(prom: Prometheus, at: float, window_s: float) -> dict[str, tuple]:
+    """Per target, (time, index) of the first and the last exposition Prometheus holds in the
+    window before `at`: the two the direct path differences."""
+    out = {}
+    for item in prom.query(f"standin_scrape_index[{int(window_s * 1000)}ms]", at=at):
+        (t0, k0), (t1, k1) = item["values"][0], item["values"][-1]
+        out[item["metric"]["target"]] = ((float(t0), int(float(k0))), (float(t1), int(float(k1))))
+    return out
+
+
+def direct(stand_in: StandIn, name: str, first: tuple, last: tuple) -> MetricPoint:
+    """The direct-scrape path's point from the two expositions, at Prometheus's sample times."""
+    (t0, k0), (t1, k1) = first, last
+    return derive(parse_exposition(stand_in.text(name, k0), t0), parse_exposition(stand_in.text(name, k1), t1))
+
+
+def assert_same(a: MetricPoint, b: MetricPoint, what: str) -> None:
+    for name in (*FIGURES, "prefix_cache_hit_pct"):
+        x, y = getattr(a, name), getattr(b, name)
+        if x is None or y is None:
+            assert x is None and y is None, f"{what}: {name} {x} vs {y}"
+        else:
+            # Prometheus times are whole milliseconds (int64); as unix seconds in a float they
+            # carry ~1e-7 s of rounding, ~3e-8 of a 3 s interval: hence rel=1e-6, not exact.
+            assert x == pytest.approx(y, rel=1e-6, abs=1e-9), f"{what}: {name} {x} vs {y}"
+    if a.requests_finished:
+        fa, fb = a.requests_failed / a.requests_finished, b.requests_failed / b.requests_finished
+        assert fa == pytest.approx(fb, rel=1e-6, abs=1e-12), what
+
+
+@pytest.mark.django_db
+class TestAgainstARealPrometheus:
+    def test_fleet_queries_give_the_direct_paths_numbers_from_the_same_expositions(self, prometheus, stand_in):
+        now = time.time()
+        checked = 0
+        moving = set()
+        for j in range(14):  # windows sliding back over the last ~18 s: the burst, the idle, the wrap
+            at = now - 0.3 - 1.3 * j
+            windows = scrapes_in_window(prometheus, at, WINDOW_S)
+            points = fleet_points(prometheus.url, window_s=WINDOW_S, at=at)
+            for name, (model, _) in TARGETS.items():
+                first, last = windows[name]
+                assert last[1] - first[1] >= 3, f"{name}: too few scrapes in the window {windows[name]}"
+                expected = direct(stand_in, name, first, last)
+                assert_same(points[(NAMESPACE, model)], expected, f"{name} at {at}")
+                checked += 1
+                if expected.generation_tokens_per_s:
+                    moving.add(name)
+        assert checked == 14 * len(TARGETS)
+        assert moving == set(TARGETS)  # the comparison saw tokens flowing on every target
+
+    def test_a_cycle_stores_those_numbers_for_every_deployment_at_a_fixed_query_count(
+        self, prometheus, stand_in, world, settings, monkeypatch
+    ):
+        from deployments import services
+
+        settings.PROMETHEUS_URL = prometheus.url
+        settings.METRICS_SCRAPE_SECONDS = WINDOW_S
+        # Two minutes in production; here the Prometheus is younger than that.
+        monkeypatch.setattr("metrics.collect.PROMETHEUS_RATE_WINDOW_S", WINDOW_S)
+        deps = {}
+        for name, (model, _) in TARGETS.items():
+            data = draft(world, backend="kserve", name=f"d-{name}", served_model_name=model)
+            dep = services.deployment_create(tenant=world.alpha, user=world.users["member"], data=data)
+            deps[name] = dep
+        lost = services.deployment_create(
+            tenant=world.alpha,
+            user=world.users["member"],
+            data=draft(world, backend="kserve", name="d-lost", served_model_name="nobody-serves-this"),
+        )
+        assert world.alpha.namespace == NAMESPACE
+        type(lost).objects.filter(pk__in=[d.pk for d in (*deps.values(), lost)]).update(state="ready")
+
+        at = time.time() - 0.3
+        before = prometheus.query_requests()
+        assert collect(at=at) == len(TARGETS)
+        assert prometheus.query_requests() - before == QUERY_COUNT  # one fixed set, whatever the fleet
+        assert QUERY_COUNT <= len(COUNTERS) + len(GAUGES) + len(HISTOGRAMS)
+
+        windows = scrapes_in_window(prometheus, at, WINDOW_S)
+        for name, dep in deps.items():
+            expected = direct(stand_in, name, *windows[name])
+            sample = MetricSample.objects.get(deployment=dep)
+            stored = MetricPoint(
+                timestamp=at, **{f.name: getattr(sample, f.name) for f in fields(MetricPoint) if f.name != "timestamp"}
+            )
+            assert_same(stored, expected, name)
+            assert sample.interval_s == pytest.approx(WINDOW_S)  # the point stands for one cycle
+        state = ScrapeState.objects.get(deployment=lost)
+        assert "no vLLM series" in state.last_error and state.last_success is None
+        assert not MetricSample.objects.filter(deployment=lost).exists()
+
+    def test_an_unreachable_prometheus_leaves_a_gap_for_every_deployment(self, world, settings):
+        from deployments import services
+
+        settings.PROMETHEUS_URL = "http://127.0.0.1:9"
+        settings.METRICS_SCRAPE_TIMEOUT_SECONDS = 1
+        dep = services.deployment_create(
+            tenant=world.alpha, user=world.users["member"], data=draft(world, backend="kserve")
+        )
+        type(dep).objects.filter(pk=dep.pk).update(state="ready")
+        assert collect() == 0
+        assert "127.0.0.1:9" in ScrapeState.objects.get(deployment=dep).last_error
