@@ -64,7 +64,7 @@ KUEUE_VISIBILITY = Api(
     "Kueue visibility API",
     "visibility.kueue.x-k8s.io",
     "v1beta1",
-    ("clusterqueues/pendingworkloads",),
+    ("clusterqueues",),  # read as clusterqueues/<name>/pendingworkloads
     "enable Kueue's visibility API (its APIService); without it queued deployments show no position",
     missing=AMBER,
 )

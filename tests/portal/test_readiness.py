@@ -1,0 +1,197 @@
+"""Cluster readiness (runtime.readiness, portal/readiness.py) against the Kubernetes API test
+server: a cluster set up as the portal needs is all green; each broken setup turns exactly its
+check red (or amber) and says how to fix it. The page and the API are for platform admins."""
+
+from __future__ import annotations
+
+import pytest
+
+from portal.readiness import cluster_readiness
+from runtime import k8s
+from tests.support.http_stubs import base_url, serve
+
+KUEUE_CONFIG = """apiVersion: config.kueue.x-k8s.io/v1beta1
+kind: Configuration
+integrations:
+  frameworks:
+  - "batch/job"
+  - "ray.io/rayservice"
+  - "ray.io/raycluster"
+"""
+
+
+def node(name: str, labels: dict, gpus: int, taints: list | None = None) -> dict:
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"taints": taints or []},
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "96"}},
+    }
+
+
+@pytest.fixture
+def prometheus():
+    server = serve(lambda method, path, body: (200, "text/plain", b"Prometheus is Ready.\n"))
+    yield base_url(server)
+    server.shutdown()
+
+
+@pytest.fixture
+def healthy(world, cluster_api, settings, prometheus):
+    """Everything the portal needs, present."""
+    settings.PROMETHEUS_URL = prometheus
+    settings.MODEL_CACHE_PVC = "model-cache"
+    world.a100.node_labels = {"gpu.example.com/model": "a100"}
+    world.a100.save()
+    cluster_api.declare("visibility.kueue.x-k8s.io/v1beta1/clusterqueues", "ClusterQueue", namespaced=False)
+    cluster_api.put(
+        k8s.CONFIGMAP,
+        {
+            "metadata": {"name": "kueue-manager-config", "namespace": "kueue-system"},
+            "data": {"controller_manager_config.yaml": KUEUE_CONFIG},
+        },
+    )
+    gpu_taint = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    cluster_api.put(k8s.NODE, node("p5-0", {"node.kubernetes.io/instance-type": "p5.48xlarge"}, 8, gpu_taint))
+    cluster_api.put(k8s.NODE, node("a100-0", {"gpu.example.com/model": "a100"}, 4))
+    cluster_api.put(k8s.NODE, node("cpu-0", {"kubernetes.io/os": "linux"}, 0))
+    for namespace in ("alpha", "beta"):
+        cluster_api.put(
+            k8s.PVC,
+            {"metadata": {"name": "model-cache", "namespace": namespace}, "status": {"phase": "Bound"}},
+        )
+    return cluster_api
+
+
+def by_key() -> dict[str, dict]:
+    return {c["key"]: c for c in cluster_readiness()["checks"]}
+
+
+def not_green(checks: dict[str, dict]) -> dict[str, str]:
+    return {key: c["status"] for key, c in checks.items() if c["status"] != "green"}
+
+
+def test_a_cluster_set_up_for_the_portal_is_all_green(healthy):
+    checks = by_key()
+    assert not_green(checks) == {}
+    assert set(checks) == {
+        "api:ray.io",
+        "api:kueue.x-k8s.io",
+        "api:visibility.kueue.x-k8s.io",
+        "api:serving.kserve.io",
+        "kueue:rayservice",
+        "flavor:a100-pcie",
+        "flavor:h100-sxm5",
+        "pvc:model-cache",
+        "rbac:portal",
+        "prometheus",
+    }
+    assert cluster_readiness()["summary"] == "green"
+
+
+def test_a_missing_crd(healthy):
+    healthy.undeclare(k8s.RAYSERVICE)
+    checks = by_key()
+    assert not_green(checks) == {"api:ray.io": "red"}
+    assert "not served" in checks["api:ray.io"]["detail"] and "KubeRay" in checks["api:ray.io"]["fix"]
+
+
+def test_a_wrong_version(healthy):
+    for kind in (k8s.WORKLOAD, k8s.CLUSTERQUEUE, k8s.LOCALQUEUE, k8s.RESOURCEFLAVOR, k8s.COHORT):
+        healthy.undeclare(kind)
+        healthy.declare(f"kueue.x-k8s.io/v1beta1/{kind.plural}", kind.kind, namespaced=kind.namespaced)
+    check = by_key()["api:kueue.x-k8s.io"]
+    assert check["status"] == "red"
+    assert check["detail"] == "kueue.x-k8s.io serves v1beta1; the portal uses v1beta2."
+    assert "v0.16" in check["fix"]
+
+
+def test_no_nodes_for_a_flavor(healthy):
+    healthy.delete_object(k8s.NODE, "p5-0")
+    checks = by_key()
+    assert not_green(checks) == {"flavor:h100-sxm5": "red"}
+    assert "No node carries node.kubernetes.io/instance-type=p5.48xlarge" in checks["flavor:h100-sxm5"]["detail"]
+    assert checks["flavor:h100-sxm5"]["fix"]
+
+
+def test_nodes_without_gpus_or_with_an_untolerated_taint(healthy, world):
+    healthy.put(k8s.NODE, node("a100-0", {"gpu.example.com/model": "a100"}, 0))
+    world.h100.tolerations = []
+    world.h100.save()
+    checks = by_key()
+    assert not_green(checks) == {"flavor:a100-pcie": "red", "flavor:h100-sxm5": "red"}
+    assert "device plugin" in checks["flavor:a100-pcie"]["fix"]
+    assert "nvidia.com/gpu=present:NoSchedule" in checks["flavor:h100-sxm5"]["detail"]
+    assert "toleration" in checks["flavor:h100-sxm5"]["fix"]
+
+
+def test_a_missing_permission(healthy):
+    healthy.deny("get", "", "pods/log")
+    healthy.deny("create", "ray.io", "rayservices")
+    checks = by_key()
+    assert not_green(checks) == {"rbac:portal": "red"}
+    assert checks["rbac:portal"]["detail"] == "Missing: create rayservices (ray.io); get pods/log."
+
+
+def test_without_the_optional_readiness_grant_those_checks_cannot_tell(healthy):
+    for verb, resource in (("list", "nodes"), ("get", "persistentvolumeclaims"), ("get", "configmaps")):
+        healthy.deny(verb, "", resource)
+    reads = ("/api/v1/nodes", "/persistentvolumeclaims/", "/configmaps/")
+    healthy.inject_faults(1.0, (403,), when=lambda method, path: any(r in path for r in reads))
+    checks = by_key()
+    assert not_green(checks) == {
+        "flavors": "amber",
+        "kueue:rayservice": "amber",
+        "pvc:model-cache": "amber",
+        "rbac:readiness": "amber",
+    }
+    assert all("deploy/k8s/optional/readiness" in checks[k]["fix"] for k in not_green(checks))
+    assert cluster_readiness()["summary"] == "amber"
+
+
+def test_kueue_without_the_rayservice_integration(healthy):
+    healthy.patch_object(
+        k8s.CONFIGMAP,
+        "kueue-manager-config",
+        "kueue-system",
+        {"data": {"controller_manager_config.yaml": "integrations:\n  frameworks: [batch/job]\n"}},
+    )
+    check = by_key()["kueue:rayservice"]
+    assert check["status"] == "red" and "batch/job" in check["detail"] and "ray.io/rayservice" in check["fix"]
+
+
+def test_an_unbound_or_missing_model_cache(healthy):
+    healthy.patch_object(k8s.PVC, "model-cache", "alpha", {"status": {"phase": "Pending"}})
+    assert by_key()["pvc:model-cache"]["status"] == "amber"
+    healthy.delete_object(k8s.PVC, "model-cache", "beta")
+    check = by_key()["pvc:model-cache"]
+    assert check["status"] == "red" and check["detail"] == "Missing in beta."
+
+
+def test_prometheus_down(healthy, settings):
+    settings.PROMETHEUS_URL = "http://127.0.0.1:9"  # discard port: refused
+    checks = by_key()
+    assert not_green(checks) == {"prometheus": "red"}
+
+
+def test_the_visibility_api_missing_is_amber(world, cluster_api):
+    checks = by_key()
+    assert checks["api:visibility.kueue.x-k8s.io"]["status"] == "amber"
+
+
+def test_no_cluster_configured_is_one_red_check(world, settings):
+    settings.KUBERNETES_URL = None
+    settings.KUBECONFIG = None
+    checks = by_key()
+    assert checks["cluster:apis"]["status"] == "red" and "KUBERNETES_URL" in checks["cluster:apis"]["fix"]
+
+
+def test_the_page_shows_each_check_with_its_fix_to_platform_admins_only(world, healthy):
+    healthy.undeclare(k8s.RAYSERVICE)
+    page = world.browser("platform_admin").get("/cluster/readiness/")
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert 'data-check="api:ray.io" data-status="red"' in html and "install the KubeRay operator" in html
+    for role in ("viewer", "member", "tenant_admin"):
+        assert world.browser(role).get("/cluster/readiness/").status_code == 403
+    body = world.client("platform_admin").get("/api/v1/cluster/readiness/").json()
+    assert body["summary"] == "red"
