@@ -9,23 +9,7 @@ import pytest
 from portal.readiness import cluster_readiness
 from runtime import k8s
 from tests.support.http_stubs import base_url, serve
-
-KUEUE_CONFIG = """apiVersion: config.kueue.x-k8s.io/v1beta1
-kind: Configuration
-integrations:
-  frameworks:
-  - "batch/job"
-  - "ray.io/rayservice"
-  - "ray.io/raycluster"
-"""
-
-
-def node(name: str, labels: dict, gpus: int, taints: list | None = None) -> dict:
-    return {
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"taints": taints or []},
-        "status": {"allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "96"}},
-    }
+from tests.support.k8s.readiness import node, set_up_for_the_portal
 
 
 @pytest.fixture
@@ -38,27 +22,7 @@ def prometheus():
 @pytest.fixture
 def healthy(world, cluster_api, settings, prometheus):
     """Everything the portal needs, present."""
-    settings.PROMETHEUS_URL = prometheus
-    settings.MODEL_CACHE_PVC = "model-cache"
-    world.a100.node_labels = {"gpu.example.com/model": "a100"}
-    world.a100.save()
-    cluster_api.declare("visibility.kueue.x-k8s.io/v1beta1/clusterqueues", "ClusterQueue", namespaced=False)
-    cluster_api.put(
-        k8s.CONFIGMAP,
-        {
-            "metadata": {"name": "kueue-manager-config", "namespace": "kueue-system"},
-            "data": {"controller_manager_config.yaml": KUEUE_CONFIG},
-        },
-    )
-    gpu_taint = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
-    cluster_api.put(k8s.NODE, node("p5-0", {"node.kubernetes.io/instance-type": "p5.48xlarge"}, 8, gpu_taint))
-    cluster_api.put(k8s.NODE, node("a100-0", {"gpu.example.com/model": "a100"}, 4))
-    cluster_api.put(k8s.NODE, node("cpu-0", {"kubernetes.io/os": "linux"}, 0))
-    for namespace in ("alpha", "beta"):
-        cluster_api.put(
-            k8s.PVC,
-            {"metadata": {"name": "model-cache", "namespace": namespace}, "status": {"phase": "Bound"}},
-        )
+    set_up_for_the_portal(cluster_api, world, settings, prometheus)
     return cluster_api
 
 
