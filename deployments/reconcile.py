@@ -191,7 +191,7 @@ def _backoff(dep: ModelDeployment) -> float:
     if dep.state in STARTING and not traits(dep.backend).on_cluster:
         # A local engine's check is one loopback request: poll often, so Ready shows within a
         # second or so of the engine serving (bench/b8_startup.py), not a backoff later.
-        return getattr(settings, "LOCAL_STARTUP_POLL_SECONDS", 1.0)
+        return settings.LOCAL_STARTUP_POLL_SECONDS
     quiet = max(0.0, (timezone.now() - dep.updated).total_seconds())
     return min(max(settings.RECONCILE_REQUEUE_SECONDS, quiet / 4), settings.RECONCILE_REQUEUE_MAX_SECONDS)
 

@@ -24,10 +24,10 @@ def readiness_config() -> ReadinessConfig:
         namespaces=tuple(t.namespace for t in Tenant.objects.order_by("slug")),
         model_cache_pvc=settings.MODEL_CACHE_PVC or None,
         prometheus_url=settings.PROMETHEUS_URL,
-        gateway_api=bool(getattr(settings, "GATEWAY_API", False)),
+        gateway_api=settings.GATEWAY_API,
         kueue_config=(
-            getattr(settings, "KUEUE_CONFIG_NAMESPACE", "kueue-system"),
-            getattr(settings, "KUEUE_CONFIG_MAP", "kueue-manager-config"),
+            settings.KUEUE_CONFIG_NAMESPACE,
+            settings.KUEUE_CONFIG_MAP,
         ),
     )
 

@@ -373,6 +373,11 @@ MODEL_CACHE_PVC = env_str("MODEL_CACHE_PVC", "model-cache")
 HF_CACHE_PATH = env_str("HF_CACHE_PATH", "/home/ray/.cache/huggingface")
 NCCL_DEBUG = env_choice("NCCL_DEBUG", "WARN", {"VERSION", "WARN", "INFO", "TRACE"})
 PROMETHEUS_URL = env_url("PROMETHEUS_URL", None, schemes={"http", "https"})
+# The cluster readiness page: where Kueue keeps its configuration, and whether the Gateway API's
+# CRDs are required (portal/readiness.py).
+KUEUE_CONFIG_NAMESPACE = env_str("KUEUE_CONFIG_NAMESPACE", "kueue-system")
+KUEUE_CONFIG_MAP = env_str("KUEUE_CONFIG_MAP", "kueue-manager-config")
+GATEWAY_API = env_bool("GATEWAY_API", False)
 METRICS_SCRAPE_TIMEOUT_SECONDS = env_float("METRICS_SCRAPE_TIMEOUT_SECONDS", 5.0, minimum=0.1)
 # Deployments per scrape task: a cycle over more is spread over the worker processes.
 METRICS_SHARD_SIZE = env_int("METRICS_SHARD_SIZE", 100, minimum=1)
@@ -414,6 +419,9 @@ LOCAL_ENGINE_PYTHON = env_str("LOCAL_ENGINE_PYTHON", None)
 LOCAL_KVCACHE_GIB = env_int("LOCAL_KVCACHE_GIB", 1, minimum=1)  # VLLM_CPU_KVCACHE_SPACE
 LOCAL_ENGINE_THREADS = env_int("LOCAL_ENGINE_THREADS", 2, minimum=1)  # OMP threads per engine
 LOCAL_STOP_TIMEOUT_SECONDS = env_float("LOCAL_STOP_TIMEOUT_SECONDS", 20.0, minimum=0.1)
+# How often a starting local engine is checked (one loopback request): the delay between the
+# engine serving and the portal showing Ready (bench/b8_startup.py).
+LOCAL_STARTUP_POLL_SECONDS = env_float("LOCAL_STARTUP_POLL_SECONDS", 1.0, minimum=0.1)
 # A local deployment's model_source must resolve (symlinks included) to a directory under this one;
 # `manage.py make_tiny_model` and demo_local put the demo's tiny model in VAR_DIR/models/tiny-llama.
 LOCAL_MODEL_ROOT = Path(env_str("LOCAL_MODEL_ROOT", str(VAR_DIR / "models")))
