@@ -56,11 +56,7 @@ function portalDashboard(charts) {
       layout.title = {text: ""};
       layout.margin = {...(layout.margin || {}), t: 28};
       layout.height = 250;
-      // A line needs two points: a single sample is drawn as a marker, on a clock-time axis
-      // (Plotly would otherwise zoom in to milliseconds around it).
-      const data = fig.data.map((trace) => (trace.x && trace.x.length === 1 ? {...trace, mode: "markers"} : trace));
-      if (meta.points === 1) layout.xaxis = {...(layout.xaxis || {}), tickformat: "%H:%M"};
-      Plotly.react(el, data, layout, {responsive: true, displaylogo: false});
+      Plotly.react(el, fig.data, layout, {responsive: true, displaylogo: false});
     }
   }
   document.querySelectorAll("[data-window]").forEach((button) => {

@@ -59,3 +59,15 @@ function prefillFromCurrent(form) {
   if (!form.querySelector(".error, .errorlist")) fill();
 }
 document.querySelectorAll("form[data-prefill]").forEach(prefillFromCurrent);
+
+// A region that scrolls sideways (a wide table, a manifest) must be reachable with the keyboard:
+// each one that overflows gets a tab stop, also when htmx swaps one in.
+function focusableScrollers(root) {
+  root.querySelectorAll(".table-wrap, pre").forEach((el) => {
+    const scrolls = el.scrollWidth > el.clientWidth + 1 || el.scrollHeight > el.clientHeight + 1;
+    if (scrolls && !el.hasAttribute("tabindex")) el.tabIndex = 0;
+  });
+}
+focusableScrollers(document);
+document.addEventListener("htmx:afterSwap", (event) => focusableScrollers(event.detail.elt.parentElement || document));
+window.addEventListener("resize", () => focusableScrollers(document));

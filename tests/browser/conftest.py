@@ -16,6 +16,7 @@ import pytest
 from tests.support.world import PASSWORD, World, build_world
 
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "_artifacts" / "screenshots"
+README_SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -106,4 +107,15 @@ def screenshot(page, name: str) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def readme_screenshot(page, name: str) -> Path:
+    """A window-sized screenshot for the README: into docs/screenshots/ (committed) when
+    UPDATE_README_SCREENSHOTS=1, else beside the other artifacts, so a test run does not rewrite
+    committed images unasked."""
+    folder = README_SCREENSHOTS if os.environ.get("UPDATE_README_SCREENSHOTS") == "1" else SCREENSHOTS / "readme"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
+    page.screenshot(path=str(path))
     return path

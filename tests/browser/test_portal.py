@@ -69,7 +69,8 @@ def store_samples(dep, minutes=10):
                 itl_p95=0.035,
                 e2e_p50=2.1,
                 e2e_p95=4.8,
-                prefix_cache_hit_pct=35.0,
+                prefix_cache_hits=35.0,
+                prefix_cache_queries=100.0,
                 preemptions_per_s=0.0,
             )
         )
