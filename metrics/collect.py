@@ -20,6 +20,7 @@ states in two statements.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterable
 
 from django.conf import settings
@@ -72,10 +73,18 @@ def _prometheus_many(deps: list[ModelDeployment], *, at: float | None = None) ->
     except ScrapeError as error:
         return {pk: error for pk in keys}
     labels = ", ".join(DEPLOYMENT_LABELS)
-    return {
-        pk: points.get(key) or ScrapeError(f"Prometheus has no vLLM series with ({labels}) = {key}")
-        for pk, key in keys.items()
-    }
+    owners = Counter(keys.values())
+    out: dict[int, MetricPoint | ScrapeError] = {}
+    for pk, key in keys.items():
+        if owners[key] > 1:
+            # Two live deployments of a tenant serving one model name: their series carry the
+            # same labels, so no query can tell them apart. A gap says so; a sum would mislead.
+            out[pk] = ScrapeError(
+                f"{owners[key]} deployments serve ({labels}) = {key}: Prometheus cannot tell them apart"
+            )
+        else:
+            out[pk] = points.get(key) or ScrapeError(f"Prometheus has no vLLM series with ({labels}) = {key}")
+    return out
 
 
 def pod_metrics_url(pod: dict) -> str | None:
