@@ -1,0 +1,74 @@
+"""Startup phases on a real local engine: approve → a real Celery worker → the vLLM CPU engine
+loading a generated tiny Llama → Ready; every phase of the local path is recorded, in order, and
+the durations add up to approval → Ready."""
+
+import importlib.util
+from datetime import datetime
+from decimal import Decimal
+
+import pytest
+from django.core.management import call_command
+
+from quotas.models import GpuFlavor, TenantQuota
+from tests.e2e.workers import purge_broker
+from tests.support.processes import celery_worker, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.local_engine, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs the local extra: pip install '.[local]'")
+def test_every_local_phase_is_recorded_and_they_add_up(tx_world, tmp_path, settings):
+    settings.LOCAL_MODEL_ROOT = str(tmp_path)
+    model = tmp_path / "tiny-llama"
+    call_command("make_tiny_model", output=model)
+    cpu = GpuFlavor.objects.create(
+        name="cpu-local",
+        gpu_model="CPU (vLLM CPU build)",
+        accelerator_type="CPU",
+        gpu_memory_gib=4,
+        gpus_per_node=1,
+        price_per_gpu_hour=Decimal("0"),
+    )
+    TenantQuota.objects.create(tenant=tx_world.alpha, flavor=cpu, nominal_gpus=1)
+    purge_broker()
+    env = {"LOCAL_RUNTIME_DIR": str(tmp_path / "runtime"), "LOCAL_KVCACHE_GIB": "1", "LOCAL_MODEL_ROOT": str(tmp_path)}
+    with celery_worker(tmp_path / "worker.log", env=env):
+        member, admin = tx_world.client("member"), tx_world.client("platform_admin")
+        created = member.post(
+            "/api/v1/deployments/",
+            {
+                "tenant": "alpha",
+                "name": "phases",
+                "model_source": str(model),
+                "served_model_name": "tiny-llama",
+                "flavor": "cpu-local",
+                "backend": "local",
+                "max_model_len": 256,
+                "dtype": "bfloat16",
+            },
+            format="json",
+        )
+        assert created.status_code == 201, created.content
+        dep_id = created.json()["id"]
+        assert admin.post(f"/api/v1/deployments/{dep_id}/approve/", {"generation": 1}, format="json").status_code == 200
+
+        def phases():
+            rows = member.get(f"/api/v1/deployments/{dep_id}/phases/").json()["phases"]
+            return rows if rows and rows[-1]["name"] == "ready" else None
+
+        rows = wait_for(phases, timeout=420, interval=2, what="the local engine to be Ready with its phases")
+        assert [r["name"] for r in rows] == ["approved", "process_started", "weights_loading", "engine_ready", "ready"]
+        starts = [datetime.fromisoformat(r["start"].replace("Z", "+00:00")) for r in rows]
+        assert starts == sorted(starts)
+        total = (starts[-1] - starts[0]).total_seconds()
+        assert sum(r["duration"] for r in rows) == pytest.approx(total, abs=1e-6)
+        assert not any(r["running"] for r in rows) and rows[-1]["duration"] == 0
+
+        logs = member.get(f"/api/v1/deployments/{dep_id}/logs/?lines=50").json()
+        assert "Starting to load model" in logs["tails"][0]["text"] or "Starting vLLM" in logs["tails"][0]["text"]
+        assert member.post(f"/api/v1/deployments/{dep_id}/stop/", {}, format="json").status_code == 200
+        wait_for(
+            lambda: member.get(f"/api/v1/deployments/{dep_id}/").json()["state"] == "stopped",
+            timeout=90,
+            what="the engine to stop",
+        )
