@@ -33,7 +33,7 @@ class LogsQuerySerializer(serializers.Serializer):
 class DeploymentOperatingViewSet(VisibleDeploymentsMixin, viewsets.GenericViewSet):
     """Events, startup phases and engine logs of one deployment."""
 
-    @extend_schema(parameters=[TimelineQuerySerializer], responses={200: dict})
+    @extend_schema(parameters=[TimelineQuerySerializer], responses={200: dict, 400: dict})
     @action(detail=True, methods=["get"])
     def timeline(self, request, pk=None):
         """The portal's events and the Kubernetes Events of the deployment's objects, newest first."""
@@ -49,7 +49,10 @@ class DeploymentOperatingViewSet(VisibleDeploymentsMixin, viewsets.GenericViewSe
         """The latest start's phases: name, label, start, duration (s), running."""
         return Response({"phases": operating.phases(self.get_object())})
 
-    @extend_schema(parameters=[LogsQuerySerializer], responses={200: dict, 403: dict})
+    @extend_schema(
+        parameters=[LogsQuerySerializer],
+        responses={(200, "application/json"): dict, (200, "text/plain"): str, 400: dict, 403: dict},
+    )
     @action(detail=True, methods=["get"])
     def logs(self, request, pk=None):
         """The tail of each replica's engine log (bounded lines and bytes, secrets redacted);
