@@ -59,7 +59,7 @@ def engine_markers(log_path: Path, started_at: float, ready_file: Path | None) -
     """Startup markers of one local engine run: the spawn time, then vLLM's log lines after it."""
     started = datetime.fromtimestamp(started_at, UTC)
     markers = {"process_started": started}
-    text, _cut = tail(log_path, lines=5000, max_bytes=4 * 1024 * 1024)
+    text, _cut = tail(log_path, lines=5000, max_bytes=1024 * 1024)  # read every poll while starting
     # The log is appended across restarts: only lines after this run's banner count.
     banner = text.rfind("\n=== ")
     found = log_markers(text[banner + 1 :] if banner >= 0 else text, now=datetime.now(UTC), tz=None)
