@@ -105,7 +105,7 @@ class TenantViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         return Response(MembershipSerializer(rows, many=True).data)
 
     @extend_schema(methods=["PATCH"], request=MemberRoleSerializer, responses=MembershipSerializer)
-    @extend_schema(methods=["DELETE"], request=ReasonSerializer, responses={204: None})
+    @extend_schema(methods=["DELETE"], responses={204: None})  # an optional {"reason"} body is read
     @action(detail=True, methods=["patch", "delete"], url_path=f"members/(?P<username>{USERNAME})", url_name="member")
     def member(self, request, slug=None, username=None):
         """Change a member's role, or remove them."""

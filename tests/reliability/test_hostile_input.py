@@ -320,12 +320,23 @@ def body_targets(world):
         ("platform_admin", "POST", f"/api/v1/quotas/{quota.pk}/set/"),
         ("member", "POST", "/api/v1/tokens/"),
         ("platform_admin", "POST", "/api/v1/cluster/orphans/delete/"),
+        ("platform_admin", "POST", "/api/v1/quotas/"),
+        ("platform_admin", "POST", "/api/v1/tenants/"),
+        ("platform_admin", "PATCH", "/api/v1/tenants/alpha/"),
+        ("platform_admin", "PUT", "/api/v1/tenants/alpha/policy/"),
+        ("platform_admin", "POST", "/api/v1/tenants/alpha/archive/"),
+        ("tenant_admin", "POST", "/api/v1/tenants/alpha/members/"),
+        ("tenant_admin", "PATCH", "/api/v1/tenants/alpha/members/alpha-viewer/"),
     ]
+
+
+BODY_TARGETS = 22  # len(body_targets): the test below holds the two together
 
 
 def _template(path: str) -> str:
     """/api/v1/deployments/12/scale/ → /api/v1/deployments/{id}/scale/ (the schema's spelling)."""
-    return "/".join("{name}" if part == "h100-sxm5" else "{id}" if part.isdigit() else part for part in path.split("/"))
+    names = {"h100-sxm5": "{name}", "alpha": "{slug}", "alpha-viewer": "{username}"}
+    return "/".join(names.get(part, "{id}" if part.isdigit() else part) for part in path.split("/"))
 
 
 class TestHostileBodies:
@@ -337,8 +348,9 @@ class TestHostileBodies:
             (method.upper(), path) for path, item in paths.items() for method, op in item.items() if "requestBody" in op
         }
         assert {(method, _template(path)) for _, method, path in body_targets} == with_body
+        assert len(body_targets) == BODY_TARGETS
 
-    @pytest.mark.parametrize("index", range(14), ids=lambda i: f"op{i}")
+    @pytest.mark.parametrize("index", range(BODY_TARGETS), ids=lambda i: f"op{i}")
     def test_every_malformed_body_gets_a_json_400_or_413_naming_the_problem(self, world, body_targets, settings, index):
         role, method, path = body_targets[index]
         client = world.client(role)
@@ -359,7 +371,7 @@ class TestHostileBodies:
         assert wrong == [], f"{method} {path}:\n" + "\n".join(wrong)
         assert _snapshot() == before  # nothing written
 
-    @pytest.mark.parametrize("index", range(14), ids=lambda i: f"op{i}")
+    @pytest.mark.parametrize("index", range(BODY_TARGETS), ids=lambda i: f"op{i}")
     def test_a_json_body_that_is_not_an_object_gets_400(self, world, body_targets, index):
         role, method, path = body_targets[index]
         client = world.client(role)
