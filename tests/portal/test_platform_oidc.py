@@ -107,3 +107,30 @@ class TestMembershipSync:
             "platform_admin.grant",
             "platform_admin.revoke",
         ]
+
+
+class TestBackend:
+    @pytest.fixture
+    def backend(self, settings):
+        from portal.oidc import PortalOIDCBackend
+
+        settings.OIDC_RP_CLIENT_ID, settings.OIDC_RP_CLIENT_SECRET = "portal", "secret"
+        settings.OIDC_OP_TOKEN_ENDPOINT = "http://127.0.0.1:1/token"
+        settings.OIDC_OP_USER_ENDPOINT = "http://127.0.0.1:1/me"
+        settings.OIDC_OP_JWKS_ENDPOINT = "http://127.0.0.1:1/jwks"
+        settings.OIDC_RP_SIGN_ALGO = "RS256"
+        settings.OIDC_GROUP_ROLES = parse_group_roles('{"ml-alpha": "alpha:member"}')
+        return PortalOIDCBackend()
+
+    def test_an_address_the_provider_marks_unverified_opens_nothing(self, backend):
+        assert backend.verify_claims({"email": "a@example.org", "email_verified": False}) is False
+        assert backend.verify_claims({"email": "a@example.org", "email_verified": True}) is True
+        assert backend.verify_claims({"email": "a@example.org"}) is True
+        assert backend.verify_claims({"preferred_username": "a"}) is False
+
+    def test_accounts_are_named_from_the_claim_unless_taken_or_invalid(self, world, backend):
+        dana = backend.create_user({"email": "dana@example.org", "preferred_username": "dana", "groups": ["ml-alpha"]})
+        assert dana.username == "dana" and world.alpha.role_of(dana) == "member"
+        other = backend.create_user({"email": "dana2@example.org", "preferred_username": "dana"})
+        odd = backend.create_user({"email": "odd@example.org", "preferred_username": "a b/c"})
+        assert other.username not in ("dana", "") and odd.username != "a b/c"
