@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from django import forms
-from django.forms.utils import pretty_name
 from django.conf import settings
+from django.forms.utils import pretty_name
 
 from deployments.choices import Backend, Dtype, Quantization
 from deployments.limits import LIMITS

@@ -33,7 +33,6 @@ function portalDashboard(charts) {
       const response = await fetch(url, {credentials: "same-origin"});
       if (!response.ok) throw new Error(String(response.status));
       figures = await response.json();
-      if (figures._meta.points) await loadPlotly(charts.dataset.plotlySrc);
     } catch (error) {
       note.textContent = "Metrics are unavailable right now; retrying every 15 s.";
       return;
@@ -44,6 +43,12 @@ function portalDashboard(charts) {
     // Empty plots would only fill the page with blank axes.
     charts.hidden = !meta.points;
     if (!meta.points) return;
+    try {
+      await loadPlotly(charts.dataset.plotlySrc);
+    } catch (error) {
+      note.textContent = "The chart library did not load; retrying every 15 s.";
+      return;
+    }
     for (const [name, fig] of Object.entries(figures)) {
       if (name === "_meta") continue;
       const el = document.getElementById(`chart-${name}`);

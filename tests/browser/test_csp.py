@@ -117,6 +117,7 @@ class TestNoViolationOnAnyPage:
         expect()(member.page.locator("#preview [data-fit]")).to_have_attribute("data-fit", "borrowing")
         member.goto(f"/deployments/{dep.pk}/")
         expect()(member.page.locator("#chart-note")).to_contain_text("points")
+        expect()(member.page.locator("#chart-tokens .main-svg").first).to_be_attached(timeout=30_000)
         box = member.page.locator("#chart-tokens .nsewdrag").first.bounding_box()
         for step in range(1, 6):  # a unified hover label is drawn as the pointer moves over the plot
             member.page.mouse.move(box["x"] + box["width"] * step / 6, box["y"] + box["height"] / 2)

@@ -14,10 +14,12 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.urls import URLPattern, URLResolver
+from django.utils import timezone
 
 from tests.browser.conftest import USERNAMES, readme_screenshot
 from tests.browser.test_portal import create_deployment, store_samples
@@ -263,11 +265,35 @@ class TestReadmeScreenshots:
     def test_main_pages(self, portal):
         """The README's screenshots, taken from the real pages (written to docs/screenshots/ when
         UPDATE_README_SCREENSHOTS=1, else to tests/_artifacts/)."""
+        from deployments import services
         from deployments.models import ModelDeployment
+        from quotas import services as quota_services
 
-        dep = create_deployment(portal.world, name="chat-8b")
-        ModelDeployment.objects.filter(pk=dep.pk).update(state="ready", endpoint_url="http://10.0.0.7:8000/v1")
+        world = portal.world
+        dep = create_deployment(world, name="chat-8b")
+        services.deployment_approve(deployment_id=dep.pk, approver=world.users["platform_admin"], generation=1)
+        since = (timezone.now() - timedelta(minutes=12)).isoformat()
+        ModelDeployment.objects.filter(pk=dep.pk).update(
+            state="ready",
+            status_message="",
+            endpoint_url="http://chat-8b.alpha.svc:8000/v1",
+            observed_generation=1,
+            conditions=[
+                {"type": "Admitted", "status": "True", "reason": "Admitted", "lastTransitionTime": since},
+                {"type": "Ready", "status": "True", "reason": "ServeRunning", "lastTransitionTime": since},
+            ],
+        )
         store_samples(dep)
+        create_deployment(world, name="embed-small")  # waiting for approval
+        quota_services.quota_change_request_create(
+            tenant=world.alpha,
+            user=world.users["tenant_admin"],
+            flavor=world.h100,
+            nominal_gpus=12,
+            borrowing_limit_gpus=4,
+            lending_limit_gpus=None,
+            justification="Launch traffic for the support assistant.",
+        )
         member = portal.page("member", width=1366, height=860)
         for name, path, ready in (
             ("overview", "/", "main"),
@@ -275,7 +301,7 @@ class TestReadmeScreenshots:
             ("new-deployment", "/deployments/new/", "#deployment-form"),
         ):
             member.goto(path)
-            member.locator(ready).first.wait_for()
+            member.locator(ready).first.wait_for(timeout=60_000)  # plotly.js on a busy host: seconds
             readme_screenshot(member, name)
         admin = portal.page("platform_admin", width=1366, height=860)
         admin.goto("/approvals/")
