@@ -49,3 +49,11 @@ def audit_label(action: str) -> str:
     if action in AUDIT_LABELS:
         return AUDIT_LABELS[action]
     return str(action).replace("_", " ").replace(".", ": ").capitalize()
+
+
+@register.filter
+def plain_time(value) -> str:
+    """An RFC 3339 string ("2026-12-01T04:31:07.123456Z") as the pages show times: "2026-12-01 04:31:07 UTC"."""
+    from deployments.presenters import plain_time as as_plain_time
+
+    return as_plain_time(value if isinstance(value, str) else None) or ("" if value is None else str(value))
