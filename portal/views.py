@@ -171,7 +171,8 @@ def tokens(request):
             messages.success(request, "Token created. Copy it now: it is not shown again.")
         else:
             for field, errors in form.errors.items():
-                messages.error(request, f"{field}: {' '.join(errors)}")
+                label = "Expires in (days)" if field == "expires_in_days" else field.replace("_", " ").capitalize()
+                messages.error(request, f"{label}: {' '.join(errors)}")
     items = ApiToken.objects.filter(user=request.user).order_by("-created")
     return render(request, "portal/tokens.html", {"tokens": items, "created": created, "now": timezone.now()})
 

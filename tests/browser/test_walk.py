@@ -306,3 +306,23 @@ class TestReadmeScreenshots:
         admin = portal.page("platform_admin", width=1366, height=860)
         admin.goto("/approvals/")
         readme_screenshot(admin, "approvals")
+
+
+class TestQuotaFormPrefill:
+    def test_choosing_a_flavor_fills_in_its_current_values(self, portal):
+        """Asking for a new nominal no longer asks, unseen, for a borrowing limit of 0."""
+        from quotas.models import TenantQuota
+
+        world = portal.world
+        TenantQuota.objects.filter(tenant=world.alpha, flavor=world.h100).update(nominal_gpus=8, borrowing_limit_gpus=8)
+        page = portal.page("tenant_admin")
+        page.goto("/quotas/alpha/")
+        page.get_by_label("Flavor").select_option(str(world.h100.pk))
+        assert page.get_by_role("spinbutton", name="Nominal GPUs").input_value() == "8"
+        assert page.get_by_role("spinbutton", name="Borrowing limit").input_value() == "8"
+        page.get_by_role("spinbutton", name="Nominal GPUs").fill("10")
+        page.get_by_label("Justification").fill("Launch.")
+        page.get_by_role("button", name="Request quota").click()
+        page.wait_for_url(f"{portal.url}/quotas/alpha/")
+        request = world.alpha.quota_requests.get()
+        assert (request.nominal_gpus, request.borrowing_limit_gpus) == (10, 8)
