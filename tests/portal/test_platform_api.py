@@ -173,7 +173,7 @@ class TestTenants:
         services.deployment_approve(
             deployment_id=running.pk, generation=running.generation, approver=world.users["platform_admin"]
         )
-        pending = services.deployment_create(tenant=world.alpha, user=member, data=draft(world, name="wait"))
+        services.deployment_create(tenant=world.alpha, user=member, data=draft(world, name="wait"))
         admin = world.client("platform_admin")
         wrong = admin.post(f"{T}/alpha/archive/", {"confirm": "beta", "reason": "team dissolved"})
         assert wrong.status_code == 400 and "confirm" in wrong.json()
