@@ -35,5 +35,8 @@ def tenant_archive(*, tenant_id: int, actor, confirm: str, reason: str) -> Tenan
         deployment_cancel(deployment_id=dep_id, user=actor)
     for dep_id in live.filter(state__in=RUNNING | {State.FAILED}).values_list("pk", flat=True):
         deployment_stop(deployment_id=dep_id, user=actor)
+    # Stopped ones (just now, or earlier with the workload's removal still under way) give their
+    # GPUs back now; the reconciler removes what may still run and finds nothing left to release.
+    for dep_id in live.filter(state=State.STOPPED, reserved_gpus__gt=0).values_list("pk", flat=True):
         deployment_release_quota(deployment_id=dep_id, reason=f"Tenant archived: {reason.strip()}")
     return tenant_mark_archived(tenant_id=tenant.pk, actor=actor, reason=reason)

@@ -174,6 +174,12 @@ class TestTenants:
             deployment_id=running.pk, generation=running.generation, approver=world.users["platform_admin"]
         )
         services.deployment_create(tenant=world.alpha, user=member, data=draft(world, name="wait"))
+        earlier = services.deployment_create(tenant=world.alpha, user=member, data=draft(world, name="earlier"))
+        services.deployment_approve(
+            deployment_id=earlier.pk, generation=earlier.generation, approver=world.users["platform_admin"]
+        )
+        services.deployment_stop(deployment_id=earlier.pk, user=member)  # its workload removal still under way
+        assert ModelDeployment.objects.get(pk=earlier.pk).reserved_gpus == 2
         admin = world.client("platform_admin")
         wrong = admin.post(f"{T}/alpha/archive/", {"confirm": "beta", "reason": "team dissolved"})
         assert wrong.status_code == 400 and "confirm" in wrong.json()
@@ -181,7 +187,7 @@ class TestTenants:
         done = admin.post(f"{T}/alpha/archive/", {"confirm": "alpha", "reason": "team dissolved"})
         assert done.status_code == 200 and done.json()["archived"] is True
         states = dict(ModelDeployment.objects.values_list("name", "state"))
-        assert states == {"run": "stopped", "wait": "cancelled"}
+        assert states == {"run": "stopped", "wait": "cancelled", "earlier": "stopped"}
         assert list(TenantQuota.objects.filter(tenant=world.alpha).values_list("nominal_gpus", "reserved_gpus")) == [
             (0, 0),
             (0, 0),
