@@ -327,10 +327,13 @@ def body_targets(world):
         ("platform_admin", "POST", "/api/v1/tenants/alpha/archive/"),
         ("tenant_admin", "POST", "/api/v1/tenants/alpha/members/"),
         ("tenant_admin", "PATCH", "/api/v1/tenants/alpha/members/alpha-viewer/"),
+        ("member", "POST", f"/api/v1/deployments/{dep.pk}/try/"),
+        ("member", "PUT", f"/api/v1/deployments/{dep.pk}/objectives/"),
+        ("member", "PATCH", f"/api/v1/deployments/{dep.pk}/objectives/"),
     ]
 
 
-BODY_TARGETS = 22  # len(body_targets): the test below holds the two together
+BODY_TARGETS = 25  # len(body_targets): the test below holds the two together
 
 
 def _template(path: str) -> str:
