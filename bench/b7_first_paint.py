@@ -1,4 +1,4 @@
-"""B6 — First paint of a deployment's detail page, side by side with the overview, in Chromium.
+"""B7 — First paint of a deployment's detail page, side by side with the overview, in Chromium.
 
 Serves the portal as `scripts/demo` does (gunicorn with the demo's config, DEBUG off, the hashed
 and compressed files of collectstatic served by WhiteNoise) over the demo data (`manage.py demo`),
@@ -11,7 +11,7 @@ for the page with metrics also the time until the first chart is drawn.
 Target: the detail page's first contentful paint under 1 s; reported as a ratio to the overview's.
 "First byte" is the server's part (the page's queries and template), the rest is the browser's.
 
-    .venv/bin/python bench/b6_first_paint.py [--rounds 7]
+    .venv/bin/python bench/b7_first_paint.py [--rounds 7]
 """
 
 from __future__ import annotations
@@ -161,9 +161,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
-    var = tempfile.mkdtemp(prefix="bench-b6-")
+    var = tempfile.mkdtemp(prefix="bench-b7-")
     on_exit(lambda: shutil.rmtree(var, ignore_errors=True))
-    setup_django("b6", PORTAL_VAR_DIR=var, STATIC_MANIFEST="true", CELERY_TASK_ALWAYS_EAGER="true")
+    setup_django("b7", PORTAL_VAR_DIR=var, STATIC_MANIFEST="true", CELERY_TASK_ALWAYS_EAGER="true")
     from django.core.management import call_command
 
     call_command("collectstatic", interactive=False, verbosity=0)
@@ -181,7 +181,7 @@ def main() -> None:
     }
     results = measure(f"http://127.0.0.1:{port}", pages, args.rounds)
 
-    header(f"B6 first paint, {args.rounds} cold loads per page, Chromium 1366x900")
+    header(f"B7 first paint, {args.rounds} cold loads per page, Chromium 1366x900")
     median = {name: {k: statistics.median(t[k] for t in runs) for k in runs[0]} for name, runs in results.items()}
     for name, runs in results.items():
         fcps = sorted(t["fcp"] for t in runs)
