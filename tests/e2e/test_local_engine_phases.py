@@ -17,8 +17,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.local_engine, pytest.mark.django_db(
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs the local extra: pip install '.[local]'")
-def test_every_local_phase_is_recorded_and_they_add_up(tx_world, tmp_path, settings):
+def test_every_local_phase_is_recorded_and_they_add_up(tx_world, tmp_path, settings, monkeypatch):
+    from runtime.backends.local.backend import LocalBackend
+
     settings.LOCAL_MODEL_ROOT = str(tmp_path)
+    # The web side reads the engine's log from the same runtime directory as the worker.
+    settings.LOCAL_RUNTIME_DIR = tmp_path / "runtime"
+    monkeypatch.setattr(LocalBackend, "_instance", None)
     model = tmp_path / "tiny-llama"
     call_command("make_tiny_model", output=model)
     cpu = GpuFlavor.objects.create(
@@ -64,8 +69,8 @@ def test_every_local_phase_is_recorded_and_they_add_up(tx_world, tmp_path, setti
         assert sum(r["duration"] for r in rows) == pytest.approx(total, abs=1e-6)
         assert not any(r["running"] for r in rows) and rows[-1]["duration"] == 0
 
-        logs = member.get(f"/api/v1/deployments/{dep_id}/logs/?lines=50").json()
-        assert "Starting to load model" in logs["tails"][0]["text"] or "Starting vLLM" in logs["tails"][0]["text"]
+        logs = member.get(f"/api/v1/deployments/{dep_id}/logs/?lines=2000").json()
+        assert "Starting to load model" in logs["tails"][0]["text"]
         assert member.post(f"/api/v1/deployments/{dep_id}/stop/", {}, format="json").status_code == 200
         wait_for(
             lambda: member.get(f"/api/v1/deployments/{dep_id}/").json()["state"] == "stopped",
