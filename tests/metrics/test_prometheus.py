@@ -9,6 +9,7 @@ a fixed number of queries per cycle.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import fields
@@ -28,8 +29,10 @@ from tests.support.shared import shared_path
 NAMESPACE = "alpha"  # the world's tenant alpha
 WINDOW_S = 4.0  # four scrape intervals
 # target name → (served model name, fixture file or series folder)
+# A reviewer's held-out series (a folder of NN_<unix-ts>.prom files) replaces the captured one
+# with METRICS_HELD_OUT_SERIES=/path/to/folder.
 TARGETS = {
-    "series": ("tiny-series", "series-vllm-0.32-cpu"),
+    "series": ("tiny-series", os.environ.get("METRICS_HELD_OUT_SERIES") or "series-vllm-0.32-cpu"),
     "ray": ("tiny-ray", "ray-serve-llm-vllm-0.32-cpu.prom"),
     "busy": ("tiny-busy", "vllm-0.32-cpu-openai-server-under-load.prom"),
 }
@@ -51,14 +54,14 @@ def stand_in() -> Iterator[StandIn]:
     targets = [
         Target(
             name,
-            Replay(_texts(source), relabel={'model_name="tiny"': f'model_name="{model}"'}),
+            Replay(_texts(source), relabel={"model_name": model}),
             {"namespace": NAMESPACE, "target": name},
         )
         for name, (model, source) in TARGETS.items()
     ]
-    # Start one loop in: every counter the series moves is then well above zero, so Prometheus's
-    # extrapolation is never clamped at a counter's zero (runtime.exposition.promql docstring).
-    server = StandIn(targets, start_at=15)
+    # Each target starts one loop in (StandIn): every counter that moves is then well above zero,
+    # so Prometheus's extrapolation is never clamped at a counter's zero (runtime.exposition.promql).
+    server = StandIn(targets)
     yield server
     server.close()
 

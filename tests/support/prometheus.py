@@ -77,9 +77,12 @@ class Replay:
     """One target's expositions: ``text(k)`` is what its k-th scrape returns (k from 0)."""
 
     def __init__(self, texts: Sequence[str], *, relabel: dict[str, str] | None = None) -> None:
+        """`relabel` maps a label name to the value every series of the target gets for it
+        (e.g. ``{"model_name": "m-7"}``: one engine per deployment from one capture)."""
         texts = list(texts)
-        for old, new in (relabel or {}).items():
-            texts = [t.replace(old, new) for t in texts]
+        for label, value in (relabel or {}).items():
+            pattern = re.compile(rf'(?<=[{{,]){re.escape(label)}="(?:[^"\\]|\\.)*"')
+            texts = [pattern.sub(f'{label}="{value}"', t) for t in texts]
         cumulative = _cumulative_samples(texts[0])
         # Each text as [(line prefix, value or None for a line kept as is, cumulative?)].
         self.parsed: list[list[tuple[str, float | None, bool]]] = []
@@ -128,10 +131,14 @@ class Target:
 class StandIn:
     """Serves every target's next exposition on each scrape (see the module docstring)."""
 
-    def __init__(self, targets: Sequence[Target], *, start_at: int = 0) -> None:
+    def __init__(self, targets: Sequence[Target], *, start_at: int | None = None) -> None:
+        """`start_at` is every target's first scrape index; None starts a replayed series one
+        loop in and a single capture 15 scrapes in, so every counter that moves is already well
+        above zero (Prometheus clamps its extrapolation at a counter's zero)."""
         self.targets = {t.name: t for t in targets}
         for target in targets:
-            target.scrapes = start_at
+            loop = len(target.replay.parsed)
+            target.scrapes = start_at if start_at is not None else (loop if loop > 1 else 15)
         self._lock = threading.Lock()
         stand_in = self
 
