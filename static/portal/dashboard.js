@@ -62,6 +62,8 @@ function portalDashboard(charts) {
       layout.margin = {...(layout.margin || {}), t: 28};
       layout.height = 250;
       Plotly.react(el, fig.data, layout, {responsive: true, displaylogo: false});
+      // Let the browser paint this chart before drawing the next: the first shows up at once.
+      await new Promise((resolve) => setTimeout(resolve, 0));
     }
   }
   document.querySelectorAll("[data-window]").forEach((button) => {
