@@ -181,7 +181,8 @@ class TestApiDocs:
         docs.goto("/api/docs/")
         expect()(docs.page.locator(".swagger-ui .opblock").first).to_be_visible()
         docs.goto("/api/redoc/")
-        expect()(docs.page.locator("#redoc-container h1").first).to_contain_text("LLM Serving Portal API", timeout=30_000)
+        title = docs.page.locator("#redoc-container h1").first
+        expect()(title).to_contain_text("LLM Serving Portal API", timeout=30_000)
         docs.collect()
         assert tried == ["https://cdn.redoc.ly/redoc/logo-mini.svg"]
         # ...and the policy stopped it: the violation is reported, and it is the only one.
