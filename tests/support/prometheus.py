@@ -195,32 +195,42 @@ class Prometheus:
         config = self.dir / "prometheus.yml"
         head = f"global:\n  scrape_interval: {duration(interval_s)}\n  evaluation_interval: 1m\n"
         config.write_text(head + scrape_configs)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(self.dir / "prometheus.log", "wb")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
-            [
-                binary or require_prometheus(),
-                f"--config.file={config}",
-                f"--storage.tsdb.path={self.dir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--storage.tsdb.retention.time=1h",
-            ],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        self._wait_ready()
+        for _ in range(5):
+            # The port is free when picked, but another suite's Prometheus may take it before ours
+            # binds: then ours exits, and the answers on that port are not ours. Pick another.
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
+            self.process = subprocess.Popen(
+                [
+                    binary or require_prometheus(),
+                    f"--config.file={config}",
+                    f"--storage.tsdb.path={self.dir / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    "--storage.tsdb.retention.time=1h",
+                ],
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+            )
+            if self._wait_ready():
+                return
+        raise RuntimeError(f"prometheus did not start: {(self.dir / 'prometheus.log').read_text()[-2000:]}")
 
-    def _wait_ready(self, timeout: float = 30.0) -> None:
+    def _wait_ready(self, timeout: float = 30.0) -> bool:
+        """True once this process answers ready; False when its port turned out to be taken."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"prometheus exited: {(self.dir / 'prometheus.log').read_text()[-2000:]}")
             try:
-                if requests.get(self.url + "/-/ready", timeout=1).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
+                ready = requests.get(self.url + "/-/ready", timeout=1).status_code == 200
+                flags = requests.get(self.url + "/api/v1/status/flags", timeout=2).json()["data"] if ready else {}
+            except (requests.RequestException, ValueError, KeyError):
+                ready, flags = False, {}
+            if ready and flags.get("storage.tsdb.path") == str(self.dir / "data"):
+                return True
+            if self.process.poll() is not None:
+                if "address already in use" in (self.dir / "prometheus.log").read_text():
+                    return False
+                raise RuntimeError(f"prometheus exited: {(self.dir / 'prometheus.log').read_text()[-2000:]}")
             time.sleep(0.2)
         raise RuntimeError("prometheus did not become ready")
 
