@@ -69,10 +69,10 @@ def stand_in() -> Iterator[StandIn]:
 @pytest.fixture(scope="module")
 def prometheus(stand_in: StandIn) -> Iterator[Prometheus]:
     with running(stand_in, interval_s=1.0) as prom:
-        # Twenty seconds of scrapes of every target: more than one loop of the series.
+        # 28 s of scrapes of every target: more than the 14 windows below reach back (22 s).
         prom.wait_for(
             "count_over_time(standin_scrape_index[1m])",
-            lambda r: len(r) == len(TARGETS) and all(float(i["value"][1]) >= 20 for i in r),
+            lambda r: len(r) == len(TARGETS) and all(float(i["value"][1]) >= 28 for i in r),
             timeout=90,
         )
         yield prom
