@@ -158,7 +158,7 @@ def main() -> None:
         raise SystemExit(f"{FIXTURES} is missing (the real expositions live in ../shared)")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     header("B6 metrics cycle through Prometheus vs direct scrape")
-    setup_django("b6_prometheus")  # not "b6": bench/b6_first_paint.py (another issue) uses that name
+    setup_django("b6_prometheus")
     from django.db.models import F
 
     from deployments.models import ModelDeployment
