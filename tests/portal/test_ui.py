@@ -32,7 +32,11 @@ def pages(dep):
         "/": {"anonymous": LOGIN, **{r: 200 for r in ROLES if r != "anonymous"}},
         "/deployments/": {"anonymous": LOGIN, **{r: 200 for r in ROLES if r != "anonymous"}},
         # Viewers look, they do not request: 403 (the page with navigation), not an empty-tenant form.
-        "/deployments/new/": {"anonymous": LOGIN, **{r: 200 for r in ROLES if r not in ("anonymous", "viewer")}, "viewer": 403},
+        "/deployments/new/": {
+            "anonymous": LOGIN,
+            "viewer": 403,
+            **{r: 200 for r in ROLES if r not in ("anonymous", "viewer")},
+        },
         f"/deployments/{dep.pk}/edit/": {
             "anonymous": LOGIN,
             "viewer": 403,
