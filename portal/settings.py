@@ -413,7 +413,11 @@ RECONCILE_REQUEUE_MAX_SECONDS = env_float("RECONCILE_REQUEUE_MAX_SECONDS", 120.0
 # --- local backend (runtime/backends/local/): the engine runs on this machine with vLLM's CPU build -----
 # "vllm": one `vllm.entrypoints.openai.api_server` process (default: measured 2.6x faster cold
 # start and ~3x less memory on a 2-core box); "ray": the same Ray Serve LLM app as on KubeRay.
-LOCAL_ENGINE = env_choice("LOCAL_ENGINE", "vllm", {"vllm", "ray"})
+# The README's switch `LOCAL_ENGINE=1` reaches the portal too (scripts/demo, a shell that exported
+# it): "1"/"0" name no engine, so they mean the default one instead of stopping start-up.
+LOCAL_ENGINE = {"1": "vllm", "0": "vllm"}.get(env_str("LOCAL_ENGINE", None) or "", None) or env_choice(
+    "LOCAL_ENGINE", "vllm", {"vllm", "ray"}
+)
 # The interpreter that runs the engine (a venv with the [local] extra); default: this one.
 LOCAL_ENGINE_PYTHON = env_str("LOCAL_ENGINE_PYTHON", None)
 LOCAL_KVCACHE_GIB = env_int("LOCAL_KVCACHE_GIB", 1, minimum=1)  # VLLM_CPU_KVCACHE_SPACE

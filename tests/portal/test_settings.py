@@ -98,3 +98,24 @@ class TestHelpers:
         monkeypatch.setenv("X_NUM", "nan")
         with pytest.raises(Exception, match="finite"):
             env.env_float("X_NUM", 1.0)
+
+
+@pytest.mark.parametrize(("value", "engine"), [("1", "vllm"), ("0", "vllm"), ("vllm", "vllm"), ("ray", "ray")])
+def test_the_readmes_local_engine_switch_reaches_the_portal_harmlessly(value, engine):
+    """`LOCAL_ENGINE=1 ./scripts/demo` exports the switch to manage.py: it stopped migrate once."""
+    result = subprocess.run(
+        [sys.executable, "-c", "from django.conf import settings; print(settings.LOCAL_ENGINE)"],
+        cwd=PROJECT_ROOT,
+        env={**os.environ, **GOOD, "LOCAL_ENGINE": value, "DJANGO_SETTINGS_MODULE": "portal.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == engine
+
+
+def test_a_local_engine_naming_no_engine_stops_startup():
+    result = load_settings(LOCAL_ENGINE="vlm")
+    assert result.returncode != 0
+    assert "LOCAL_ENGINE='vlm' must be one of ['ray', 'vllm']" in result.stderr
