@@ -143,7 +143,6 @@ def detail_context(request, dep: ModelDeployment) -> dict:
         "conditions": plain_conditions(dep),
         "kueue": kueue_story(dep),
         "kueue_details": queue_details(dep) if backend_traits(dep.backend).on_cluster else [],
-        "events": dep.events.select_related("actor")[:50],
         "actions": allowed_actions(request.user, dep),
         "snippets": snippets(dep),
         "limits": LIMITS,

@@ -91,7 +91,7 @@ def deployment_detail(request, pk: int):
 
 @login_required
 def deployment_status(request, pk: int):
-    """htmx partial polled by the detail page: badge, conditions, Kueue story, events."""
+    """htmx partial polled by the detail page: badge, conditions, Kueue story, advice."""
     dep = _visible(request, pk)
     return render(request, "deployments/_status.html", detail_context(request, dep))
 

@@ -139,7 +139,7 @@ class TestRequestApproveAndWatch:
         # A pending request can be cancelled, an approved one no longer: the buttons follow the state.
         expect()(member.locator("#actions").get_by_role("button", name="Cancel")).to_have_count(0)
         expect()(member.locator("#actions").get_by_role("button", name="Delete")).to_be_visible()
-        expect()(member.locator("#events")).to_contain_text("Approved")
+        expect()(member.locator("#timeline")).to_contain_text("Approved", timeout=12_000)
         expect()(member.locator("#spec-reserved")).to_have_text("2")  # the spec's live values too
         assert member.evaluate("window.__notReloaded") is True
 
