@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django import forms
 from django.conf import settings
+from django.db.models import Q
 from django.forms.utils import pretty_name
 
 from deployments.choices import Backend, Dtype, Quantization
@@ -11,6 +12,7 @@ from deployments.limits import LIMITS
 from deployments.validation import NAME_MAX, check_draft
 from quotas.choices import Role
 from quotas.models import GpuFlavor, Tenant
+from quotas.policy import allowed_flavor_ids
 
 
 class DeploymentForm(forms.Form):
@@ -91,12 +93,21 @@ class DeploymentForm(forms.Form):
         tenants = Tenant.objects.filter(
             pk__in=[t.pk for t in Tenant.objects.visible_to(user) if t.has_role(user, Role.MEMBER)]
         )
+        tenants = tenants.filter(archived_at__isnull=True)
         self.fields["tenant"].queryset = tenants
         if not self.initial.get("tenant") and len(tenants) == 1:
             self.initial["tenant"] = tenants[0].pk  # a member of one team has nothing to choose
+            self.offer_flavors_of(tenants[0])
         self.fields["backend"].choices = [(b, label) for b, label in Backend.choices if b in settings.RUNTIME_BACKENDS]
         self.fields["backend"].initial = settings.RUNTIME_DEFAULT_BACKEND
         self.check = None
+
+    def offer_flavors_of(self, tenant: Tenant, keep: int | None = None) -> None:
+        """Offer only the flavors the tenant's policy allows (and `keep`, the current one, so an
+        existing deployment's page still shows what it runs on); the check refuses the rest."""
+        allowed = allowed_flavor_ids(tenant)
+        if allowed is not None:
+            self.fields["flavor"].queryset = GpuFlavor.objects.filter(Q(active=True, pk__in=allowed) | Q(pk=keep))
 
     def check_context(self, data: dict) -> dict:
         """check_draft's keyword arguments for this form's draft."""
@@ -136,6 +147,7 @@ class DeploymentEditForm(DeploymentForm):
         initial["flavor"] = deployment.flavor_id
         super().__init__(*args, user=user, initial=initial, **kwargs)
         self.deployment = deployment
+        self.offer_flavors_of(deployment.tenant, keep=deployment.flavor_id)
         for name in self.FIXED:
             del self.fields[name]
 

@@ -183,3 +183,30 @@ class TestWording:
         pointed = set(re.findall(r'aria-describedby="([^"]+)"', page))
         ids = set(re.findall(r'id="([^"]+)"', page))
         assert pointed and pointed <= ids, pointed - ids
+
+
+class TestPolicyInTheForm:
+    """The tenant's allowed flavors (quotas.policy) shape what the form offers."""
+
+    def test_a_one_tenant_member_is_offered_only_the_flavors_the_policy_allows(self, world):
+        world.alpha.allowed_flavors.set([world.h100])
+        page = world.browser("member").get("/deployments/new/").content.decode()
+        assert f'value="{world.h100.pk}"' in page
+        assert f'value="{world.a100.pk}"' not in page
+
+    def test_with_no_allowed_list_every_active_flavor_is_offered(self, world):
+        page = world.browser("member").get("/deployments/new/").content.decode()
+        assert f'value="{world.h100.pk}"' in page and f'value="{world.a100.pk}"' in page
+
+    def test_the_edit_form_keeps_the_current_flavor_even_when_the_policy_dropped_it(self, world, dep):
+        world.alpha.allowed_flavors.set([world.a100])
+        page = world.browser("member").get(f"/deployments/{dep.pk}/edit/").content.decode()
+        assert f'value="{world.h100.pk}"' in page and f'value="{world.a100.pk}"' in page
+
+    def test_an_archived_tenant_is_not_offered(self, world):
+        from django.utils import timezone
+
+        world.alpha.archived_at = timezone.now()
+        world.alpha.save(update_fields=["archived_at"])
+        page = world.browser("member").get("/deployments/new/").content.decode()
+        assert f'<option value="{world.alpha.pk}"' not in page
