@@ -1,4 +1,4 @@
-"""B7 — First paint of a deployment's detail page, side by side with the overview, in Chromium.
+"""B9 — First paint of a deployment's detail page, side by side with the overview, in Chromium.
 
 Serves the portal as `scripts/demo` does (gunicorn with the demo's config, DEBUG off, the hashed
 and compressed files of collectstatic served by WhiteNoise) over the demo data (`manage.py demo`),
@@ -11,7 +11,7 @@ for the page with metrics also the time until the first chart is drawn.
 Target: the detail page's first contentful paint under 1 s; reported as a ratio to the overview's.
 "First byte" is the server's part (the page's queries and template), the rest is the browser's.
 
-    .venv/bin/python bench/b7_first_paint.py [--rounds 7]
+    .venv/bin/python bench/b9_first_paint.py [--rounds 7]
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def main() -> None:
     }
     results = measure(f"http://127.0.0.1:{port}", pages, args.rounds)
 
-    header(f"B7 first paint, {args.rounds} cold loads per page, Chromium 1366x900")
+    header(f"B9 first paint, {args.rounds} cold loads per page, Chromium 1366x900")
     median = {name: {k: statistics.median(t[k] for t in runs) for k in runs[0]} for name, runs in results.items()}
     for name, runs in results.items():
         fcps = sorted(t["fcp"] for t in runs)
