@@ -19,7 +19,10 @@ def deployment_charts(request, pk: int):
     if window not in WINDOWS:
         raise Http404("unknown window")
     data = series(dep, window)
+    meta = f'"_meta":{{"points":{len(data["timestamps"])},"resolution_s":{data["resolution_s"]}}}'
+    if not data["timestamps"]:
+        # Nothing to plot: the page hides the charts, so empty figures (~64 KB) would be wasted.
+        return HttpResponse("{" + meta + "}", content_type="application/json")
     figures = dashboard(data["timestamps"], data["series"], span=(data["start"], data["end"]))
-    body = "{" + ",".join(f'"{name}":{figure_json(fig)}' for name, fig in figures.items())
-    body += f',"_meta":{{"points":{len(data["timestamps"])},"resolution_s":{data["resolution_s"]}}}}}'
+    body = "{" + ",".join(f'"{name}":{figure_json(fig)}' for name, fig in figures.items()) + "," + meta + "}"
     return HttpResponse(body, content_type="application/json")

@@ -102,3 +102,21 @@ class TestSummary:
         body = client_for(world.users["viewer"]).get(f"{D}/{serving.pk}/summary/").json()
         assert body["latest"]["prefix_cache_hit_pct"] == 0.0
         assert body["latest"]["last_24h"]["prefix_cache_hit_pct"] == pytest.approx(10.0)  # 1 of 10, not 50 %
+
+
+class TestChartsEndpoint:
+    """The detail page's chart data: figures only when there is something to plot."""
+
+    def test_no_samples_sends_only_the_count(self, world, serving):
+        response = world.browser("member").get(f"/deployments/{serving.pk}/charts/?window=1h")
+        assert response.status_code == 200
+        assert response.json() == {"_meta": {"points": 0, "resolution_s": response.json()["_meta"]["resolution_s"]}}
+        assert len(response.content) < 200  # not ~64 KB of empty figures
+
+    def test_one_sample_sends_every_figure(self, world, serving):
+        MetricSample.objects.create(
+            deployment=serving, ts=datetime.now(UTC) - timedelta(seconds=5), waiting=1.0, running=2.0
+        )
+        body = world.browser("member").get(f"/deployments/{serving.pk}/charts/?window=1h").json()
+        assert body["_meta"]["points"] == 1
+        assert {"queue", "kv_cache"} <= set(body) and body["queue"]["data"]
