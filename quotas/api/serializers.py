@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from quotas.flavors import FIELDS as FLAVOR_FIELDS
 from quotas.models import GpuFlavor, QuotaChangeRequest, Tenant, TenantQuota
 
 
@@ -12,20 +13,7 @@ class GpuFlavorSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = GpuFlavor
-        fields = [
-            "name",
-            "gpu_model",
-            "accelerator_type",
-            "gpu_memory_gib",
-            "gpus_per_node",
-            "cpu_per_gpu",
-            "memory_gib_per_gpu",
-            "node_labels",
-            "tolerations",
-            "price_per_gpu_hour",
-            "active",
-            "reason",
-        ]
+        fields = [*FLAVOR_FIELDS, "reason"]  # the fields the audited service writes
 
     def validate(self, attrs):
         fields = [f for f in self.Meta.fields if f != "reason"]
