@@ -78,7 +78,7 @@ class DeploymentMetricsViewSet(VisibleDeploymentsMixin, viewsets.GenericViewSet)
         return Response([advice_dict(dep.pk, a) for a in advice_for(dep)])
 
     @extend_schema(request=ObjectivesSerializer, responses={200: ObjectivesSerializer})
-    @action(detail=True, methods=["get", "put", "patch"])
+    @action(detail=True, methods=["get", "put", "patch"], serializer_class=ObjectivesSerializer)
     def objectives(self, request, pk=None):
         """The advisor's objectives for this deployment; members change them as they edit it."""
         dep = self.get_object()
