@@ -13,7 +13,7 @@ import requests
 from django.core.management import call_command
 
 from quotas.models import GpuFlavor, TenantQuota
-from tests.e2e.workers import purge_broker
+from tests.e2e.workers import purge_broker, request_and_approve_local
 from tests.support.processes import celery_worker, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.local_engine, pytest.mark.django_db(transaction=True)]
@@ -48,24 +48,8 @@ def test_local_deployment_serves_tokens_and_reports_metrics(tx_world, tmp_path, 
             "LOCAL_MODEL_ROOT": str(tmp_path),
         },
     ):
-        member, admin = tx_world.client("member"), tx_world.client("platform_admin")
-        created = member.post(
-            "/api/v1/deployments/",
-            {
-                "tenant": "alpha",
-                "name": "tiny",
-                "model_source": str(model),
-                "served_model_name": "tiny-llama",
-                "flavor": "cpu-local",
-                "backend": "local",
-                "max_model_len": 256,
-                "dtype": "bfloat16",
-            },
-            format="json",
-        )
-        assert created.status_code == 201, created.content
-        dep_id = created.json()["id"]
-        assert admin.post(f"/api/v1/deployments/{dep_id}/approve/", {"generation": 1}, format="json").status_code == 200
+        dep_id = request_and_approve_local(tx_world, model, "tiny")
+        member = tx_world.client("member")
         detail = lambda: member.get(f"/api/v1/deployments/{dep_id}/").json()  # noqa: E731
         body = wait_for(
             lambda: (d := detail())["state"] in ("ready", "failed") and d,

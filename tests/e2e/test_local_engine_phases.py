@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 
 from quotas.models import GpuFlavor, TenantQuota
-from tests.e2e.workers import purge_broker
+from tests.e2e.workers import purge_broker, request_and_approve_local
 from tests.support.processes import celery_worker, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.local_engine, pytest.mark.django_db(transaction=True)]
@@ -38,24 +38,8 @@ def test_every_local_phase_is_recorded_and_they_add_up(tx_world, tmp_path, setti
     purge_broker()
     env = {"LOCAL_RUNTIME_DIR": str(tmp_path / "runtime"), "LOCAL_KVCACHE_GIB": "1", "LOCAL_MODEL_ROOT": str(tmp_path)}
     with celery_worker(tmp_path / "worker.log", env=env):
-        member, admin = tx_world.client("member"), tx_world.client("platform_admin")
-        created = member.post(
-            "/api/v1/deployments/",
-            {
-                "tenant": "alpha",
-                "name": "phases",
-                "model_source": str(model),
-                "served_model_name": "tiny-llama",
-                "flavor": "cpu-local",
-                "backend": "local",
-                "max_model_len": 256,
-                "dtype": "bfloat16",
-            },
-            format="json",
-        )
-        assert created.status_code == 201, created.content
-        dep_id = created.json()["id"]
-        assert admin.post(f"/api/v1/deployments/{dep_id}/approve/", {"generation": 1}, format="json").status_code == 200
+        dep_id = request_and_approve_local(tx_world, model, "phases")
+        member = tx_world.client("member")
 
         def phases():
             rows = member.get(f"/api/v1/deployments/{dep_id}/phases/").json()["phases"]

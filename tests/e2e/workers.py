@@ -16,3 +16,27 @@ def broker_url() -> str:
 def purge_broker() -> None:
     """Drop messages earlier tests left (requeues whose deployments rolled back)."""
     redis.Redis.from_url(broker_url()).flushdb()
+
+
+def request_and_approve_local(world, model, name: str) -> int:
+    """A member requests the tiny model on the local backend over the API, a platform admin
+    approves generation 1; returns the deployment's id."""
+    member, admin = world.client("member"), world.client("platform_admin")
+    created = member.post(
+        "/api/v1/deployments/",
+        {
+            "tenant": "alpha",
+            "name": name,
+            "model_source": str(model),
+            "served_model_name": "tiny-llama",
+            "flavor": "cpu-local",
+            "backend": "local",
+            "max_model_len": 256,
+            "dtype": "bfloat16",
+        },
+        format="json",
+    )
+    assert created.status_code == 201, created.content
+    dep_id = created.json()["id"]
+    assert admin.post(f"/api/v1/deployments/{dep_id}/approve/", {"generation": 1}, format="json").status_code == 200
+    return dep_id
