@@ -29,6 +29,15 @@ class Quantization(models.TextChoices):
     GPTQ = "gptq", "GPTQ (4-bit)"
 
 
+class ServingProfile(models.TextChoices):
+    """Presets for the engine and scaling fields (issue 22: deployments.profiles)."""
+
+    CUSTOM = "", "Custom"
+    THROUGHPUT = "throughput", "Throughput"
+    LATENCY = "latency", "Latency"
+    COST = "cost", "Cost"
+
+
 class Dtype(models.TextChoices):
     AUTO = "auto", "auto (from the model)"
     BFLOAT16 = "bfloat16", "bfloat16"

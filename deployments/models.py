@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from deployments.choices import Backend, Dtype, EventType, Quantization, State
+from deployments.choices import Backend, Dtype, EventType, Quantization, ServingProfile, State
 from deployments.limits import LIMITS
 from quotas.models import GpuFlavor, Tenant, TenantOwnedQuerySet
 from quotas.validators import validate_dns1123_label
@@ -77,6 +77,13 @@ class ModelDeployment(models.Model):
         blank=True,
         validators=LIMITS["parameter_count_b"].validators(),
         help_text="Billions of parameters, for models not in the catalog.",
+    )
+    serving_profile = models.CharField(
+        max_length=12,
+        choices=ServingProfile.choices,
+        blank=True,
+        default="",
+        help_text="The preset the engine and scaling fields were filled from (empty: custom).",
     )
     # --- lifecycle ------------------------------------------------------------------------------
     state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING_APPROVAL, db_index=True)

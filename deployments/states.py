@@ -99,8 +99,10 @@ PERMISSIONS: dict[Action, Rule] = {
     Action.APPROVE: Rule(frozenset({Actor.PLATFORM_ADMIN, Actor.POLICY}), frozenset({S.PENDING_APPROVAL})),
     Action.REJECT: Rule(frozenset({Actor.PLATFORM_ADMIN}), frozenset({S.PENDING_APPROVAL})),
     Action.CANCEL: Rule(_PEOPLE, frozenset({S.PENDING_APPROVAL})),
-    Action.STOP: Rule(_PEOPLE, RUNNING | {S.FAILED}),
-    Action.START: Rule(_PEOPLE, frozenset({S.STOPPED})),
+    # The policy stops idle, out-of-schedule and over-budget deployments and starts scheduled ones
+    # (deployments.policy_actions); it never cancels, edits or deletes.
+    Action.STOP: Rule(_PEOPLE | {Actor.POLICY}, RUNNING | {S.FAILED}),
+    Action.START: Rule(_PEOPLE | {Actor.POLICY}, frozenset({S.STOPPED})),
     Action.SCALE: Rule(_PEOPLE, _EDITABLE),
     Action.UPDATE: Rule(_PEOPLE, _EDITABLE),
     Action.DELETE: Rule(_PEOPLE, frozenset(State.values) - {S.DELETING, S.DELETED}),

@@ -27,6 +27,7 @@ from quotas.forms import (
     TenantForm,
 )
 from quotas.models import GpuFlavor, Tenant, is_platform_admin
+from quotas.policy import SCALAR_FIELDS
 from quotas.presenters import quota_rows
 
 
@@ -75,11 +76,8 @@ def _tenant_forms(request, tenant: Tenant) -> dict:
     """The three forms of a tenant's page; the one that was submitted is bound."""
     posted = request.POST.get("form") if request.method == "POST" else None
     initial = {"slug": tenant.slug, "display_name": tenant.display_name, "cohort": tenant.cohort}
-    policy_initial = {
-        "auto_approve_max_gpus": tenant.auto_approve_max_gpus,
-        "max_gpus_per_deployment": tenant.max_gpus_per_deployment,
-        "allowed_flavors": list(tenant.allowed_flavors.all()),
-    }
+    policy_initial = {field: getattr(tenant, field) for field in SCALAR_FIELDS}
+    policy_initial["allowed_flavors"] = list(tenant.allowed_flavors.all())
     return {
         "tenant": TenantForm(
             request.POST if posted == "tenant" else None,
@@ -98,6 +96,11 @@ def _save(request, tenant: Tenant, name: str, form) -> Tenant:
         return tenants.tenant_update(tenant_id=tenant.pk, actor=request.user, **data)
     if name == "policy":
         data["allowed_flavors"] = list(data["allowed_flavors"])
+        # A setting the form did not send keeps its value (an unticked box is sent as nothing:
+        # the hard stop is off then).
+        for field in set(data) - {"allowed_flavors", "budget_hard_stop", "reason"}:
+            if f"policy-{field}" not in request.POST or (data[field] is None and field != "monthly_budget"):
+                data.pop(field)
         return tenants.tenant_policy_set(tenant_id=tenant.pk, actor=request.user, **data)
     services.quota_set(tenant=tenant, flavor=data.pop("flavor"), actor=request.user, **data)
     return tenant

@@ -59,6 +59,9 @@ INSTALLED_APPS = [
     "quotas",
     "deployments",
     "metrics",
+    "access",
+    "usage",
+    "reclaim",
     "runtime",
 ]
 

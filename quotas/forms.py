@@ -85,6 +85,57 @@ class PolicyForm(forms.Form):
         label="Allowed GPU flavors",
         help_text="None ticked: every active flavor.",
     )
+    monthly_budget = forms.DecimalField(
+        max_digits=12,
+        decimal_places=2,
+        min_value=0,
+        required=False,
+        label="Monthly budget",
+        help_text="Spend per calendar month in the currency of the GPU-hour prices (empty: no budget).",
+    )
+    budget_hard_stop = forms.BooleanField(
+        required=False,
+        label="Hard stop at 100 % of the budget",
+        help_text="Stop the tenant's deployments and refuse new starts until the budget allows again.",
+    )
+    idle_warn_hours = forms.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=24 * 90,
+        initial=0,
+        label="Idle warning after (hours)",
+        help_text="0: no warning.",
+    )
+    idle_stop_hours = forms.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=24 * 90,
+        initial=0,
+        label="Idle stop after (hours)",
+        help_text="Stop a deployment without generated tokens for this long and release its GPUs (0: never).",
+    )
+    serving_schedule = forms.CharField(
+        max_length=200,
+        required=False,
+        label="Serving schedule",
+        help_text="When deployments may run, e.g. mon-fri 08:00-20:00 (empty: always).",
+    )
+    tokens_per_minute = forms.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=10**9,
+        initial=0,
+        label="Tokens per minute",
+        help_text="At the gateway (0: no limit).",
+    )
+    requests_per_minute = forms.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=10**7,
+        initial=0,
+        label="Requests per minute",
+        help_text="Per endpoint, where token counts are not known (0: no limit).",
+    )
     reason = _reason()
 
 

@@ -86,6 +86,50 @@ class Tenant(models.Model):
         validators=[MaxValueValidator(100_000)],
         help_text="Most GPUs one deployment may reserve (max replicas × TP × PP); 0: no limit.",
     )
+    # --- usage and idle policy (issue 20: usage.budgets, reclaim) -------------------------------
+    monthly_budget = models.DecimalField(
+        max_digits=12,
+        decimal_places=2,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(Decimal("0"))],
+        help_text="Spend per calendar month, in the currency of the flavors' GPU-hour prices (empty: no budget).",
+    )
+    budget_hard_stop = models.BooleanField(
+        default=False,
+        help_text="At 100 % of the monthly budget, stop the tenant's deployments and refuse new starts.",
+    )
+    budget_stopped_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Set by the budget sweep when the hard stop took effect; cleared when the budget allows again.",
+    )
+    idle_warn_hours = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(24 * 90)],
+        help_text="Warn after this many hours without generated tokens (0: no warning).",
+    )
+    idle_stop_hours = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(24 * 90)],
+        help_text="Stop a deployment and release its GPUs after this many hours without generated tokens (0: never).",
+    )
+    serving_schedule = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="When deployments may run, e.g. 'mon-fri 08:00-20:00' (empty: always).",
+    )
+    # --- endpoint access (issue 21: access) --------------------------------------------------
+    tokens_per_minute = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(10**9)],
+        help_text="Tokens per minute across the tenant's endpoints, enforced at the gateway (0: no limit).",
+    )
+    requests_per_minute = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(10**7)],
+        help_text="Requests per minute per endpoint, where token counts are not known (0: no limit).",
+    )
     namespace_created = models.DateTimeField(
         null=True,
         blank=True,
@@ -200,6 +244,18 @@ class GpuFlavor(models.Model):
     )
     price_per_gpu_hour = models.DecimalField(
         max_digits=8, decimal_places=2, null=True, blank=True, validators=[MinValueValidator(Decimal("0"))]
+    )
+    # --- provisioning and placement (issue 22: quotas.nodepools, runtime.manifests.karpenter) ---
+    provisioning = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Karpenter NodePool settings for this flavor (empty: nodes are not provisioned by the portal).",
+    )
+    topology_levels = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Node label keys from the widest domain to the host, e.g. ["cloud.provider.com/block", '
+        '"kubernetes.io/hostname"] (empty: no Kueue Topology).',
     )
     active = models.BooleanField(default=True)
 
@@ -320,6 +376,16 @@ class QuotaChangeRequest(models.Model):
     )
     decided_at = models.DateTimeField(null=True, blank=True)
     decision_comment = models.TextField(blank=True, max_length=2000)
+    # --- temporary quota (issue 20: quotas.temporary) -------------------------------------------
+    ends_at = models.DateTimeField(
+        null=True, blank=True, help_text="Temporary change: the quota returns to its previous values at this time."
+    )
+    reverted_at = models.DateTimeField(null=True, blank=True, help_text="When the temporary change was reverted.")
+    revert_waiting_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="The revert is due but reservations exceed the previous ceiling; tenant admins were told.",
+    )
     created = models.DateTimeField(auto_now_add=True)
 
     objects = TenantOwnedQuerySet.as_manager()

@@ -43,10 +43,26 @@ def auto_approves(*, tenant: Tenant, gpus: int, fit: str | None) -> bool:
     return bool(limit) and not tenant.archived and fit == Fit.NOMINAL and gpus <= limit
 
 
+# The policy's single-valued settings: the request rules above, the monthly budget and idle
+# policy (usage.budgets, reclaim) and the gateway limits (access). tenants.tenant_policy_set
+# validates and stores them; a setting left out of a change keeps its value.
+SCALAR_FIELDS = (
+    "auto_approve_max_gpus",
+    "max_gpus_per_deployment",
+    "monthly_budget",
+    "budget_hard_stop",
+    "idle_warn_hours",
+    "idle_stop_hours",
+    "serving_schedule",
+    "tokens_per_minute",
+    "requests_per_minute",
+)
+
+
 def policy_summary(tenant: Tenant) -> dict:
     """The policy as plain values (audit entries, the API)."""
-    return {
-        "auto_approve_max_gpus": tenant.auto_approve_max_gpus,
-        "max_gpus_per_deployment": tenant.max_gpus_per_deployment,
-        "allowed_flavors": sorted(f.name for f in tenant.allowed_flavors.all()),
-    }
+    summary = {field: getattr(tenant, field) for field in SCALAR_FIELDS}
+    if summary["monthly_budget"] is not None:
+        summary["monthly_budget"] = str(summary["monthly_budget"])
+    summary["allowed_flavors"] = sorted(f.name for f in tenant.allowed_flavors.all())
+    return summary

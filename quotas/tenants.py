@@ -8,6 +8,8 @@ Stopping a tenant's deployments before it is archived is the deployments app's p
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -15,7 +17,7 @@ from django.utils import timezone
 from core.exceptions import ConflictError, DomainError, Forbidden
 from core.models import audit
 from quotas.models import GpuFlavor, Tenant, TenantQuota, is_platform_admin
-from quotas.policy import policy_summary
+from quotas.policy import SCALAR_FIELDS, policy_summary
 from quotas.services import schedule_kueue_sync
 from quotas.validators import validate_dns1123_label
 
@@ -116,23 +118,19 @@ def tenant_policy_set(
     *,
     tenant_id: int,
     actor,
-    auto_approve_max_gpus: int,
-    max_gpus_per_deployment: int,
     allowed_flavors: list[GpuFlavor],
     reason: str = "",
+    **values,
 ) -> Tenant:
-    """Set the request policy (quotas.policy). It shapes requests, not the cluster: no Kueue sync."""
+    """Set the tenant's policy (quotas.policy.SCALAR_FIELDS and the allowed flavors). A setting
+    left out keeps its value. It shapes requests, spend and idle handling, not the Kueue objects:
+    no Kueue sync."""
     _require_platform_admin(actor)
-    for field, value in (
-        ("auto_approve_max_gpus", auto_approve_max_gpus),
-        ("max_gpus_per_deployment", max_gpus_per_deployment),
-    ):
-        if not isinstance(value, int) or not 0 <= value <= 100_000:
-            raise DomainError("A whole number from 0 to 100000.", field=field)
-    if max_gpus_per_deployment and auto_approve_max_gpus > max_gpus_per_deployment:
-        raise DomainError(
-            "The auto-approve ceiling cannot exceed the maximum GPUs per deployment.", field="auto_approve_max_gpus"
-        )
+    unknown = sorted(set(values) - set(SCALAR_FIELDS))
+    if unknown:
+        raise DomainError(f"Not a policy setting: {', '.join(unknown)}.", field=unknown[0])
+    for field, value in values.items():
+        _check_policy_value(field, value)
     retired = sorted(f.name for f in allowed_flavors if not f.active)
     if retired:
         raise DomainError(f"Not offered any more: {', '.join(retired)}.", field="allowed_flavors")
@@ -140,9 +138,18 @@ def tenant_policy_set(
     if tenant.archived:
         raise ConflictError("This tenant is archived.", code="archived")
     before = policy_summary(tenant)
-    tenant.auto_approve_max_gpus = auto_approve_max_gpus
-    tenant.max_gpus_per_deployment = max_gpus_per_deployment
-    tenant.save(update_fields=["auto_approve_max_gpus", "max_gpus_per_deployment"])
+    for field, value in values.items():
+        setattr(tenant, field, value)
+    ceiling, per_deployment = tenant.auto_approve_max_gpus, tenant.max_gpus_per_deployment
+    if per_deployment and ceiling > per_deployment:
+        raise DomainError(
+            "The auto-approve ceiling cannot exceed the maximum GPUs per deployment.", field="auto_approve_max_gpus"
+        )
+    if tenant.idle_warn_hours and tenant.idle_stop_hours and tenant.idle_warn_hours >= tenant.idle_stop_hours:
+        raise DomainError("The idle warning must come before the idle stop.", field="idle_warn_hours")
+    if tenant.budget_hard_stop and tenant.monthly_budget is None:
+        raise DomainError("A hard stop needs a monthly budget.", field="budget_hard_stop")
+    tenant.save(update_fields=list(values))
     tenant.allowed_flavors.set(allowed_flavors)
     after = policy_summary(tenant)
     if after != before:
@@ -155,6 +162,37 @@ def tenant_policy_set(
             changes={"from": before, "to": after},
         )
     return tenant
+
+
+# (lowest, highest) for the whole-number settings; the model's validators say the same.
+_POLICY_RANGES = {
+    "auto_approve_max_gpus": (0, 100_000),
+    "max_gpus_per_deployment": (0, 100_000),
+    "idle_warn_hours": (0, 24 * 90),
+    "idle_stop_hours": (0, 24 * 90),
+    "tokens_per_minute": (0, 10**9),
+    "requests_per_minute": (0, 10**7),
+}
+
+
+def _check_policy_value(field: str, value) -> None:
+    if field in _POLICY_RANGES:
+        low, high = _POLICY_RANGES[field]
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise DomainError(f"A whole number from {low} to {high}.", field=field)
+    elif field == "monthly_budget":
+        if value is not None and (
+            not isinstance(value, Decimal) or not value.is_finite() or value < 0 or value >= Decimal("1e10")
+        ):
+            raise DomainError("An amount of at least 0 with at most 10 digits before the point.", field=field)
+        if value is not None and value.as_tuple().exponent < -2:
+            raise DomainError("At most two decimal places.", field=field)
+    elif field == "budget_hard_stop":
+        if not isinstance(value, bool):
+            raise DomainError("True or false.", field=field)
+    elif field == "serving_schedule":
+        if not isinstance(value, str) or len(value) > 200:
+            raise DomainError("At most 200 characters.", field=field)
 
 
 @transaction.atomic

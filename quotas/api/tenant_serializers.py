@@ -90,6 +90,42 @@ class PolicySerializer(serializers.Serializer):
         queryset=GpuFlavor.objects.filter(active=True),
         help_text="Flavor names the tenant may request (empty: every active flavor).",
     )
+    # Optional in a PUT: a setting left out keeps its value.
+    monthly_budget = serializers.DecimalField(
+        max_digits=12,
+        decimal_places=2,
+        min_value=0,
+        allow_null=True,
+        required=False,
+        help_text="Spend per calendar month in the currency of the GPU-hour prices (null: no budget).",
+    )
+    budget_hard_stop = serializers.BooleanField(
+        required=False, help_text="At 100 % of the budget, stop the tenant's deployments and refuse new starts."
+    )
+    idle_warn_hours = serializers.IntegerField(
+        min_value=0,
+        max_value=24 * 90,
+        required=False,
+        help_text="Warn after this many hours without tokens (0: never).",
+    )
+    idle_stop_hours = serializers.IntegerField(
+        min_value=0,
+        max_value=24 * 90,
+        required=False,
+        help_text="Stop and release the GPUs after this many hours without tokens (0: never).",
+    )
+    serving_schedule = serializers.CharField(
+        max_length=200,
+        allow_blank=True,
+        required=False,
+        help_text="When deployments may run, e.g. 'mon-fri 08:00-20:00' (empty: always).",
+    )
+    tokens_per_minute = serializers.IntegerField(
+        min_value=0, max_value=10**9, required=False, help_text="Tokens per minute at the gateway (0: no limit)."
+    )
+    requests_per_minute = serializers.IntegerField(
+        min_value=0, max_value=10**7, required=False, help_text="Requests per minute per endpoint (0: no limit)."
+    )
     reason = _reason()
 
 

@@ -73,7 +73,19 @@ class TestFromAnEmptyDatabase:
             {"auto_approve_max_gpus": 2, "max_gpus_per_deployment": 4, "allowed_flavors": ["l4"], "reason": "pilot"},
             format="json",
         )
-        assert policy.json() == {"auto_approve_max_gpus": 2, "max_gpus_per_deployment": 4, "allowed_flavors": ["l4"]}
+        assert policy.json() == {
+            "auto_approve_max_gpus": 2,
+            "max_gpus_per_deployment": 4,
+            "allowed_flavors": ["l4"],
+            # Settings the PUT left out keep their values (here the defaults).
+            "monthly_budget": None,
+            "budget_hard_stop": False,
+            "idle_warn_hours": 0,
+            "idle_stop_hours": 0,
+            "serving_schedule": "",
+            "tokens_per_minute": 0,
+            "requests_per_minute": 0,
+        }
         added = admin.post(f"{T}/vision/members/", {"user": "DANA@example.org", "role": "member"})
         assert added.status_code == 201 and added.json()["username"] == "dana"
 
