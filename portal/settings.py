@@ -352,6 +352,17 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+# --- mail (budget and idle warnings to tenant admins: quotas.notify) ---------------------------
+PORTAL_NAME = env_str("PORTAL_NAME", "LLM Serving Portal")
+# The console backend prints each message to the worker's log (the demo); production sets SMTP.
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1, maximum=65535)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "llm-portal@localhost")
+
 # --- runtime -----------------------------------------------------------------------------------
 RUNTIME_BACKENDS = env_list("RUNTIME_BACKENDS", ["kuberay", "kserve", "local"])
 RUNTIME_DEFAULT_BACKEND = env_choice("RUNTIME_DEFAULT_BACKEND", "kuberay", set(RUNTIME_BACKENDS))
