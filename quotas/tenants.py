@@ -18,6 +18,7 @@ from core.exceptions import ConflictError, DomainError, Forbidden
 from core.models import audit
 from quotas.models import GpuFlavor, Tenant, TenantQuota, is_platform_admin
 from quotas.policy import SCALAR_FIELDS, policy_summary
+from quotas.schedule import ScheduleError, parse_schedule
 from quotas.services import schedule_kueue_sync
 from quotas.validators import validate_dns1123_label
 
@@ -193,6 +194,10 @@ def _check_policy_value(field: str, value) -> None:
     elif field == "serving_schedule":
         if not isinstance(value, str) or len(value) > 200:
             raise DomainError("At most 200 characters.", field=field)
+        try:
+            parse_schedule(value)
+        except ScheduleError as error:
+            raise DomainError(str(error), field=field) from None
 
 
 @transaction.atomic
