@@ -380,6 +380,33 @@ for _item in env_list("KUEUE_CPU_NODE_LABELS", []):
     if not _sep or not _key.strip():
         raise ImproperlyConfigured(f"KUEUE_CPU_NODE_LABELS: {_item!r} is not key=value")
     KUEUE_CPU_NODE_LABELS[_key.strip()] = _value.strip()
+# Every tenant ClusterQueue's queueing strategy (README "Karpenter and topology"): BestEffortFIFO
+# lets a smaller deployment that fits pass a larger one that waits; StrictFIFO admits in order.
+KUEUE_QUEUEING_STRATEGY = env_choice("KUEUE_QUEUEING_STRATEGY", "BestEffortFIFO", {"BestEffortFIFO", "StrictFIFO"})
+# Karpenter NodePools for flavors with provisioning settings (quotas.nodepools). On "aws" each
+# pool gets an EC2NodeClass from the KARPENTER_NODE_ROLE / *_TAGS / AMI settings; elsewhere the
+# pools name the node class KARPENTER_NODE_CLASS_GROUP / _KIND / _NAME (a flavor may name its own).
+KARPENTER_PLATFORM = env_str("KARPENTER_PLATFORM", "aws")
+KARPENTER_NODE_CLASS_GROUP = env_str("KARPENTER_NODE_CLASS_GROUP", "karpenter.k8s.aws")
+KARPENTER_NODE_CLASS_KIND = env_str("KARPENTER_NODE_CLASS_KIND", "EC2NodeClass")
+KARPENTER_NODE_CLASS_NAME = env_str("KARPENTER_NODE_CLASS_NAME", "")
+KARPENTER_NODE_ROLE = env_str("KARPENTER_NODE_ROLE", "")
+KARPENTER_AMI_ALIAS = env_str("KARPENTER_AMI_ALIAS", "al2023@latest")
+KARPENTER_ROOT_VOLUME_GIB = env_int("KARPENTER_ROOT_VOLUME_GIB", 200, minimum=20)
+
+
+def _tags(name: str) -> dict[str, str]:
+    tags = {}
+    for item in env_list(name, []):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ImproperlyConfigured(f"{name}: {item!r} is not key=value")
+        tags[key.strip()] = value.strip()
+    return tags
+
+
+KARPENTER_SUBNET_TAGS = _tags("KARPENTER_SUBNET_TAGS")
+KARPENTER_SECURITY_GROUP_TAGS = _tags("KARPENTER_SECURITY_GROUP_TAGS")
 RAY_VERSION = env_str("RAY_VERSION", "2.60.0")
 RAY_IMAGE = env_str("RAY_IMAGE", "rayproject/ray-llm:2.60.0-py311-cu128")
 VLLM_IMAGE = env_str("VLLM_IMAGE", "vllm/vllm-openai:v0.32.0")

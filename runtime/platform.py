@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runtime.spec import PlatformSpec
+from runtime.spec import NodeClassSpec, PlatformSpec
 
 
 def platform_spec() -> PlatformSpec:
@@ -17,4 +17,22 @@ def platform_spec() -> PlatformSpec:
         nccl_debug=settings.NCCL_DEBUG,
         cpu_flavor=settings.KUEUE_CPU_FLAVOR,
         cpu_flavor_node_labels=tuple(sorted(settings.KUEUE_CPU_NODE_LABELS.items())),
+        queueing_strategy=settings.KUEUE_QUEUEING_STRATEGY,
+    )
+
+
+def node_class_spec() -> NodeClassSpec:
+    """Where provisioned flavors' nodes come from (the KARPENTER_* settings)."""
+    from django.conf import settings
+
+    return NodeClassSpec(
+        aws=settings.KARPENTER_PLATFORM == "aws",
+        group=settings.KARPENTER_NODE_CLASS_GROUP,
+        kind=settings.KARPENTER_NODE_CLASS_KIND,
+        name=settings.KARPENTER_NODE_CLASS_NAME,
+        role=settings.KARPENTER_NODE_ROLE,
+        subnet_tags=tuple(sorted(settings.KARPENTER_SUBNET_TAGS.items())),
+        security_group_tags=tuple(sorted(settings.KARPENTER_SECURITY_GROUP_TAGS.items())),
+        ami_alias=settings.KARPENTER_AMI_ALIAS,
+        root_volume_gib=settings.KARPENTER_ROOT_VOLUME_GIB,
     )

@@ -35,6 +35,9 @@ class FlavorSpec:
     memory_gib_per_gpu: int = 64
     node_labels: tuple[tuple[str, str], ...] = ()  # sorted (key, value) pairs
     tolerations: tuple[Toleration, ...] = ()
+    # Node-label keys of a Kueue Topology, widest domain first, kubernetes.io/hostname last
+    # (empty: no topology-aware placement). See runtime.manifests.topology.
+    topology_levels: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,7 @@ class PlatformSpec:
     # its node labels, when it has any): see runtime.manifests.kueue.
     cpu_flavor: str = "portal-cpu"
     cpu_flavor_node_labels: tuple[tuple[str, str], ...] = ()  # sorted (key, value) pairs
+    queueing_strategy: str = "BestEffortFIFO"  # every ClusterQueue's: BestEffortFIFO | StrictFIFO
 
 
 @dataclass(frozen=True)
@@ -120,3 +124,32 @@ class TenantQueueSpec:
     local_queue: str
     cohort: str
     quotas: tuple[FlavorQuotaSpec, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeClassSpec:
+    """Where a NodePool's nodes come from: an EC2NodeClass the portal renders (AWS), or a
+    reference to a node class the platform team keeps (any other Karpenter provider)."""
+
+    aws: bool = True
+    group: str = "karpenter.k8s.aws"  # the reference's group and kind off AWS
+    kind: str = "EC2NodeClass"
+    name: str = ""  # off AWS: the node class every NodePool names unless the flavor names one
+    role: str = ""  # AWS: the IAM role of the nodes
+    subnet_tags: tuple[tuple[str, str], ...] = ()  # AWS: sorted (key, value) selector tags
+    security_group_tags: tuple[tuple[str, str], ...] = ()
+    ami_alias: str = "al2023@latest"
+    root_volume_gib: int = 200  # AWS: room for images and weights pulled onto the node
+
+
+@dataclass(frozen=True)
+class NodePoolSpec:
+    """A Karpenter NodePool for one GPU flavor (quotas.provisioning validates the values)."""
+
+    flavor: FlavorSpec
+    gpu_limit: int  # nvidia.com/gpu the pool may hold at most: quotas.nodepools says how
+    capacity_types: tuple[str, ...] = ("on-demand",)  # subset of spot / on-demand
+    instance_types: tuple[str, ...] = ()  # empty: any instance with the flavor's GPUs
+    consolidate_after: str = "5m"
+    expire_after: str = "720h"
+    node_class_name: str = ""  # off AWS: overrides NodeClassSpec.name for this flavor

@@ -41,6 +41,12 @@ CLUSTERQUEUE = Kind("kueue.x-k8s.io", "v1beta2", "clusterqueues", "ClusterQueue"
 LOCALQUEUE = Kind("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue")
 RESOURCEFLAVOR = Kind("kueue.x-k8s.io", "v1beta2", "resourceflavors", "ResourceFlavor", namespaced=False)
 COHORT = Kind("kueue.x-k8s.io", "v1beta2", "cohorts", "Cohort", namespaced=False)
+TOPOLOGY = Kind("kueue.x-k8s.io", "v1beta2", "topologies", "Topology", namespaced=False)
+# Karpenter (quotas.nodepools): a NodePool, and on AWS an EC2NodeClass, per provisioned flavor;
+# NodeClaims are only listed, for the readiness page's pending nodes.
+NODEPOOL = Kind("karpenter.sh", "v1", "nodepools", "NodePool", namespaced=False)
+EC2NODECLASS = Kind("karpenter.k8s.aws", "v1", "ec2nodeclasses", "EC2NodeClass", namespaced=False)
+NODECLAIM = Kind("karpenter.sh", "v1", "nodeclaims", "NodeClaim", namespaced=False)
 INFERENCESERVICE = Kind("serving.kserve.io", "v1beta1", "inferenceservices", "InferenceService")
 NAMESPACE = Kind("", "v1", "namespaces", "Namespace", namespaced=False)
 # Read only, never written: pods (listed for the metrics scrape and the log tails), Events
@@ -68,6 +74,10 @@ KINDS: tuple[Kind, ...] = (
     LOCALQUEUE,
     RESOURCEFLAVOR,
     COHORT,
+    TOPOLOGY,
+    NODEPOOL,
+    EC2NODECLASS,
+    NODECLAIM,
     INFERENCESERVICE,
     NAMESPACE,
     POD,

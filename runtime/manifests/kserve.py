@@ -56,6 +56,7 @@ from runtime.manifests.common import (
     placement_error,
     shm_volume,
 )
+from runtime.manifests.topology import single_pod_annotations
 from runtime.spec import DeploymentSpec, PlatformSpec
 
 KSERVE_API_VERSION = "serving.kserve.io/v1beta1"
@@ -239,6 +240,8 @@ def render_inferenceservice(spec: DeploymentSpec, platform: PlatformSpec) -> dic
             "prometheus.io/path": METRICS_PATH,
             ANNOTATION_TARGET_UTILIZATION: "100",
             ANNOTATION_PROGRESS_DEADLINE: PROGRESS_DEADLINE,
+            # One replica, one pod, one host (runtime.manifests.topology); none without a Topology.
+            **single_pod_annotations(spec.flavor),
         },
         # Pins the predictor pods to the reserved flavor; Kueue injects its tolerations.
         "nodeSelector": gpu_node_selector(spec.flavor),

@@ -23,9 +23,9 @@ from collections.abc import Callable
 from typing import Any
 
 from runtime.manifests.common import GPU_RESOURCE, portal_labels, toleration
+from runtime.manifests.topology import KUEUE_API_VERSION as KUEUE_API_VERSION  # defined there
+from runtime.manifests.topology import topology_name
 from runtime.spec import FlavorQuotaSpec, FlavorSpec, PlatformSpec, TenantQueueSpec
-
-KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
 
 # Order matters: Kueue requires every flavor to list its resources in coveredResources order.
 COVERED_RESOURCES = (GPU_RESOURCE, "cpu", "memory")
@@ -100,6 +100,8 @@ def render_resource_flavor(flavor: FlavorSpec) -> dict[str, Any]:
         spec["nodeLabels"] = dict(sorted(flavor.node_labels))
     if flavor.tolerations:
         spec["tolerations"] = [toleration(t) for t in flavor.tolerations]
+    if flavor.topology_levels:  # Kueue refuses it without node labels; quotas.provisioning too
+        spec["topologyName"] = topology_name(flavor)
     return {
         "apiVersion": KUEUE_API_VERSION,
         "kind": "ResourceFlavor",
@@ -202,8 +204,9 @@ def render_cluster_queue(spec: TenantQueueSpec, platform: PlatformSpec | None = 
         # Only the tenant's own namespace may submit to its queue. The API server sets
         # kubernetes.io/metadata.name itself, so no one can relabel their way in.
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": spec.namespace}},
-        # A large pending deployment must not block smaller ones that fit.
-        "queueingStrategy": "BestEffortFIFO",
+        # BestEffortFIFO (default): a large pending deployment does not block smaller ones
+        # that fit. StrictFIFO: admission in order, so a large one is never starved.
+        "queueingStrategy": platform.queueing_strategy,
         "preemption": {
             "reclaimWithinCohort": "Any",
             "withinClusterQueue": "LowerPriority",

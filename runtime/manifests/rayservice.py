@@ -33,6 +33,7 @@ from runtime.manifests.common import (
     pvc_model_path,
     shm_volume,
 )
+from runtime.manifests.topology import slice_annotations
 from runtime.spec import DeploymentSpec, PlatformSpec
 
 RAY_API_VERSION = "ray.io/v1"
@@ -267,6 +268,10 @@ def _worker_group(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str, Any
         {"name": "NCCL_NET_GDR_LEVEL", "value": "2"},
         {"name": "NCCL_DEBUG", "value": platform.nccl_debug},
     ]
+    metadata: dict[str, Any] = {"labels": deployment_labels(spec)}
+    placement = slice_annotations(spec.flavor, pods)  # each replica in one block / on one host
+    if placement:
+        metadata["annotations"] = placement
     return {
         "groupName": WORKER_GROUP_NAME,
         # The KubeRay autoscaler moves `replicas` between these bounds; keeping them whole
@@ -276,7 +281,7 @@ def _worker_group(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str, Any
         "maxReplicas": spec.max_replicas * pods,
         "rayStartParams": {"metrics-export-port": str(PORT_METRICS)},
         "template": {
-            "metadata": {"labels": deployment_labels(spec)},
+            "metadata": metadata,
             "spec": {
                 # The flavor's node labels, so Kueue can admit the group into no other flavor
                 # (common.gpu_node_selector). Tolerations stay Kueue's to inject on admission.

@@ -20,7 +20,7 @@ from quotas.models import GpuFlavor
 from quotas.specs import flavor_spec
 from runtime import manifests
 from runtime.spec import Toleration
-from tests.runtime import test_kserve, test_manifests
+from tests.runtime import test_karpenter, test_kserve, test_manifests
 from tests.support.crd import SchemaError, assert_valid, cel_check, served_schema, unknown_fields, validate
 
 # Every object the portal renders for a cluster, as the renderer tests build them (so a
@@ -28,6 +28,7 @@ from tests.support.crd import SchemaError, assert_valid, cel_check, served_schem
 RENDERED = {
     **{f"manifests/{name}": build for name, build in test_manifests.SCHEMA_CASES.items()},
     **{f"kserve/{name}": build for name, build in test_kserve.SCHEMA_CASES.items()},
+    **{f"karpenter/{name}": build for name, build in test_karpenter.SCHEMA_CASES.items()},
 }
 
 

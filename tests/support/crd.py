@@ -57,7 +57,9 @@ class SchemaError(AssertionError):
 
 def crd_file(group: str, kind: str) -> Path:
     """The CRD file for `kind` in `group` (controller-gen naming: <group>_<plural>.yaml)."""
-    return shared_path("schemas", "crds", f"{group}_{kind.lower()}s.yaml")
+    name = kind.lower()
+    plural = name[:-1] + "ies" if name.endswith("y") else name + "es" if name.endswith("s") else name + "s"
+    return shared_path("schemas", "crds", f"{group}_{plural}.yaml")
 
 
 # The RayService CRD is ~2 MB of YAML: the C loader and caching keep the suite fast.

@@ -1,0 +1,182 @@
+"""Karpenter objects for GPU flavors the portal provisions: a NodePool (karpenter.sh/v1) per
+flavor and, on AWS, the EC2NodeClass (karpenter.k8s.aws/v1) it names.
+
+Pure like the rest of `runtime.manifests`: functions of frozen specs, no ORM, no I/O.
+`quotas.nodepools` applies what these return.
+
+Why the pool's nodes and the flavor's ResourceFlavor agree: Kueue pins a GPU pod set to a
+flavor through the flavor's node labels (and injects its tolerations on admission), so the
+nodes Karpenter makes for that pod must carry exactly those labels and only taints the flavor
+tolerates. Each node label becomes either a requirement (labels Karpenter or the cloud provider
+set from the instance itself, e.g. `node.kubernetes.io/instance-type`: a template label there
+is refused) or a template label (every other key, put on the node as written). Each toleration
+with a key becomes a taint, so only pods Kueue admitted into the flavor land on its nodes.
+
+Deliberately plain: `consolidationPolicy: WhenEmpty` — a node with an engine on it is never
+drained to pack pods tighter (reloading weights costs minutes of serving), only an empty node
+is removed, `consolidate_after` after its last pod left. `expireAfter` still replaces every
+node after its lifetime (security patches); Kueue re-admits the workload on a fresh node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runtime.manifests.common import GPU_RESOURCE, portal_labels
+from runtime.spec import NodeClassSpec, NodePoolSpec
+
+KARPENTER_API_VERSION = "karpenter.sh/v1"
+EC2_API_VERSION = "karpenter.k8s.aws/v1"
+
+LABEL_NODEPOOL = "karpenter.sh/nodepool"
+LABEL_CAPACITY_TYPE = "karpenter.sh/capacity-type"
+LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+LABEL_GPU_MANUFACTURER = "karpenter.k8s.aws/instance-gpu-manufacturer"
+LABEL_GPU_COUNT = "karpenter.k8s.aws/instance-gpu-count"
+
+# Labels Karpenter (or its AWS provider) derives from the instance: a NodePool may require them,
+# never set them as template labels (Karpenter refuses labels in its restricted domains).
+WELL_KNOWN_LABELS = frozenset(
+    {
+        LABEL_INSTANCE_TYPE,
+        LABEL_CAPACITY_TYPE,
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "kubernetes.io/arch",
+        "kubernetes.io/os",
+        "node.kubernetes.io/windows-build",
+    }
+)
+WELL_KNOWN_PREFIXES = ("karpenter.k8s.aws/",)
+# Label domains Karpenter keeps for itself or for Kubernetes: a node label there that is not
+# well known can be neither required nor set (quotas.provisioning refuses such a flavor).
+RESTRICTED_DOMAINS = ("kubernetes.io", "k8s.io", "karpenter.sh", "karpenter.k8s.aws")
+
+
+def is_well_known(key: str) -> bool:
+    """Whether Karpenter sets `key` from the instance (a requirement, not a template label)."""
+    return key in WELL_KNOWN_LABELS or key.startswith(WELL_KNOWN_PREFIXES)
+
+
+def is_restricted(key: str) -> bool:
+    """Whether `key` lies in a label domain Karpenter refuses as a template label."""
+    domain = key.split("/", 1)[0] if "/" in key else ""
+    return any(domain == d or domain.endswith("." + d) for d in RESTRICTED_DOMAINS)
+
+
+def nodepool_name(flavor_name: str) -> str:
+    """The NodePool (and EC2NodeClass) of a flavor has the flavor's name: one pool per flavor."""
+    return flavor_name
+
+
+def _requirement(key: str, values: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    return {"key": key, "operator": "In", "values": list(values)}
+
+
+def _requirements(spec: NodePoolSpec, node_class: NodeClassSpec) -> list[dict[str, Any]]:
+    """What a node must be: the flavor's GPUs, instance types, capacity types, well-known labels."""
+    flavor = spec.flavor
+    labels = dict(flavor.node_labels)
+    requirements = []
+    if node_class.aws:
+        # AWS publishes both per instance type, so this alone keeps out non-GPU instances and
+        # instances with another number of GPUs than the flavor's node size (which the quota,
+        # TP limits and Kueue's topology all assume).
+        requirements.append(_requirement(LABEL_GPU_MANUFACTURER, ["nvidia"]))
+        requirements.append(_requirement(LABEL_GPU_COUNT, [str(flavor.gpus_per_node)]))
+    if spec.instance_types:
+        requirements.append(_requirement(LABEL_INSTANCE_TYPE, spec.instance_types))
+    requirements.append(_requirement(LABEL_CAPACITY_TYPE, spec.capacity_types))
+    taken = {r["key"] for r in requirements}
+    for key, value in sorted(labels.items()):
+        if is_well_known(key) and key not in taken:
+            requirements.append(_requirement(key, [value]))
+    return requirements
+
+
+def _taints(spec: NodePoolSpec) -> list[dict[str, Any]]:
+    """A taint per keyed toleration of the flavor: its nodes take only pods Kueue admitted
+    into the flavor (a toleration with no key tolerates everything and makes no taint)."""
+    taints = []
+    for toleration in spec.flavor.tolerations:
+        if not toleration.key:
+            continue
+        taint: dict[str, Any] = {"key": toleration.key, "effect": toleration.effect}
+        if toleration.operator == "Equal" and toleration.value:
+            taint["value"] = toleration.value
+        taints.append(taint)
+    return taints
+
+
+def _node_class_ref(spec: NodePoolSpec, node_class: NodeClassSpec) -> dict[str, str]:
+    if node_class.aws:
+        return {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": nodepool_name(spec.flavor.name)}
+    name = spec.node_class_name or node_class.name
+    if not name:
+        raise ValueError(
+            f"NodePool {spec.flavor.name!r}: no node class named (set KARPENTER_NODE_CLASS_NAME or the "
+            "flavor's provisioning node_class)"
+        )
+    return {"group": node_class.group, "kind": node_class.kind, "name": name}
+
+
+def render_nodepool(spec: NodePoolSpec, node_class: NodeClassSpec) -> dict[str, Any]:
+    """The NodePool for one provisioned GPU flavor (the module docstring says why each part)."""
+    labels = {k: v for k, v in sorted(spec.flavor.node_labels) if not is_well_known(k)}
+    template: dict[str, Any] = {
+        "spec": {
+            "nodeClassRef": _node_class_ref(spec, node_class),
+            "requirements": _requirements(spec, node_class),
+            "expireAfter": spec.expire_after,
+        }
+    }
+    taints = _taints(spec)
+    if taints:
+        template["spec"]["taints"] = taints
+    if labels:
+        template["metadata"] = {"labels": labels}
+    return {
+        "apiVersion": KARPENTER_API_VERSION,
+        "kind": "NodePool",
+        "metadata": {"name": nodepool_name(spec.flavor.name), "labels": portal_labels()},
+        "spec": {
+            "template": template,
+            "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": spec.consolidate_after},
+            # Whole GPUs of node capacity; quotas.nodepools derives it from the quotas granted.
+            "limits": {GPU_RESOURCE: spec.gpu_limit},
+        },
+    }
+
+
+def _selector_terms(tags: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:
+    return [{"tags": dict(tags)}]
+
+
+def render_ec2nodeclass(flavor_name: str, node_class: NodeClassSpec) -> dict[str, Any]:
+    """The EC2NodeClass a provisioned flavor's NodePool names (AWS only).
+
+    One per flavor, all alike today, so a flavor's nodes can later get their own disk or AMI
+    without touching another pool. Raises ValueError when the platform settings are missing.
+    """
+    if not (node_class.role and node_class.subnet_tags and node_class.security_group_tags):
+        raise ValueError(
+            "EC2NodeClass needs KARPENTER_NODE_ROLE, KARPENTER_SUBNET_TAGS and KARPENTER_SECURITY_GROUP_TAGS"
+        )
+    return {
+        "apiVersion": EC2_API_VERSION,
+        "kind": "EC2NodeClass",
+        "metadata": {"name": nodepool_name(flavor_name), "labels": portal_labels()},
+        "spec": {
+            "role": node_class.role,
+            "amiSelectorTerms": [{"alias": node_class.ami_alias}],
+            "subnetSelectorTerms": _selector_terms(node_class.subnet_tags),
+            "securityGroupSelectorTerms": _selector_terms(node_class.security_group_tags),
+            "blockDeviceMappings": [
+                {
+                    "deviceName": "/dev/xvda",
+                    "rootVolume": True,
+                    "ebs": {"volumeSize": f"{node_class.root_volume_gib}Gi", "volumeType": "gp3", "encrypted": True},
+                }
+            ],
+        },
+    }

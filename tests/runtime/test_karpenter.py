@@ -1,0 +1,199 @@
+"""Karpenter NodePool / EC2NodeClass and Kueue Topology renderers: golden files, the real CRD
+schemas and their CEL rules, and the behaviour each field is there for.
+
+Regenerate the golden files after an intended change with
+`UPDATE_GOLDEN=1 pytest tests/runtime/test_karpenter.py` and review the diff.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import yaml
+
+from runtime.manifests import kueue
+from runtime.manifests.karpenter import render_ec2nodeclass, render_nodepool
+from runtime.manifests.kserve import render_inferenceservice
+from runtime.manifests.rayservice import render_rayservice
+from runtime.manifests.topology import (
+    ANNOTATION_REQUIRED,
+    ANNOTATION_SLICE_REQUIRED,
+    ANNOTATION_SLICE_SIZE,
+    render_topology,
+)
+from runtime.spec import NodeClassSpec, NodePoolSpec, Toleration
+from tests.runtime.test_manifests import (
+    GOLDEN,
+    H100,
+    PLATFORM,
+    _GoldenDumper,
+    large_spec,
+    small_spec,
+    tenant_queue,
+    worker_group,
+)
+from tests.support.crd import SchemaError, assert_valid
+
+LEVELS = ("cloud.example.com/block", "cloud.example.com/rack", "kubernetes.io/hostname")
+H100_TAS = replace(
+    H100,
+    node_labels=(("node.kubernetes.io/instance-type", "p5.48xlarge"), *H100.node_labels),
+    topology_levels=LEVELS,
+)
+AWS = NodeClassSpec(
+    role="KarpenterNodeRole-gpu",
+    subnet_tags=(("karpenter.sh/discovery", "gpu-cluster"),),
+    security_group_tags=(("karpenter.sh/discovery", "gpu-cluster"),),
+)
+OTHER = NodeClassSpec(aws=False, group="karpenter.azure.com", kind="AKSNodeClass", name="gpu")
+
+
+def pool(**changes: Any) -> NodePoolSpec:
+    spec = NodePoolSpec(
+        flavor=H100_TAS,
+        gpu_limit=24,
+        capacity_types=("spot", "on-demand"),
+        consolidate_after="10m",
+        expire_after="336h",
+    )
+    return replace(spec, **changes)
+
+
+GOLDEN_CASES = {
+    "nodepool_aws": lambda: render_nodepool(pool(), AWS),
+    "nodepool_other": lambda: render_nodepool(
+        pool(capacity_types=("on-demand",), instance_types=("p5.48xlarge",), expire_after="Never"), OTHER
+    ),
+    "ec2nodeclass": lambda: render_ec2nodeclass("h100-sxm", AWS),
+    "topology": lambda: render_topology(H100_TAS),
+    "resourceflavor_topology": lambda: kueue.render_resource_flavor(H100_TAS),
+}
+SCHEMA_CASES = {
+    **GOLDEN_CASES,
+    "nodepool_zero_limit_no_taints": lambda: render_nodepool(
+        pool(gpu_limit=0, flavor=replace(H100, tolerations=())), AWS
+    ),
+    "clusterqueue_strict_fifo": lambda: kueue.render_cluster_queue(
+        tenant_queue(),
+        replace(PLATFORM, queueing_strategy="StrictFIFO"),
+    ),
+    "rayservice_topology_multi_node": lambda: render_rayservice(large_spec(flavor=H100_TAS), PLATFORM),
+    "rayservice_topology_single_node": lambda: render_rayservice(
+        large_spec(flavor=H100_TAS, pipeline_parallel_size=1), PLATFORM
+    ),
+    "kserve_topology": lambda: render_inferenceservice(small_spec(flavor=H100_TAS, backend="kserve"), PLATFORM),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
+def test_rendered_object_matches_golden_file(case: str) -> None:
+    rendered = GOLDEN_CASES[case]()
+    path = GOLDEN / f"{case}.yaml"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.write_text(yaml.dump(rendered, Dumper=_GoldenDumper, sort_keys=False, width=100))
+    assert path.exists(), f"{path} missing: run with UPDATE_GOLDEN=1 and review it"
+    assert rendered == yaml.safe_load(path.read_text())
+
+
+class TestSchemasAndCelRules:
+    @pytest.mark.parametrize("case", sorted(SCHEMA_CASES))
+    def test_rendered_object_is_valid_with_every_rule_it_reaches(self, case: str) -> None:
+        report = assert_valid(SCHEMA_CASES[case]())
+        assert not report.failures
+
+    def test_a_hostname_template_label_fails_the_nodepool_cel_rule(self) -> None:
+        obj = render_nodepool(pool(), AWS)
+        obj["spec"]["template"]["metadata"]["labels"]["kubernetes.io/hostname"] = "x"
+        with pytest.raises(SchemaError, match="hostname"):
+            assert_valid(obj)
+
+    def test_a_topology_with_the_host_above_another_level_fails_its_cel_rule(self) -> None:
+        obj = render_topology(H100_TAS)
+        obj["spec"]["levels"].reverse()
+        with pytest.raises(SchemaError, match="lowest level"):
+            assert_valid(obj)
+
+    def test_an_ec2nodeclass_with_role_and_instance_profile_fails_its_cel_rule(self) -> None:
+        obj = render_ec2nodeclass("h100-sxm", AWS)
+        obj["spec"]["instanceProfile"] = "profile"
+        with pytest.raises(SchemaError):
+            assert_valid(obj)
+
+
+class TestNodePool:
+    def test_nodes_carry_the_flavors_labels_and_taints_so_kueue_and_karpenter_agree(self) -> None:
+        obj = render_nodepool(pool(), AWS)
+        template = obj["spec"]["template"]
+        # Custom labels are set on the node; the instance type is required (Karpenter sets it).
+        assert template["metadata"]["labels"] == dict(H100.node_labels)
+        requirements = {r["key"]: r["values"] for r in template["spec"]["requirements"]}
+        assert requirements["node.kubernetes.io/instance-type"] == ["p5.48xlarge"]
+        assert requirements["karpenter.k8s.aws/instance-gpu-count"] == ["8"]
+        assert requirements["karpenter.k8s.aws/instance-gpu-manufacturer"] == ["nvidia"]
+        assert requirements["karpenter.sh/capacity-type"] == ["spot", "on-demand"]
+        # Each keyed toleration of the ResourceFlavor is a taint; Exists drops the value.
+        assert template["spec"]["taints"] == [
+            {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
+            {"key": "dedicated", "effect": "NoExecute", "value": "inference"},
+        ]
+
+    def test_limit_disruption_and_expiry_follow_the_spec(self) -> None:
+        spec = render_nodepool(pool(), AWS)["spec"]
+        assert spec["limits"] == {"nvidia.com/gpu": 24}
+        assert spec["disruption"] == {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "10m"}
+        assert spec["template"]["spec"]["expireAfter"] == "336h"
+
+    def test_off_aws_the_pool_names_the_configured_node_class_and_no_aws_labels(self) -> None:
+        spec = render_nodepool(pool(node_class_name="gpu-big"), OTHER)["spec"]["template"]["spec"]
+        assert spec["nodeClassRef"] == {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "gpu-big"}
+        assert not any(r["key"].startswith("karpenter.k8s.aws/") for r in spec["requirements"])
+
+    def test_off_aws_without_a_node_class_it_refuses(self) -> None:
+        with pytest.raises(ValueError, match="KARPENTER_NODE_CLASS_NAME"):
+            render_nodepool(pool(), replace(OTHER, name=""))
+
+    def test_an_ec2nodeclass_without_platform_settings_is_refused(self) -> None:
+        with pytest.raises(ValueError, match="KARPENTER_NODE_ROLE"):
+            render_ec2nodeclass("h100-sxm", NodeClassSpec())
+
+    def test_a_toleration_without_key_makes_no_taint(self) -> None:
+        flavor = replace(H100_TAS, tolerations=(Toleration(key="", operator="Exists"),))
+        assert "taints" not in render_nodepool(pool(flavor=flavor), AWS)["spec"]["template"]["spec"]
+
+
+class TestTopologyPlacement:
+    def test_the_resource_flavor_names_the_topology_only_when_the_flavor_has_levels(self) -> None:
+        assert kueue.render_resource_flavor(H100_TAS)["spec"]["topologyName"] == "h100-sxm"
+        assert "topologyName" not in kueue.render_resource_flavor(H100)["spec"]
+
+    def test_a_replica_across_nodes_is_required_inside_one_block_per_replica(self) -> None:
+        group = worker_group(render_rayservice(large_spec(flavor=H100_TAS), PLATFORM))
+        assert group["template"]["metadata"]["annotations"] == {
+            ANNOTATION_SLICE_REQUIRED: "cloud.example.com/block",
+            ANNOTATION_SLICE_SIZE: "2",  # TP 8 x PP 2 on 8-GPU nodes: two pods per replica
+        }
+
+    def test_a_single_node_replica_is_required_on_one_host(self) -> None:
+        group = worker_group(render_rayservice(large_spec(flavor=H100_TAS, pipeline_parallel_size=1), PLATFORM))
+        assert group["template"]["metadata"]["annotations"] == {
+            ANNOTATION_SLICE_REQUIRED: "kubernetes.io/hostname",
+            ANNOTATION_SLICE_SIZE: "1",
+        }
+        predictor = render_inferenceservice(small_spec(flavor=H100_TAS, backend="kserve"), PLATFORM)["spec"][
+            "predictor"
+        ]
+        assert predictor["annotations"][ANNOTATION_REQUIRED] == "kubernetes.io/hostname"
+
+    def test_without_levels_nothing_changes(self) -> None:
+        group = worker_group(render_rayservice(large_spec(), PLATFORM))
+        assert "annotations" not in group["template"]["metadata"]
+        predictor = render_inferenceservice(small_spec(backend="kserve"), PLATFORM)["spec"]["predictor"]
+        assert ANNOTATION_REQUIRED not in predictor["annotations"]
+
+    def test_queueing_strategy_follows_the_platform_setting(self) -> None:
+        assert kueue.render_cluster_queue(tenant_queue(), PLATFORM)["spec"]["queueingStrategy"] == "BestEffortFIFO"
+        strict = replace(PLATFORM, queueing_strategy="StrictFIFO")
+        assert kueue.render_cluster_queue(tenant_queue(), strict)["spec"]["queueingStrategy"] == "StrictFIFO"
