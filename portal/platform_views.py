@@ -7,6 +7,7 @@ quotas.services.quota_set, deployments.archive): a refusal from a service become
 
 from __future__ import annotations
 
+import yaml
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -27,6 +28,7 @@ from quotas.forms import (
     TenantForm,
 )
 from quotas.models import GpuFlavor, Tenant, is_platform_admin
+from quotas.nodepools import pool_summary
 from quotas.policy import SCALAR_FIELDS
 from quotas.presenters import quota_rows
 
@@ -166,7 +168,10 @@ def flavor_edit(request, name: str | None = None):
         else:
             messages.success(request, f"Flavor {flavor.name} saved; Kueue follows.")
             return redirect("platform")
-    return render(request, "platform/flavor_form.html", {"form": form, "flavor": flavor})
+    pool = pool_summary(flavor) if flavor else None
+    if pool and pool["manifest"]:
+        pool["manifest_yaml"] = yaml.safe_dump(pool["manifest"], sort_keys=False)
+    return render(request, "platform/flavor_form.html", {"form": form, "flavor": flavor, "pool": pool})
 
 
 def _managed_tenant(request, slug: str) -> Tenant:

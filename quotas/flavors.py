@@ -28,6 +28,8 @@ FIELDS = (
     "node_labels",
     "tolerations",
     "price_per_gpu_hour",
+    "provisioning",
+    "topology_levels",
     "active",
 )
 
@@ -66,6 +68,11 @@ def flavor_save(*, actor, values: dict, name: str | None = None, reason: str = "
             raise DomainError("A flavor's name cannot change (it names the Kueue ResourceFlavor).", field="name")
     for field, value in values.items():
         setattr(flavor, field, value)
+    if before and before["topology_levels"] and not flavor.topology_levels:
+        # Kueue keeps a ResourceFlavor's topologyName once set (CRD rule): levels may change, not go.
+        raise DomainError(
+            "A flavor's topology can be changed but not removed (Kueue forbids it).", field="topology_levels"
+        )
     _validated(flavor)
     try:
         with transaction.atomic():

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 from django import forms
 
 from quotas.choices import Role
@@ -164,6 +166,13 @@ class ArchiveForm(forms.Form):
     reason = _reason(required=True)
 
 
+CAPACITY_CHOICES = [
+    ("on-demand", "On-demand"),
+    ("spot,on-demand", "Spot, falling back to on-demand"),
+    ("spot", "Spot only"),
+]
+
+
 def labels_to_text(labels: dict) -> str:
     return "\n".join(f"{key}={value}" for key, value in sorted(labels.items()))
 
@@ -203,7 +212,75 @@ class FlavorForm(forms.Form):
         min_value=0, max_digits=8, decimal_places=2, required=False, label="Price per GPU-hour"
     )
     active = forms.BooleanField(required=False, initial=True, help_text="Offered for new requests and quotas.")
+    # --- Karpenter node pool and Kueue topology (quotas.provisioning says what is allowed) ---
+    provision = forms.BooleanField(
+        required=False,
+        label="Provision nodes with Karpenter",
+        help_text="The portal keeps a Karpenter NodePool for this flavor, limited to the GPUs granted on it. "
+        "Clearing it deletes the pool, and Karpenter removes its nodes.",
+    )
+    capacity_types = forms.ChoiceField(
+        required=False,
+        choices=CAPACITY_CHOICES,
+        initial="on-demand",
+        label="Capacity",
+        help_text="Spot nodes are cheaper and can be reclaimed.",
+    )
+    instance_types = forms.CharField(
+        required=False,
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        label="Instance types",
+        help_text="One per line or comma-separated (none: any instance with this flavor's GPUs per node).",
+    )
+    consolidate_after = forms.CharField(
+        required=False,
+        max_length=20,
+        initial="5m",
+        label="Remove empty nodes after",
+        help_text='e.g. 30s, 5m, 1h, or "Never".',
+    )
+    expire_after = forms.CharField(
+        required=False,
+        max_length=20,
+        initial="720h",
+        label="Replace nodes after",
+        help_text='A node\'s lifetime, e.g. 720h, or "Never".',
+    )
+    node_class = forms.CharField(
+        required=False,
+        max_length=253,
+        label="Node class",
+        help_text="Off AWS: the node class this pool names (empty: KARPENTER_NODE_CLASS_NAME).",
+    )
+    topology_levels = forms.CharField(
+        required=False,
+        max_length=5000,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        label="Topology levels",
+        help_text="Node label keys, one per line, widest first, kubernetes.io/hostname last "
+        "(e.g. a block label, a rack label, kubernetes.io/hostname). A replica spanning nodes is placed inside "
+        "one domain of the first level. Once set, the levels can change but not be removed.",
+    )
     reason = _reason()
+
+    PROVISIONING_FIELDS = ("capacity_types", "instance_types", "consolidate_after", "expire_after", "node_class")
+
+    def clean_topology_levels(self) -> list:
+        return [line.strip() for line in self.cleaned_data["topology_levels"].splitlines() if line.strip()]
+
+    def clean(self) -> dict:
+        """One `provisioning` value from the pool fields ({} unless provisioned); the flavor
+        service validates it (quotas.provisioning)."""
+        data = super().clean()
+        values = {field: data.pop(field, None) for field in self.PROVISIONING_FIELDS}
+        if data.pop("provision", False):
+            values["capacity_types"] = (values["capacity_types"] or "on-demand").split(",")
+            values["instance_types"] = [t for t in re.split(r"[\s,]+", values["instance_types"] or "") if t]
+            data["provisioning"] = {k: v for k, v in values.items() if v not in (None, "")}
+        else:
+            data["provisioning"] = {}
+        return data
 
     def clean_node_labels(self) -> dict:
         labels = {}
@@ -236,4 +313,13 @@ class FlavorForm(forms.Form):
         initial = {name: getattr(flavor, name) for name in cls.base_fields if hasattr(flavor, name)}
         initial["node_labels"] = labels_to_text(flavor.node_labels or {})
         initial["tolerations"] = tolerations_to_text(flavor.tolerations or [])
+        provisioning = flavor.provisioning or {}
+        initial["provision"] = bool(provisioning)
+        for field in cls.PROVISIONING_FIELDS:
+            if field in provisioning:
+                initial[field] = provisioning[field]
+        if provisioning:
+            initial["capacity_types"] = ",".join(provisioning.get("capacity_types") or ["on-demand"])
+            initial["instance_types"] = "\n".join(provisioning.get("instance_types") or [])
+        initial["topology_levels"] = "\n".join(flavor.topology_levels or [])
         return initial

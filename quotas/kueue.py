@@ -9,6 +9,7 @@ import logging
 from django.utils import timezone
 
 from quotas.models import GpuFlavor, Tenant
+from quotas.nodepools import sync_nodepools, sync_topologies
 from quotas.specs import flavor_spec, tenant_queue_spec
 from runtime import k8s
 from runtime.backends import get_cluster
@@ -46,7 +47,8 @@ def sync_kueue(*, tenant_id: int | None = None) -> int:
     platform = platform_spec()
     tenants = Tenant.objects.all() if tenant_id is None else Tenant.objects.filter(pk=tenant_id)
     # The CPU flavor first: every ClusterQueue lists it, and one naming a missing flavor is inactive.
-    written = _apply_if_changed(cluster, render_cpu_resource_flavor(platform))
+    written = sync_topologies(cluster, _apply_if_changed)  # before the flavors that name them
+    written += _apply_if_changed(cluster, render_cpu_resource_flavor(platform))
     for flavor in GpuFlavor.objects.filter(active=True):
         written += _apply_if_changed(cluster, render_resource_flavor(flavor_spec(flavor)))
     cohorts = set()
@@ -61,7 +63,8 @@ def sync_kueue(*, tenant_id: int | None = None) -> int:
         for obj in (render_cluster_queue(spec, platform), render_local_queue(spec)):
             written += _apply_if_changed(cluster, obj)
         read_cluster_queue_status(cluster, tenant)
-    return written
+    # Last: a pool's GPU limit follows the quotas, and a missing Karpenter must not hold up the queues.
+    return written + sync_nodepools(cluster, _apply_if_changed)
 
 
 def read_cluster_queue_status(cluster: k8s.Cluster, tenant: Tenant) -> dict:

@@ -284,6 +284,9 @@ class GpuFlavor(models.Model):
             validate_tolerations(self.tolerations)
         except ValidationError as error:
             errors["tolerations"] = error.messages
+        from quotas.provisioning import provisioning_errors  # NodePool and Topology rules
+
+        errors.update(provisioning_errors(self))
         if errors:
             raise ValidationError(errors)
 

@@ -26,6 +26,7 @@ def flavor_spec(flavor: GpuFlavor) -> FlavorSpec:
         memory_gib_per_gpu=flavor.memory_gib_per_gpu,
         node_labels=tuple(sorted((flavor.node_labels or {}).items())),
         tolerations=tolerations,
+        topology_levels=tuple(flavor.topology_levels or ()),
     )
 
 

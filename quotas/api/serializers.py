@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from quotas.flavors import FIELDS as FLAVOR_FIELDS
-from quotas.models import GpuFlavor, QuotaChangeRequest, Tenant, TenantQuota
+from quotas.models import GpuFlavor, QuotaChangeRequest, Tenant, TenantQuota, is_platform_admin
+from quotas.nodepools import pool_summary
 
 
 class GpuFlavorSerializer(serializers.ModelSerializer):
@@ -11,12 +13,28 @@ class GpuFlavorSerializer(serializers.ModelSerializer):
         max_length=2000, required=False, allow_blank=True, write_only=True, help_text="Why: kept in the audit log."
     )
 
+    node_pool = serializers.SerializerMethodField(
+        help_text="The Karpenter NodePool the portal keeps for the flavor (null: not provisioned)."
+    )
+
     class Meta:
         model = GpuFlavor
-        fields = [*FLAVOR_FIELDS, "reason"]  # the fields the audited service writes
+        fields = [*FLAVOR_FIELDS, "reason", "node_pool"]  # the fields the audited service writes, and the pool
+        extra_kwargs = {
+            "provisioning": {"help_text": "Karpenter NodePool settings (quotas.provisioning); {}: not provisioned."},
+            "topology_levels": {"help_text": "Node label keys, widest first, kubernetes.io/hostname last."},
+        }
+
+    @extend_schema_field(serializers.DictField(allow_null=True))
+    def get_node_pool(self, flavor: GpuFlavor) -> dict | None:
+        pool = pool_summary(flavor)
+        request = self.context.get("request")
+        if pool and not (request and is_platform_admin(request.user)):
+            pool.pop("manifest")  # names the node role and subnet tags: platform admins only
+        return pool
 
     def validate(self, attrs):
-        fields = [f for f in self.Meta.fields if f != "reason"]
+        fields = [f for f in self.Meta.fields if f not in ("reason", "node_pool")]
         values = {k: v for k, v in attrs.items() if k != "reason"}
         instance = GpuFlavor(**{**({f: getattr(self.instance, f) for f in fields} if self.instance else {}), **values})
         instance.clean()  # node labels and tolerations end up in Kueue objects

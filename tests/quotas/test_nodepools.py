@@ -1,0 +1,198 @@
+"""Karpenter NodePools, EC2NodeClasses and Kueue Topologies: kept by the Kueue sync through the
+real `kubernetes` client against the API test server, and the provisioning settings refused
+with field errors before anything reaches a cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.exceptions import DomainError
+from quotas import flavors, services
+from quotas.kueue import sync_kueue
+from quotas.models import GpuFlavor
+from quotas.nodepools import gpu_limit
+from runtime import k8s
+from runtime.k8s.kinds import EC2NODECLASS, NODEPOOL, TOPOLOGY
+from tests.support.crd import assert_valid
+
+LEVELS = ["cloud.example.com/block", "cloud.example.com/rack", "kubernetes.io/hostname"]
+POOL = {"capacity_types": ["spot", "on-demand"], "consolidate_after": "10m"}
+
+
+@pytest.fixture
+def aws(settings):
+    settings.KARPENTER_PLATFORM = "aws"
+    settings.KARPENTER_NODE_ROLE = "KarpenterNodeRole-test"
+    settings.KARPENTER_SUBNET_TAGS = {"karpenter.sh/discovery": "test"}
+    settings.KARPENTER_SECURITY_GROUP_TAGS = {"karpenter.sh/discovery": "test"}
+    return settings
+
+
+def provision(world, provisioning=POOL, levels=LEVELS) -> GpuFlavor:
+    return flavors.flavor_save(
+        actor=world.users["platform_admin"],
+        name="h100-sxm5",
+        values={"provisioning": provisioning, "topology_levels": levels},
+    )
+
+
+def stored(obj: dict) -> dict:
+    """What the portal wrote, without what the server adds."""
+    clean = {k: v for k, v in obj.items() if k != "status"}
+    clean["metadata"] = {k: v for k, v in obj["metadata"].items() if k in ("name", "labels", "annotations")}
+    return clean
+
+
+class TestSync:
+    def test_it_applies_valid_pool_node_class_and_topology_then_writes_nothing(self, world, cluster_api, aws):
+        provision(world)
+        assert sync_kueue() > 0
+        pool = cluster_api.get_object(NODEPOOL, "h100-sxm5")
+        node_class = cluster_api.get_object(EC2NODECLASS, "h100-sxm5")
+        topology = cluster_api.get_object(TOPOLOGY, "h100-sxm5")
+        flavor = cluster_api.get_object(k8s.RESOURCEFLAVOR, "h100-sxm5")
+        for obj in (pool, node_class, topology, flavor):
+            assert_valid(stored(obj))
+        # alpha 8 + beta 8 nominal H100s (borrowing adds no GPUs): two 8-GPU nodes.
+        assert pool["spec"]["limits"] == {"nvidia.com/gpu": 16}
+        assert pool["spec"]["template"]["spec"]["taints"] == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
+        assert [lvl["nodeLabel"] for lvl in topology["spec"]["levels"]] == LEVELS
+        assert flavor["spec"]["topologyName"] == "h100-sxm5"
+        assert sync_kueue() == 0  # idempotent: nothing changed, nothing written
+        assert cluster_api.get_object(NODEPOOL, "a100-pcie") is None  # not provisioned
+
+    def test_a_quota_change_moves_the_pool_limit_in_whole_nodes(self, world, cluster_api, aws):
+        provision(world)
+        sync_kueue()
+        services.quota_set(tenant=world.beta, flavor=world.h100, actor=world.users["platform_admin"], nominal_gpus=9)
+        world.h100.refresh_from_db()
+        assert gpu_limit(world.h100) == 24  # 17 GPUs need three 8-GPU nodes
+        sync_kueue()
+        assert cluster_api.get_object(NODEPOOL, "h100-sxm5")["spec"]["limits"] == {"nvidia.com/gpu": 24}
+
+    def test_clearing_provisioning_deletes_the_portals_pool_but_not_anothers(self, world, cluster_api, aws):
+        provision(world)
+        sync_kueue()
+        foreign = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "system"}, "spec": {}}
+        cluster_api.emulator.objects[NODEPOOL.key, None, "system"] = foreign
+        provision(world, provisioning={})
+        assert sync_kueue() == 2  # the NodePool and its EC2NodeClass, deleted
+        assert cluster_api.get_object(NODEPOOL, "h100-sxm5") is None
+        assert cluster_api.get_object(EC2NODECLASS, "h100-sxm5") is None
+        assert cluster_api.get_object(NODEPOOL, "system") is not None
+        assert cluster_api.get_object(TOPOLOGY, "h100-sxm5") is not None  # the ResourceFlavor still names it
+
+    def test_off_aws_the_pool_names_the_configured_node_class_and_no_ec2nodeclass_is_made(
+        self, world, cluster_api, settings
+    ):
+        settings.KARPENTER_PLATFORM = "azure"
+        settings.KARPENTER_NODE_CLASS_GROUP = "karpenter.azure.com"
+        settings.KARPENTER_NODE_CLASS_KIND = "AKSNodeClass"
+        settings.KARPENTER_NODE_CLASS_NAME = "default"
+        provision(world, provisioning={"capacity_types": ["on-demand"], "node_class": "gpu"})
+        sync_kueue()
+        pool = cluster_api.get_object(NODEPOOL, "h100-sxm5")
+        assert pool["spec"]["template"]["spec"]["nodeClassRef"] == {
+            "group": "karpenter.azure.com",
+            "kind": "AKSNodeClass",
+            "name": "gpu",
+        }
+        assert cluster_api.get_object(EC2NODECLASS, "h100-sxm5") is None
+
+    def test_missing_aws_settings_skip_the_pool_but_the_queues_still_sync(self, world, cluster_api, settings):
+        settings.KARPENTER_PLATFORM = "aws"
+        settings.KARPENTER_NODE_ROLE = ""
+        provision(world)
+        sync_kueue()
+        assert cluster_api.get_object(EC2NODECLASS, "h100-sxm5") is None
+        assert cluster_api.get_object(k8s.CLUSTERQUEUE, "tenant-alpha") is not None
+
+
+class TestProvisioningSettings:
+    def test_defaults_are_filled_in_so_readers_need_not_repeat_them(self, world):
+        flavor = provision(world, provisioning={"capacity_types": ["spot"]}, levels=[])
+        assert flavor.provisioning == {
+            "capacity_types": ["spot"],
+            "instance_types": [],
+            "consolidate_after": "5m",
+            "expire_after": "720h",
+            "node_class": "",
+        }
+
+    @pytest.mark.parametrize(
+        ("provisioning", "message"),
+        [
+            ({"capacity_types": ["on-demand", "spot"]}, "prefers spot"),
+            ({"capacity_types": ["reserved"]}, "spot"),
+            ({"capacity_types": []}, "spot"),
+            ({"capacity_types": "spot"}, "list of strings"),
+            ({"capacity_types": ["spot", "spot"]}, "at most once"),
+            ({"instance_types": ["p5.48xlarge\nkey: value"]}, "instance type"),
+            ({"instance_types": [{"nested": ["x"]}]}, "list of strings"),
+            ({"instance_types": ["m5.large"] * 51}, "at most 50"),
+            ({"instance_types": ["g6.xlarge"]}, "node label node.kubernetes.io/instance-type"),
+            ({"consolidate_after": "5 minutes"}, "duration"),
+            ({"expire_after": 720}, "duration"),
+            ({"node_class": "../etc"}, "node class"),
+            ({"taints": [{"key": "x"}]}, "Unknown provisioning key"),
+            (["spot"], "must be an object"),
+        ],
+    )
+    def test_bad_values_are_refused_with_the_field(self, world, provisioning, message):
+        with pytest.raises(DomainError, match=message) as caught:
+            provision(world, provisioning=provisioning, levels=[])
+        assert caught.value.field == "provisioning"
+        world.h100.refresh_from_db()
+        assert world.h100.provisioning == {}  # nothing half-written
+
+    def test_a_flavor_without_node_labels_cannot_be_provisioned(self, world):
+        with pytest.raises(DomainError, match="needs node labels"):
+            flavors.flavor_save(actor=world.users["platform_admin"], name="a100-pcie", values={"provisioning": POOL})
+
+    def test_a_toleration_that_cannot_be_a_taint_is_refused(self, world):
+        bad = [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "a b:NoSchedule", "effect": "NoSchedule"}]
+        with pytest.raises(DomainError, match="taint"):
+            flavors.flavor_save(
+                actor=world.users["platform_admin"], name="h100-sxm5", values={"tolerations": bad, "provisioning": POOL}
+            )
+
+    def test_a_node_label_in_karpenters_domain_is_refused(self, world):
+        labels = {"karpenter.sh/nodepool": "other"}
+        with pytest.raises(DomainError, match="domain Karpenter keeps"):
+            flavors.flavor_save(
+                actor=world.users["platform_admin"],
+                name="h100-sxm5",
+                values={"node_labels": labels, "provisioning": POOL},
+            )
+
+
+class TestTopologyLevels:
+    @pytest.mark.parametrize(
+        ("levels", "message"),
+        [
+            (["kubernetes.io/hostname", "cloud.example.com/block"], "last"),
+            (["cloud.example.com/block"], "last"),
+            (["a/b", "a/b", "kubernetes.io/hostname"], "at most once"),
+            (["bad key!", "kubernetes.io/hostname"], "node label key"),
+            ([1, "kubernetes.io/hostname"], "list of node label keys"),
+            ("kubernetes.io/hostname", "list of node label keys"),
+            ([f"x{i}.example.com/l" for i in range(16)] + ["kubernetes.io/hostname"], "At most 16"),
+        ],
+    )
+    def test_bad_levels_are_refused_with_the_field(self, world, levels, message):
+        with pytest.raises(DomainError, match=message) as caught:
+            provision(world, provisioning={}, levels=levels)
+        assert caught.value.field == "topology_levels"
+
+    def test_levels_can_change_but_not_be_removed(self, world):
+        provision(world, provisioning={})
+        provision(world, provisioning={}, levels=["cloud.example.com/block", "kubernetes.io/hostname"])
+        with pytest.raises(DomainError, match="not removed") as caught:
+            provision(world, provisioning={}, levels=[])
+        assert caught.value.field == "topology_levels"
+
+    def test_a_flavor_without_node_labels_cannot_have_a_topology(self, world):
+        with pytest.raises(DomainError, match="needs node labels"):
+            flavors.flavor_save(
+                actor=world.users["platform_admin"], name="a100-pcie", values={"topology_levels": LEVELS}
+            )
