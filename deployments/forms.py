@@ -7,8 +7,9 @@ from django.conf import settings
 from django.db.models import Q
 from django.forms.utils import pretty_name
 
-from deployments.choices import Backend, Dtype, Quantization
+from deployments.choices import Backend, Dtype, Quantization, ServingProfile
 from deployments.limits import LIMITS
+from deployments.profiles import PROFILE_FIELDS, Preset, apply_profile
 from deployments.validation import NAME_MAX, check_draft
 from quotas.choices import Role
 from quotas.models import GpuFlavor, Tenant
@@ -87,9 +88,21 @@ class DeploymentForm(forms.Form):
         help_text="Only for models not in the catalog, for the memory estimate.",
     )
 
+    serving_profile = forms.ChoiceField(
+        choices=ServingProfile.choices,
+        required=False,
+        label="Serving profile",
+        help_text="Fills parallelism, replicas, target and engine options for the chosen hardware; every field "
+        "stays yours to edit.",
+    )
+    # The profile the fields were last filled from (the script or "Apply profile" sets it): a
+    # request naming another profile is shown filled first, so nothing runs with unseen values.
+    profile_applied = forms.CharField(max_length=12, required=False, widget=forms.HiddenInput)
+
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         self.user = user
+        self.preset: Preset | None = None
         tenants = Tenant.objects.filter(
             pk__in=[t.pk for t in Tenant.objects.visible_to(user) if t.has_role(user, Role.MEMBER)]
         )
@@ -133,6 +146,48 @@ class DeploymentForm(forms.Form):
     def label_of(self, name: str) -> str:
         return label_of(self, name)
 
+    def wants_profile_applied(self) -> bool:
+        """The user pressed "Apply profile", or chose a profile the fields were not filled from
+        (no script ran): show the filled form instead of requesting anything."""
+        chosen = self.data.get("serving_profile") or ""
+        if chosen not in ServingProfile.values:
+            return False  # refused with a field error by the normal validation
+        return "apply_profile" in self.data or bool(chosen and self.data.get("profile_applied") != chosen)
+
+    def profile_context(self) -> dict:
+        """apply_profile's keyword arguments for this form (a change counts its own GPUs)."""
+        return {"tenant": self.cleaned_data.get("tenant")}
+
+    def with_profile(self) -> tuple[dict, Preset | None]:
+        """The values as submitted with the chosen profile's values in the fields it fills, and the
+        preset (None without a profile or without valid hardware)."""
+        self.is_valid()  # the fields that clean make the draft; the rest keep what was typed
+        values = {name: self.data.get(name) for name in self.fields if name in self.data}
+        values["enable_chunked_prefill"] = bool(self.cleaned_data.get("enable_chunked_prefill"))
+        draft = {**self.profile_base(), **self.cleaned_data}
+        draft["serving_profile"] = self.cleaned_data.get("serving_profile") or ""
+        if not draft["serving_profile"] or "flavor" not in self.cleaned_data:
+            return values, None
+        applied = apply_profile(draft, sent=(), **self.profile_context())
+        for name in PROFILE_FIELDS:
+            value = applied.data[name]
+            values[name] = value if isinstance(value, bool) else ("" if value is None else str(value))
+        values["profile_applied"] = draft["serving_profile"]
+        return values, applied.preset
+
+    def profile_base(self) -> dict:
+        return {}
+
+    def applied(self) -> DeploymentForm:
+        """A fresh (unbound) form showing the values with the chosen profile applied."""
+        values, preset = self.with_profile()
+        form = self.fresh(values)
+        form.preset = preset
+        return form
+
+    def fresh(self, values: dict) -> DeploymentForm:
+        return DeploymentForm(user=self.user, initial=values)
+
 
 class DeploymentEditForm(DeploymentForm):
     """The spec of an existing deployment: what PATCH deployments/<id>/ takes. The tenant, the
@@ -145,6 +200,8 @@ class DeploymentEditForm(DeploymentForm):
 
         initial = {k: getattr(deployment, k) for k in SPEC_FIELDS if k not in self.FIXED}
         initial["flavor"] = deployment.flavor_id
+        initial["profile_applied"] = deployment.serving_profile
+        initial.update(kwargs.pop("initial", None) or {})
         super().__init__(*args, user=user, initial=initial, **kwargs)
         self.deployment = deployment
         self.offer_flavors_of(deployment.tenant, keep=deployment.flavor_id)
@@ -153,6 +210,17 @@ class DeploymentEditForm(DeploymentForm):
 
     def check_context(self, data: dict) -> dict:
         return {"tenant": self.deployment.tenant, "credit_gpus": self.deployment.reserved_gpus}
+
+    def profile_context(self) -> dict:
+        return self.check_context({})
+
+    def profile_base(self) -> dict:
+        from deployments.models import SPEC_FIELDS
+
+        return {k: getattr(self.deployment, k) for k in SPEC_FIELDS}
+
+    def fresh(self, values: dict) -> DeploymentForm:
+        return DeploymentEditForm(deployment=self.deployment, user=self.user, initial=values)
 
     def clean(self):
         data = super(DeploymentForm, self).clean()

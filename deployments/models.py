@@ -30,6 +30,7 @@ SPEC_FIELDS = (
     "quantization",
     "dtype",
     "parameter_count_b",
+    "serving_profile",  # a label (deployments.profiles): changes nothing that runs
 )
 
 

@@ -14,6 +14,7 @@ from core.models import audit
 from deployments.choices import EventType, State
 from deployments.limits import LIMITS
 from deployments.models import SPEC_FIELDS, DeploymentEvent, ModelDeployment
+from deployments.profiles import profile_note
 from deployments.states import HOLDS_QUOTA, PERMISSIONS, RUNNING, Action, Actor, actor_of, authorize, check_transition
 from deployments.validation import check_draft
 from quotas.models import Tenant
@@ -166,12 +167,13 @@ def deployment_create(*, tenant: Tenant, user, data: dict) -> ModelDeployment:
         raise _name_taken(tenant, data["name"]) from None
     if len(dep.resource_name) > 47:
         raise DomainError("The name is too long for the cluster object.", field="name")
+    note = profile_note({k: getattr(dep, k) for k in SPEC_FIELDS}, tenant=tenant)
     _event(
         dep,
         reason="Requested",
         actor=user,
         to_state=State.PENDING_APPROVAL,
-        message=check.quota.message if check.quota else "",
+        message=" ".join(m for m in (check.quota.message if check.quota else "", note) if m),
     )
     audit(
         actor=user,
@@ -322,7 +324,10 @@ def _change_spec(dep: ModelDeployment, user, data: dict, *, action: str) -> Mode
         dep,
         reason="SpecUpdated",
         actor=user,
-        message=f"Changed {', '.join(sorted(changed))} (generation {dep.generation}).",
+        message=(
+            f"Changed {', '.join(sorted(changed))} (generation {dep.generation}). "
+            + profile_note({k: getattr(dep, k) for k in SPEC_FIELDS}, tenant=dep.tenant, credit_gpus=dep.reserved_gpus)
+        ).strip(),
     )
     needs = needs_approval(changed, old_gpus=old_gpus, new_gpus=dep.gpus_needed)
     covered = _policy_covers(dep, check.quota.fit if check.quota else None)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from deployments import sizing
+from deployments.choices import ServingProfile
 from quotas.choices import Fit
 from quotas.models import GpuFlavor, Tenant
 from quotas.policy import policy_errors
@@ -123,6 +124,8 @@ def check_draft(data: dict, *, tenant: Tenant | None, credit_gpus: int = 0, with
         errors["name"] = msg
     if msg := _source_error(data.get("model_source") or "", backend):
         errors["model_source"] = msg
+    if data.get("serving_profile") not in (None, *ServingProfile.values):
+        errors["serving_profile"] = f"Choose one of: {', '.join(p or 'custom (empty)' for p in ServingProfile.values)}."
     served = data.get("served_model_name") or ""
     if served and not SERVED_NAME.fullmatch(served):
         errors["served_model_name"] = "Letters, digits, '.', '_', '-', '/' only (at most 200)."

@@ -6,14 +6,14 @@ import yaml
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpResponseNotAllowed
+from django.http import Http404, HttpResponseNotAllowed, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from core.exceptions import DomainError
 from core.redirects import safe_next
 from deployments import services
-from deployments.choices import Backend, State
+from deployments.choices import Backend, ServingProfile, State
 from deployments.filtersets import DeploymentFilterSet
 from deployments.forms import DeploymentEditForm, DeploymentForm, ReasonForm, ScaleForm, TryForm, form_error_text
 from deployments.models import ModelDeployment
@@ -45,6 +45,8 @@ def deployment_new(request):
     form = DeploymentForm(request.POST or None, user=request.user, initial={"tenant": request.GET.get("tenant")})
     if not form.fields["tenant"].queryset.exists():
         raise PermissionDenied("Only members of a tenant may request deployments; viewers can look, not request.")
+    if request.method == "POST" and form.wants_profile_applied():
+        return _show_applied(request, form)
     if request.method == "POST" and form.is_valid():
         data = {k: v for k, v in form.cleaned_data.items() if k != "tenant"}
         data["quantization"] = data.get("quantization") or ""
@@ -69,16 +71,43 @@ def deployment_new(request):
     return render(request, "deployments/deployment_form.html", {"form": form, "backends": Backend})
 
 
+def _show_applied(request, form: DeploymentForm, dep: ModelDeployment | None = None):
+    """The form again with the chosen serving profile's values filled in (no script needed)."""
+    form = form.applied()
+    if form.preset is None:
+        messages.info(request, "Choose the hardware and a serving profile, then apply it.")
+    else:
+        label = ServingProfile(form.preset.profile).label
+        messages.info(request, f"Applied the {label} profile: check the values (each is yours to edit), then submit.")
+    return render(request, "deployments/deployment_form.html", {"form": form, "backends": Backend, "dep": dep})
+
+
+def _draft_form(request) -> DeploymentForm:
+    """The request form (or, with ?deployment=<id>, the edit form) bound to the POSTed draft."""
+    editing = request.GET.get("deployment", "")
+    if editing.isdigit():
+        return DeploymentEditForm(request.POST, deployment=_visible(request, int(editing)), user=request.user)
+    return DeploymentForm(request.POST, user=request.user)
+
+
+@login_required
+def deployment_profile(request):
+    """The form's script: the chosen serving profile's values for the form as typed so far
+    (JSON; GET /api/v1/serving-profiles/ answers API users from the same function)."""
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    _, preset = _draft_form(request).with_profile()
+    if preset is None:  # nothing to fill yet: a normal state of a form being typed, not an error
+        return JsonResponse({"error": "Choose the hardware and a serving profile first."})
+    return JsonResponse(preset.as_dict())
+
+
 @login_required
 def deployment_preview(request):
     """htmx: quota fit and memory fit for the form as typed so far (creates nothing)."""
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
-    editing = request.GET.get("deployment", "")
-    if editing.isdigit():
-        form = DeploymentEditForm(request.POST, deployment=_visible(request, int(editing)), user=request.user)
-    else:
-        form = DeploymentForm(request.POST, user=request.user)
+    form = _draft_form(request)
     form.is_valid()
     return render(request, "deployments/_preview.html", {"form": form, "check": form.check})
 
@@ -147,6 +176,8 @@ def deployment_edit(request, pk: int):
     if Action.UPDATE not in actions_for(actor_of(dep.tenant, request.user), dep.state):
         raise PermissionDenied("Only members of the tenant may change a deployment, and not in this state.")
     form = DeploymentEditForm(request.POST or None, deployment=dep, user=request.user)
+    if request.method == "POST" and form.wants_profile_applied():
+        return _show_applied(request, form, dep=dep)
     if request.method == "POST" and form.is_valid():
         data = dict(form.cleaned_data, quantization=form.cleaned_data.get("quantization") or "")
         data["served_model_name"] = data.get("served_model_name") or dep.name

@@ -10,8 +10,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from deployments.models import ModelDeployment
+from deployments.profiles import scales_to_zero
 from metrics.advisor import Advice, Objectives, advise
 from metrics.models import AdvisorObjectives, MetricSample, Resolution
+from metrics.profile_hints import with_profile_hints
 
 # The fields a deployment may set for itself (the rest of Objectives are the rules' constants).
 OBJECTIVE_FIELDS = ("ttft_p95_objective_s", "waiting_floor", "kv_cache_floor_pct", "breach_share_pct")
@@ -44,12 +46,16 @@ def advice_for(
     if not points:
         return []
     fit = quota_preview(tenant=deployment.tenant, flavor=deployment.flavor, gpus=1)
-    return advise(
+    found = advise(
         points,
         objectives=objectives,
         quota_headroom_gpus=fit.free_nominal + fit.borrowable,
         gpus_per_replica=deployment.gpus_per_replica,
         now=now,
+    )
+    # Each piece of advice also names the serving-profile change that addresses it.
+    return with_profile_hints(
+        found, current=deployment.serving_profile, scale_to_zero=scales_to_zero(deployment.backend)
     )
 
 

@@ -71,6 +71,7 @@ class Advice:
     message: str
     chart: str  # the metrics.charts.CHARTS key that shows the evidence
     evidence: dict[str, Any] = field(default_factory=dict)
+    profile: str = ""  # the serving profile this advice points to ("": none; metrics.profile_hints)
 
 
 Point = tuple[float, float, Any]  # (unix time, seconds it covers, the point)

@@ -1,6 +1,7 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
+from deployments.api.profiles import ServingProfilesView
 from deployments.api.views import DeploymentViewSet
 from portal.api import AuditEventViewSet, TokenViewSet, me
 from portal.cluster_api import ClusterReadinessView, ClusterSweepView, OrphanDeleteView
@@ -32,6 +33,7 @@ router.register("deployments", DeploymentViewSet, basename="deployment")
 urlpatterns = [
     path("me/", me, name="api-me"),
     path("quota-preview/", QuotaPreviewView.as_view(), name="quota-preview"),
+    path("serving-profiles/", ServingProfilesView.as_view(), name="serving-profiles"),
     path("cluster/usage/", ClusterUsageView.as_view(), name="cluster-usage"),
     path("cluster/sweep/", ClusterSweepView.as_view(), name="cluster-sweep"),
     path("cluster/readiness/", ClusterReadinessView.as_view(), name="cluster-readiness"),

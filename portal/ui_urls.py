@@ -19,6 +19,7 @@ urlpatterns = [
     path("deployments/", deployment_views.deployment_list, name="deployment-list"),
     path("deployments/new/", deployment_views.deployment_new, name="deployment-new"),
     path("deployments/preview/", deployment_views.deployment_preview, name="deployment-preview"),
+    path("deployments/profile/", deployment_views.deployment_profile, name="deployment-profile"),
     path("deployments/<int:pk>/", deployment_views.deployment_detail, name="deployment-detail"),
     path("deployments/<int:pk>/status/", deployment_views.deployment_status, name="deployment-status"),
     path("deployments/<int:pk>/badge/", deployment_views.deployment_badge, name="deployment-badge"),

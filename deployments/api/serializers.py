@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from deployments.choices import Backend, Dtype, Quantization
+from deployments.choices import Backend, Dtype, Quantization, ServingProfile
 from deployments.limits import LIMITS
 from deployments.models import SPEC_FIELDS, DeploymentEvent, ModelDeployment
 from deployments.queries import derived_badge
@@ -43,6 +43,13 @@ class DeploymentSpecSerializer(serializers.Serializer):
     quantization = serializers.ChoiceField(choices=Quantization.choices, required=False, allow_blank=True, default="")
     dtype = serializers.ChoiceField(choices=Dtype.choices, default=Dtype.AUTO)
     parameter_count_b = StrictFloatField(**LIMITS["parameter_count_b"].bounds(), required=False, allow_null=True)
+    serving_profile = serializers.ChoiceField(
+        choices=ServingProfile.choices,
+        required=False,
+        allow_blank=True,
+        help_text="A preset for the engine and scaling fields (GET /api/v1/serving-profiles/ shows its values and "
+        "reasons). The fields you leave out are filled from it; the fields you send win. Empty: custom.",
+    )
 
 
 class DeploymentCreateSerializer(DeploymentSpecSerializer):
@@ -144,6 +151,7 @@ _PLAIN = (
     "max_num_batched_tokens",
     "quantization",
     "dtype",
+    "serving_profile",
     "state",
     "generation",
     "observed_generation",

@@ -30,7 +30,8 @@ from deployments.api.serializers import (
     list_rows,
 )
 from deployments.filtersets import DeploymentFilterSet
-from deployments.models import ModelDeployment
+from deployments.models import SPEC_FIELDS, ModelDeployment
+from deployments.profiles import apply_profile
 from deployments.validation import check_draft
 
 
@@ -92,7 +93,9 @@ class DeploymentViewSet(
         body = DeploymentCreateSerializer(data=request.data, context=self.get_serializer_context())
         body.is_valid(raise_exception=True)
         data = dict(body.validated_data)
-        dep = services.deployment_create(tenant=data.pop("tenant"), user=request.user, data=data)
+        tenant = data.pop("tenant")
+        data = apply_profile(data, sent=set(request.data), tenant=tenant).data  # what was sent wins
+        dep = services.deployment_create(tenant=tenant, user=request.user, data=data)
         return self._respond(dep, status.HTTP_201_CREATED)
 
     @extend_schema(request=DeploymentUpdateSerializer, responses=DeploymentSerializer)
@@ -100,9 +103,15 @@ class DeploymentViewSet(
         dep = self.get_object()
         body = DeploymentUpdateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        return self._respond(
-            services.deployment_update(deployment_id=dep.pk, user=request.user, data=body.validated_data)
-        )
+        spec = {k: getattr(dep, k) for k in SPEC_FIELDS}
+        data = apply_profile(
+            dict(body.validated_data),
+            sent=set(request.data),
+            base=spec,
+            tenant=dep.tenant,
+            credit_gpus=dep.reserved_gpus,
+        ).data
+        return self._respond(services.deployment_update(deployment_id=dep.pk, user=request.user, data=data))
 
     def update(self, request, *args, **kwargs):
         return self.partial_update(request, *args, **kwargs)
