@@ -40,4 +40,6 @@ def deployment_spec(dep: ModelDeployment) -> DeploymentSpec:
         hf_token_secret=dep.hf_token_secret or None,
         generation=dep.generation,
         backend=str(dep.backend),
+        tokens_per_minute=dep.tenant.tokens_per_minute,
+        requests_per_minute=dep.tenant.requests_per_minute,
     )

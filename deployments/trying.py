@@ -5,8 +5,10 @@ from __future__ import annotations
 import time
 
 import requests
+from django.conf import settings
 
 from deployments.models import ModelDeployment
+from runtime.keys import portal_key
 
 
 def try_prompt(dep: ModelDeployment, *, prompt: str, max_tokens: int = 32, timeout: float = 60.0) -> dict:
@@ -18,6 +20,9 @@ def try_prompt(dep: ModelDeployment, *, prompt: str, max_tokens: int = 32, timeo
         response = requests.post(
             f"{dep.endpoint_url.rstrip('/')}/completions",
             timeout=timeout,
+            # The portal's own key for this deployment (runtime.keys): accepted by the local engine
+            # and by the Gateway's AuthPolicy, held server-side only.
+            headers={"Authorization": f"Bearer {portal_key(settings.SECRET_KEY, dep.pk)}"},
             json={"model": dep.served_model_name or dep.name, "prompt": prompt, "max_tokens": max_tokens},
         )
         latency_ms = round((time.perf_counter() - started) * 1000)

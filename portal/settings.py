@@ -419,6 +419,15 @@ PROMETHEUS_URL = env_url("PROMETHEUS_URL", None, schemes={"http", "https"})
 KUEUE_CONFIG_NAMESPACE = env_str("KUEUE_CONFIG_NAMESPACE", "kueue-system")
 KUEUE_CONFIG_MAP = env_str("KUEUE_CONFIG_MAP", "kueue-manager-config")
 GATEWAY_API = env_bool("GATEWAY_API", False)
+# Endpoint access (access app; README "Endpoint access"): each kuberay/kserve deployment gets an
+# HTTPRoute on this platform Gateway and Kuadrant policies; its URL shown is
+# GATEWAY_PUBLIC_URL/<tenant>/<deployment>/v1. Unset GATEWAY_PUBLIC_URL: no route, the
+# cluster-internal URL as before. API-key Secrets live in API_KEY_NAMESPACE (Kuadrant's own
+# namespace, where the AuthConfigs it generates look for them).
+GATEWAY_NAME = env_str("GATEWAY_NAME", "llm-gateway")
+GATEWAY_NAMESPACE = env_str("GATEWAY_NAMESPACE", "gateway-system")
+GATEWAY_PUBLIC_URL = env_url("GATEWAY_PUBLIC_URL", None, schemes={"http", "https"})
+API_KEY_NAMESPACE = env_str("API_KEY_NAMESPACE", "kuadrant-system")
 METRICS_SCRAPE_TIMEOUT_SECONDS = env_float("METRICS_SCRAPE_TIMEOUT_SECONDS", 5.0, minimum=0.1)
 # Deployments per scrape task: a cycle over more is spread over the worker processes.
 METRICS_SHARD_SIZE = env_int("METRICS_SHARD_SIZE", 100, minimum=1)

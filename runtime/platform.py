@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runtime.spec import NodeClassSpec, PlatformSpec
+from runtime.spec import GatewaySpec, NodeClassSpec, PlatformSpec
 
 
 def platform_spec() -> PlatformSpec:
@@ -35,4 +35,19 @@ def node_class_spec() -> NodeClassSpec:
         security_group_tags=tuple(sorted(settings.KARPENTER_SECURITY_GROUP_TAGS.items())),
         ami_alias=settings.KARPENTER_AMI_ALIAS,
         root_volume_gib=settings.KARPENTER_ROOT_VOLUME_GIB,
+    )
+
+
+def gateway_spec() -> GatewaySpec | None:
+    """The platform Gateway deployments are exposed on, or None when GATEWAY_PUBLIC_URL is unset
+    (no route is rendered and the cluster-internal URL is the endpoint, as before)."""
+    from django.conf import settings
+
+    if not settings.GATEWAY_PUBLIC_URL:
+        return None
+    return GatewaySpec(
+        gateway_name=settings.GATEWAY_NAME,
+        gateway_namespace=settings.GATEWAY_NAMESPACE,
+        public_url=settings.GATEWAY_PUBLIC_URL.rstrip("/"),
+        key_namespace=settings.API_KEY_NAMESPACE,
     )

@@ -74,6 +74,9 @@ class DeploymentSpec:
     hf_token_secret: str | None = None  # Secret in the tenant namespace with key HF_TOKEN
     generation: int = 1
     backend: str = "kuberay"  # kuberay | kserve | local
+    # The tenant's gateway limits (runtime.manifests.gateway): 0 = no limit rendered.
+    tokens_per_minute: int = 0
+    requests_per_minute: int = 0
 
     @property
     def gpus_per_replica(self) -> int:
@@ -102,6 +105,17 @@ class PlatformSpec:
     cpu_flavor: str = "portal-cpu"
     cpu_flavor_node_labels: tuple[tuple[str, str], ...] = ()  # sorted (key, value) pairs
     queueing_strategy: str = "BestEffortFIFO"  # every ClusterQueue's: BestEffortFIFO | StrictFIFO
+
+
+@dataclass(frozen=True)
+class GatewaySpec:
+    """Where deployments are exposed (runtime.manifests.gateway): the platform Gateway their
+    HTTPRoutes attach to, the public base URL, and the namespace of the API-key Secrets."""
+
+    gateway_name: str
+    gateway_namespace: str
+    public_url: str  # e.g. https://llm.example.com; the endpoint is <public_url>/<tenant>/<name>/v1
+    key_namespace: str
 
 
 @dataclass(frozen=True)

@@ -102,16 +102,23 @@ def _in_cluster() -> bool:
 
 def _kuberay() -> Backend:
     from runtime.backends.kuberay import KubeRayBackend
-    from runtime.platform import platform_spec
+    from runtime.platform import gateway_spec, platform_spec
 
-    return KubeRayBackend(get_cluster(), platform_spec())
+    return KubeRayBackend(get_cluster(), platform_spec(), gateway_spec(), _key_seed())
 
 
 def _kserve() -> Backend:
     from runtime.backends.kserve import KServeBackend
-    from runtime.platform import platform_spec
+    from runtime.platform import gateway_spec, platform_spec
 
-    return KServeBackend(get_cluster(), platform_spec())
+    return KServeBackend(get_cluster(), platform_spec(), gateway_spec(), _key_seed())
+
+
+def _key_seed() -> str:
+    """What the portal's Try-it keys derive from (runtime.keys): the portal's secret key."""
+    from django.conf import settings
+
+    return settings.SECRET_KEY
 
 
 def _local() -> Backend:

@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Protocol
 
 from runtime import k8s
+from runtime.backends.exposure import expose, exposure_digest, external_endpoint, unexpose
 from runtime.backends.insight import ClusterInsight
 from runtime.manifests.common import (
     ANNOTATION_GENERATION,
@@ -22,7 +23,7 @@ from runtime.manifests.common import (
     LABEL_MANAGED_BY,
     MANAGED_BY,
 )
-from runtime.spec import DeploymentSpec, PlatformSpec
+from runtime.spec import DeploymentSpec, GatewaySpec, PlatformSpec
 from runtime.status import Observation, absent_observation, with_kueue_history
 
 
@@ -74,9 +75,25 @@ class ClusterObjectBackend(ClusterInsight, ABC):
     name: str
     kind: k8s.Kind
 
-    def __init__(self, cluster: k8s.Cluster, platform: PlatformSpec):
+    def __init__(
+        self, cluster: k8s.Cluster, platform: PlatformSpec, gateway: GatewaySpec | None = None, key_seed: str = ""
+    ):
         self.cluster = cluster
         self.platform = platform
+        self.gateway = gateway  # None: not exposed on a Gateway (runtime.backends.exposure)
+        self.key_seed = key_seed  # derives the Try-it key (runtime.keys)
+
+    def expose_stamp(self, obj: dict[str, Any], spec: DeploymentSpec) -> None:
+        """Fold the exposure objects' hash into the object's spec hash: a changed route or limit
+        makes the object (and its exposure) apply again, and the sweep sees it as drift."""
+        extra = exposure_digest(spec, self.gateway)
+        if extra:
+            annotations = obj["metadata"]["annotations"]
+            annotations[ANNOTATION_SPEC_HASH] = digest([annotations[ANNOTATION_SPEC_HASH], extra])
+
+    def expose(self, spec: DeploymentSpec) -> None:
+        """Apply the deployment's route, policies and Try-it key (nothing without a Gateway)."""
+        expose(self.cluster, spec, self.gateway, self.key_seed)
 
     @abstractmethod
     def desired(self, spec: DeploymentSpec) -> dict[str, Any]:
@@ -91,6 +108,7 @@ class ClusterObjectBackend(ClusterInsight, ABC):
         """State and conditions from the object and its Kueue Workload (None: no Workload yet)."""
 
     def _create(self, spec: DeploymentSpec, desired: dict[str, Any], events: list[tuple[str, str, str]]) -> dict:
+        self.expose(spec)
         current = self.cluster.apply(desired)
         events.append(("Normal", "Created", f"{self.kind.kind} {spec.name} created in {spec.namespace}."))
         return current
@@ -108,6 +126,10 @@ class ClusterObjectBackend(ClusterInsight, ABC):
         obs.events = events + obs.events
         return obs
 
+    def public_endpoint(self, spec: DeploymentSpec, internal: str | None) -> str | None:
+        """The endpoint users call: the Gateway's route when one is configured."""
+        return external_endpoint(spec, self.gateway, internal)
+
     def observe(self, spec: DeploymentSpec) -> Observation:
         current = self.cluster.get(self.kind, spec.name, spec.namespace)
         if current is None:
@@ -116,6 +138,7 @@ class ClusterObjectBackend(ClusterInsight, ABC):
 
     def remove(self, spec: DeploymentSpec) -> bool:
         """Delete the object; True once it is gone (finalizers may keep it a while)."""
+        unexpose(self.cluster, spec, self.gateway)
         if self.cluster.get(self.kind, spec.name, spec.namespace) is None:
             return True
         self.cluster.delete(self.kind, spec.name, spec.namespace)

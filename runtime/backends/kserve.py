@@ -27,6 +27,7 @@ class KServeBackend(ClusterObjectBackend):
     def desired(self, spec: DeploymentSpec) -> dict[str, Any]:
         obj = render_inferenceservice(spec, self.platform)
         stamp(obj, spec)
+        self.expose_stamp(obj, spec)
         return obj
 
     def ensure(self, spec: DeploymentSpec) -> Observation:
@@ -36,6 +37,7 @@ class KServeBackend(ClusterObjectBackend):
         if current is None:
             current = self._create(spec, desired, events)
         elif annotation(current, ANNOTATION_SPEC_HASH) != desired["metadata"]["annotations"][ANNOTATION_SPEC_HASH]:
+            self.expose(spec)
             current = self.cluster.apply(desired)  # KServe rolls out a new revision itself
             events.append(("Normal", "Updated", f"Applied generation {spec.generation}."))
         return self._observe(spec, current, events)
@@ -63,7 +65,7 @@ class KServeBackend(ClusterObjectBackend):
         if status["scaled_to_zero"]:
             result.message = "Scaled to zero: the first request wakes it (GPUs stay reserved)."
         if status["url"]:
-            result.endpoint_url = status["url"].rstrip("/") + "/v1"
+            result.endpoint_url = self.public_endpoint(spec, status["url"].rstrip("/") + "/v1")
             result.metrics_url = None  # scraped through Prometheus (pods sit behind Knative)
         result.conditions = standard_conditions(
             ready=(result.state == "ready", result.reason, result.message),

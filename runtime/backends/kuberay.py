@@ -33,6 +33,7 @@ class KubeRayBackend(ClusterObjectBackend):
     def desired(self, spec: DeploymentSpec) -> dict[str, Any]:
         obj = render_rayservice(spec, self.platform)
         stamp(obj, spec)[ANNOTATION_CLUSTER_HASH] = digest(_cluster_part(obj))
+        self.expose_stamp(obj, spec)
         return obj
 
     @staticmethod
@@ -47,6 +48,7 @@ class KubeRayBackend(ClusterObjectBackend):
     def _observe(self, spec: DeploymentSpec, obj: dict, events: list) -> Observation:
         obs = super()._observe(spec, obj, events)
         obs.endpoint_url, obs.metrics_url = self.urls(spec)
+        obs.endpoint_url = self.public_endpoint(spec, obs.endpoint_url)
         return obs
 
     def ensure(self, spec: DeploymentSpec) -> Observation:
@@ -82,6 +84,7 @@ class KubeRayBackend(ClusterObjectBackend):
                     # apply of `replicas` would scale it back to the minimum on every update.
                     for group in desired["spec"]["rayClusterConfig"].get("workerGroupSpecs", []):
                         group.pop("replicas", None)
+                self.expose(spec)
                 current = self.cluster.apply(desired)
                 events.append(("Normal", "Updated", f"Applied generation {spec.generation}."))
         return self._observe(spec, current, events)

@@ -12,7 +12,7 @@ from kubernetes import client as k8s_client
 from kubernetes.client import rest as k8s_rest
 
 from runtime.k8s.errors import NotFound, TransientClusterError, _translated_errors
-from runtime.k8s.kinds import NAMESPACE, PENDING_WORKLOADS_PATH, Kind, _selector_string, kind_of, labels_match
+from runtime.k8s.kinds import NAMESPACE, PENDING_WORKLOADS_PATH, SECRET, Kind, _selector_string, kind_of, labels_match
 from runtime.k8s.reads import OperatingReads
 
 FIELD_MANAGER = "llm-portal"
@@ -178,6 +178,8 @@ class Cluster(OperatingReads):
         name = obj["metadata"]["name"]
         namespace = obj["metadata"].get("namespace")
         body = dict(obj)
+        if kind == SECRET:
+            return self._apply_secret(name, namespace, body)
         try:
             return self._patch_apply(kind, name, namespace, body)
         except NotFound:
@@ -189,7 +191,9 @@ class Cluster(OperatingReads):
     def delete(self, kind: Kind, name: str, namespace: str | None = None) -> bool:
         """Delete the object; False when it was already gone (deleting is idempotent)."""
         try:
-            if _core_namespace(kind):
+            if kind == SECRET:
+                self._call("delete", self.core.delete_namespaced_secret, name, _require_namespace(kind, namespace))
+            elif _core_namespace(kind):
                 self._call("delete", self.core.delete_namespace, name)
             else:
                 self._custom("delete", "delete", kind, namespace, name, propagation_policy="Background")
@@ -224,6 +228,25 @@ class Cluster(OperatingReads):
         if _core_namespace(kind):
             return self._call("apply", self.core.patch_namespace, name, body, **apply_args)
         return self._custom("apply", "patch", kind, namespace, name, body, **apply_args)
+
+    def _apply_secret(self, name: str, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
+        """API-key Secrets (the access app), written in the key namespace only and never read
+        back: apply, or create where the test server answers apply on a missing object with 404."""
+        namespace = _require_namespace(SECRET, namespace)
+        try:
+            return self._call(
+                "apply",
+                self.core.patch_namespaced_secret,
+                name,
+                namespace,
+                body,
+                field_manager=FIELD_MANAGER,
+                force=True,
+                _content_type="application/apply-patch+yaml",
+            )
+        except NotFound:
+            create = self.core.create_namespaced_secret
+            return self._call("create", create, namespace, body, field_manager=FIELD_MANAGER)
 
     def _create(self, kind: Kind, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
         if _core_namespace(kind):
@@ -276,7 +299,8 @@ class Cluster(OperatingReads):
 
 
 # The core kinds the portal reads, and how: CoreV1Api method names by plural. Every other core
-# call is refused here (Namespaces are the only core kind the portal writes).
+# call is refused here (Namespaces, and API-key Secrets in the key namespace, are the only core
+# kinds the portal writes).
 _CORE_GET = {
     "namespaces": "read_namespace",
     "persistentvolumeclaims": "read_namespaced_persistent_volume_claim",

@@ -57,6 +57,13 @@ EVENT = Kind("", "v1", "events", "Event")
 NODE = Kind("", "v1", "nodes", "Node", namespaced=False)
 PVC = Kind("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
 CONFIGMAP = Kind("", "v1", "configmaps", "ConfigMap")
+# Endpoint access (runtime.manifests.gateway): a route and Kuadrant policies per deployment in
+# its tenant namespace; API-key Secrets, written (never read) in the key namespace only.
+HTTPROUTE = Kind("gateway.networking.k8s.io", "v1", "httproutes", "HTTPRoute")
+AUTHPOLICY = Kind("kuadrant.io", "v1", "authpolicies", "AuthPolicy")
+RATELIMITPOLICY = Kind("kuadrant.io", "v1", "ratelimitpolicies", "RateLimitPolicy")
+TOKENRATELIMITPOLICY = Kind("kuadrant.io", "v1alpha1", "tokenratelimitpolicies", "TokenRateLimitPolicy")
+SECRET = Kind("", "v1", "secrets", "Secret")
 
 # Kueue's visibility API (an aggregated API served by the Kueue controller, not a CRD): the
 # pending workloads of a ClusterQueue in admission order. Only the ClusterQueue view is read —
@@ -85,6 +92,11 @@ KINDS: tuple[Kind, ...] = (
     NODE,
     PVC,
     CONFIGMAP,
+    HTTPROUTE,
+    AUTHPOLICY,
+    RATELIMITPOLICY,
+    TOKENRATELIMITPOLICY,
+    SECRET,
 )
 _KINDS_BY_TYPE = {(k.api_version, k.kind): k for k in KINDS}
 

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from runtime.backends.base import digest
 from runtime.backends.local.engine import ENGINES, READY_FILE, Engine, VllmServer, engine_environment, local_llm_config
 from runtime.backends.local.insight import engine_logs, engine_markers
+from runtime.backends.local.keys import keys_for, write_engine_keys
 from runtime.backends.local.paths import engine_model_source
 from runtime.backends.local.ports import STATE_FILE, PortAllocator
 from runtime.backends.local.processes import (
@@ -29,6 +30,7 @@ from runtime.backends.local.processes import (
     spawn,
     terminate_session,
 )
+from runtime.keys import portal_key
 from runtime.spec import DeploymentSpec
 from runtime.status import Observation, absent_observation, standard_conditions
 
@@ -72,8 +74,10 @@ class LocalBackend:
         threads: int = 2,
         stop_timeout: float = 20.0,
         model_root: Path | None = None,
+        key_seed: str = "",
     ):
         self.root = Path(root)
+        self.key_seed = key_seed  # derives the portal's Try-it key per deployment (runtime.keys)
         self.model_root = model_root  # None: no local path is allowed, only hub ids
         self.engine: Engine = engine or VllmServer()
         self.python = python or sys.executable
@@ -100,6 +104,7 @@ class LocalBackend:
                     threads=settings.LOCAL_ENGINE_THREADS,
                     stop_timeout=settings.LOCAL_STOP_TIMEOUT_SECONDS,
                     model_root=settings.LOCAL_MODEL_ROOT,
+                    key_seed=settings.SECRET_KEY,
                 )
             return cls._instance
 
@@ -122,7 +127,19 @@ class LocalBackend:
         tmp.replace(path)  # atomic: a reader never sees half a state file
 
     def spec_hash(self, spec: DeploymentSpec) -> str:
-        return digest({"engine": self.engine.kind, "config": self.engine.config(spec)})
+        """What the running engine must match: its config and, for vLLM, the set of API keys
+        (as a digest: the state file never holds a key), so a minted or revoked key restarts it."""
+        keys = self.api_keys(spec)
+        extra = {"keys": digest(sorted(keys))} if keys else {}
+        return digest({"engine": self.engine.kind, "config": self.engine.config(spec), **extra})
+
+    def api_keys(self, spec: DeploymentSpec) -> list[str]:
+        """The keys the engine accepts: the portal's Try-it key and the tenant's kept keys for this
+        deployment (runtime.backends.local.keys). Only vLLM's server checks keys itself."""
+        if self.engine.kind != "vllm" or not self.key_seed:
+            return []
+        kept = keys_for(self.root, spec.tenant_slug, spec.deployment_id)
+        return [portal_key(self.key_seed, spec.deployment_id), *kept]
 
     # --- engine checks --------------------------------------------------------------------------
 
@@ -261,6 +278,9 @@ class LocalBackend:
         (run_dir / READY_FILE).unlink(missing_ok=True)
         ports = self.ports.allocate(self.engine.port_count)
         argv = self.engine.argv(self.python, self.engine.config(spec), ports, run_dir)
+        keys = self.api_keys(spec)
+        if keys:  # from a 0600 file, never on the command line (ps shows that to every user)
+            argv += ["--config", str(write_engine_keys(run_dir, keys))]
         log_path = run_dir / LOG_FILE
         with open(log_path, "a") as log:
             log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(argv)}\n")

@@ -1,0 +1,202 @@
+"""Endpoint access on the cluster: a deployment's HTTPRoute on the platform Gateway, the Kuadrant
+policies on it (API keys, token and request limits) and the API-key Secrets. Pure: no ORM, no I/O.
+
+The pattern is Kuadrant's own: an `AuthPolicy` targeting the route authenticates with Authorino's
+API-key identity, which accepts any Secret that carries the selector's labels and lives in the
+namespace of the AuthConfig Kuadrant generates — Kuadrant's namespace (`key_namespace`), so a
+tenant who can write Secrets in its own namespace cannot mint itself a key. Each Secret holds the
+key under `api_key`, carries `authorino.kuadrant.io/managed-by: authorino` (Authorino's default
+secret label selector) and names its holder in `secret.kuadrant.io/user-id`.
+
+A deployment accepts two kinds of key: those scoped to it (label `llm-portal.io/deployment-id`)
+and those scoped to its whole tenant (`llm-portal.io/key-scope: tenant`): two API-key identities,
+either of which authenticates. Every name and label value here comes from validated slugs and
+integer ids, never from what a user typed as a key's name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from runtime.manifests.common import LABEL_DEPLOYMENT_ID, LABEL_MANAGED_BY, LABEL_TENANT, MANAGED_BY, deployment_labels
+from runtime.spec import DeploymentSpec, GatewaySpec
+
+GATEWAY_GROUP = "gateway.networking.k8s.io"
+HTTPROUTE_API_VERSION = f"{GATEWAY_GROUP}/v1"
+AUTHPOLICY_API_VERSION = "kuadrant.io/v1"
+RATELIMITPOLICY_API_VERSION = "kuadrant.io/v1"
+TOKENRATELIMITPOLICY_API_VERSION = "kuadrant.io/v1alpha1"
+
+LABEL_KEY_SCOPE = "llm-portal.io/key-scope"  # "deployment" | "tenant"
+LABEL_KEY_ID = "llm-portal.io/key-id"
+LABEL_AUTHORINO = "authorino.kuadrant.io/managed-by"
+ANNOTATION_USER_ID = "secret.kuadrant.io/user-id"
+SECRET_KEY_FIELD = "api_key"
+SCOPE_DEPLOYMENT = "deployment"
+SCOPE_TENANT = "tenant"
+
+# What the auth response hands on to the limit policies: the key's holder and its tenant.
+USER_ID_SELECTOR = "auth.identity.metadata.annotations.secret\\.kuadrant\\.io/user-id"
+
+# The Ray Serve proxy (kuberay) and the KServe predictor Service listen here.
+KUBERAY_SERVE_PORT = 8000
+KSERVE_PREDICTOR_PORT = 80
+
+
+def route_prefix(spec: DeploymentSpec) -> str:
+    """The deployment's path on the Gateway: one per tenant and deployment, predictable."""
+    return f"/{spec.tenant_slug}/{spec.name}"
+
+
+def public_endpoint(gateway: GatewaySpec, spec: DeploymentSpec) -> str:
+    """The OpenAI base URL users call: the public URL, the route's prefix, then /v1."""
+    return f"{gateway.public_url.rstrip('/')}{route_prefix(spec)}/v1"
+
+
+def backend_service(spec: DeploymentSpec) -> tuple[str, int]:
+    """(Service name, port) the route sends traffic to: KubeRay's serve Service, or KServe's
+    predictor Service."""
+    if spec.backend == "kserve":
+        return f"{spec.name}-predictor", KSERVE_PREDICTOR_PORT
+    return f"{spec.name}-serve-svc", KUBERAY_SERVE_PORT
+
+
+def _metadata(spec: DeploymentSpec) -> dict[str, Any]:
+    return {"name": spec.name, "namespace": spec.namespace, "labels": deployment_labels(spec)}
+
+
+def _hostnames(gateway: GatewaySpec) -> list[str]:
+    """The public URL's host when it is a DNS name (the Gateway API takes no IP addresses)."""
+    host = urlsplit(gateway.public_url).hostname or ""
+    if not host or host.replace(".", "").isdigit() or ":" in host or "." not in host:
+        return []
+    return [host]
+
+
+def render_httproute(spec: DeploymentSpec, gateway: GatewaySpec) -> dict[str, Any]:
+    """The HTTPRoute: `<prefix>/...` on the platform Gateway, rewritten to `/...` for the engine."""
+    service, port = backend_service(spec)
+    route: dict[str, Any] = {
+        "parentRefs": [
+            {
+                "group": GATEWAY_GROUP,
+                "kind": "Gateway",
+                "name": gateway.gateway_name,
+                "namespace": gateway.gateway_namespace,
+            }
+        ],
+        "rules": [
+            {
+                "matches": [{"path": {"type": "PathPrefix", "value": route_prefix(spec)}}],
+                "filters": [
+                    {
+                        "type": "URLRewrite",
+                        "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}},
+                    }
+                ],
+                "backendRefs": [{"group": "", "kind": "Service", "name": service, "port": port}],
+            }
+        ],
+    }
+    hostnames = _hostnames(gateway)
+    if hostnames:
+        route["hostnames"] = hostnames
+    return {"apiVersion": HTTPROUTE_API_VERSION, "kind": "HTTPRoute", "metadata": _metadata(spec), "spec": route}
+
+
+def _target(spec: DeploymentSpec) -> dict[str, str]:
+    return {"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": spec.name}
+
+
+def key_selector(tenant_slug: str, deployment_id: int | None) -> dict[str, str]:
+    """The labels of the keys a deployment accepts (deployment-scoped when an id is given)."""
+    labels = {LABEL_AUTHORINO: "authorino", LABEL_MANAGED_BY: MANAGED_BY, LABEL_TENANT: tenant_slug}
+    if deployment_id is None:
+        labels[LABEL_KEY_SCOPE] = SCOPE_TENANT
+    else:
+        labels[LABEL_KEY_SCOPE] = SCOPE_DEPLOYMENT
+        labels[LABEL_DEPLOYMENT_ID] = str(deployment_id)
+    return labels
+
+
+def render_authpolicy(spec: DeploymentSpec) -> dict[str, Any]:
+    """API keys from labelled Secrets: the deployment's own keys, or its tenant's."""
+    authentication = {
+        name: {
+            "apiKey": {"selector": {"matchLabels": key_selector(spec.tenant_slug, scope)}},
+            "credentials": {"authorizationHeader": {"prefix": "Bearer"}},  # what OpenAI clients send
+        }
+        for name, scope in (("deployment-keys", spec.deployment_id), ("tenant-keys", None))
+    }
+    identity = {"json": {"properties": {"userid": {"selector": USER_ID_SELECTOR}}}}
+    return {
+        "apiVersion": AUTHPOLICY_API_VERSION,
+        "kind": "AuthPolicy",
+        "metadata": _metadata(spec),
+        "spec": {
+            "targetRef": _target(spec),
+            "rules": {"authentication": authentication, "response": {"success": {"filters": {"identity": identity}}}},
+        },
+    }
+
+
+def render_tokenratelimitpolicy(spec: DeploymentSpec) -> dict[str, Any] | None:
+    """The tenant's tokens per minute on this route (None when the policy sets no limit)."""
+    if spec.tokens_per_minute <= 0:
+        return None
+    limit = {"rates": [{"limit": spec.tokens_per_minute, "window": "1m"}]}
+    return {
+        "apiVersion": TOKENRATELIMITPOLICY_API_VERSION,
+        "kind": "TokenRateLimitPolicy",
+        "metadata": _metadata(spec),
+        "spec": {"targetRef": _target(spec), "limits": {"tenant-tokens": limit}},
+    }
+
+
+def render_ratelimitpolicy(spec: DeploymentSpec) -> dict[str, Any] | None:
+    """The tenant's requests per minute on this route, for when tokens are not known up front
+    (None when the policy sets no limit)."""
+    if spec.requests_per_minute <= 0:
+        return None
+    limit = {"rates": [{"limit": spec.requests_per_minute, "window": "1m"}]}
+    return {
+        "apiVersion": RATELIMITPOLICY_API_VERSION,
+        "kind": "RateLimitPolicy",
+        "metadata": _metadata(spec),
+        "spec": {"targetRef": _target(spec), "limits": {"tenant-requests": limit}},
+    }
+
+
+def exposure_objects(spec: DeploymentSpec, gateway: GatewaySpec) -> list[dict[str, Any]]:
+    """Every object that exposes `spec` on the Gateway, in apply order (route first)."""
+    objects = [render_httproute(spec, gateway), render_authpolicy(spec)]
+    objects += [o for o in (render_tokenratelimitpolicy(spec), render_ratelimitpolicy(spec)) if o is not None]
+    return objects
+
+
+def key_secret_name(key_id: int) -> str:
+    return f"llm-portal-key-{key_id}"
+
+
+def portal_key_secret_name(deployment_id: int) -> str:
+    return f"llm-portal-try-{deployment_id}"
+
+
+def render_key_secret(
+    *, name: str, namespace: str, tenant_slug: str, deployment_id: int | None, api_key: str, user_id: str
+) -> dict[str, Any]:
+    """One API key as Authorino reads it: `api_key`, the selector's labels, the holder's id."""
+    labels = key_selector(tenant_slug, deployment_id)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {ANNOTATION_USER_ID: user_id},
+        },
+        "type": "Opaque",
+        "stringData": {SECRET_KEY_FIELD: api_key},
+    }

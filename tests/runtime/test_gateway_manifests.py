@@ -1,0 +1,162 @@
+"""Endpoint access objects: HTTPRoute, AuthPolicy, TokenRateLimitPolicy, RateLimitPolicy and the
+API-key Secret — golden files, the real Gateway API / Kuadrant CRD schemas (CEL rules included),
+and the behaviour each field is there for.
+
+Regenerate the golden files after an intended change with UPDATE_GOLDEN=1.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from runtime.manifests.gateway import (
+    backend_service,
+    exposure_objects,
+    key_selector,
+    public_endpoint,
+    render_authpolicy,
+    render_httproute,
+    render_key_secret,
+    render_ratelimitpolicy,
+    render_tokenratelimitpolicy,
+)
+from runtime.spec import GatewaySpec
+from tests.runtime.test_manifests import small_spec
+from tests.support.crd import SchemaError, assert_valid
+
+GOLDEN = Path(__file__).parent / "golden"
+GATEWAY = GatewaySpec(
+    gateway_name="llm-gateway",
+    gateway_namespace="gateway-system",
+    public_url="https://llm.example.com",
+    key_namespace="kuadrant-system",
+)
+
+
+def limited():
+    return small_spec(tokens_per_minute=50_000, requests_per_minute=600)
+
+
+GOLDEN_CASES = {
+    "gateway_httproute": lambda: render_httproute(limited(), GATEWAY),
+    "gateway_httproute_kserve": lambda: render_httproute(replace(limited(), backend="kserve"), GATEWAY),
+    "gateway_authpolicy": lambda: render_authpolicy(limited()),
+    "gateway_tokenratelimitpolicy": lambda: render_tokenratelimitpolicy(limited()),
+    "gateway_ratelimitpolicy": lambda: render_ratelimitpolicy(limited()),
+    "gateway_key_secret": lambda: render_key_secret(
+        name="llm-portal-key-12",
+        namespace="kuadrant-system",
+        tenant_slug="acme",
+        deployment_id=7,
+        api_key="llmp_not-a-real-key",
+        user_id="key-12",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
+def test_rendered_object_matches_golden_file(case: str) -> None:
+    rendered = GOLDEN_CASES[case]()
+    path = GOLDEN / f"{case}.yaml"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.write_text(yaml.safe_dump(rendered, sort_keys=False, width=100))
+    assert path.exists(), f"{path} missing: run with UPDATE_GOLDEN=1 and review it"
+    assert rendered == yaml.safe_load(path.read_text())
+
+
+SCHEMA_CASES = {
+    **{k: v for k, v in GOLDEN_CASES.items() if k != "gateway_key_secret"},
+    "httproute_on_an_ip_address": lambda: render_httproute(
+        limited(), replace(GATEWAY, public_url="http://10.0.0.5:8080")
+    ),
+    "authpolicy_tenant_without_limits": lambda: render_authpolicy(small_spec()),
+}
+
+
+class TestCrdSchemas:
+    @pytest.mark.parametrize("case", sorted(SCHEMA_CASES))
+    def test_rendered_object_is_valid_including_cel_rules(self, case: str) -> None:
+        report = assert_valid(SCHEMA_CASES[case]())
+        if case.startswith("gateway_authpolicy") or "ratelimit" in case:
+            # The Kuadrant policies' rules (targetRef group/kind, limits present) really ran.
+            assert report.evaluated, "no CEL rule was evaluated"
+
+    def test_a_policy_aimed_at_a_service_breaks_the_targetref_rule(self) -> None:
+        policy = render_authpolicy(small_spec())
+        policy["spec"]["targetRef"] = {"group": "", "kind": "Service", "name": "qwen-small-serve-svc"}
+        with pytest.raises(SchemaError, match="targetRef"):
+            assert_valid(policy)
+
+    def test_a_limit_policy_without_limits_breaks_the_cel_rule(self) -> None:
+        policy = render_tokenratelimitpolicy(limited())
+        policy["spec"]["limits"] = {}
+        with pytest.raises(SchemaError, match="At least one spec.limits"):
+            assert_valid(policy)
+
+    def test_a_route_path_rewrite_misspelt_is_caught(self) -> None:
+        route = render_httproute(limited(), GATEWAY)
+        route["spec"]["rules"][0]["filters"][0]["urlRewrite"]["path"]["replacePrefix"] = "/"
+        with pytest.raises(SchemaError):
+            assert_valid(route)
+
+
+class TestBehaviour:
+    def test_the_route_is_per_tenant_and_deployment_and_rewritten_for_the_engine(self) -> None:
+        route = render_httproute(limited(), GATEWAY)["spec"]
+        assert route["parentRefs"][0] | {} == {
+            "group": "gateway.networking.k8s.io",
+            "kind": "Gateway",
+            "name": "llm-gateway",
+            "namespace": "gateway-system",
+        }
+        assert route["rules"][0]["matches"] == [{"path": {"type": "PathPrefix", "value": "/acme/qwen-small"}}]
+        assert route["rules"][0]["filters"][0]["urlRewrite"]["path"]["replacePrefixMatch"] == "/"
+        assert route["hostnames"] == ["llm.example.com"]
+        assert public_endpoint(GATEWAY, limited()) == "https://llm.example.com/acme/qwen-small/v1"
+
+    def test_an_ip_address_public_url_sets_no_hostname(self) -> None:
+        route = render_httproute(limited(), replace(GATEWAY, public_url="http://10.0.0.5:8080"))
+        assert "hostnames" not in route["spec"]
+
+    def test_the_backend_is_the_serve_service_or_the_kserve_predictor(self) -> None:
+        assert backend_service(small_spec()) == ("qwen-small-serve-svc", 8000)
+        assert backend_service(small_spec(backend="kserve")) == ("qwen-small-predictor", 80)
+
+    def test_the_authpolicy_accepts_deployment_keys_and_tenant_keys_only(self) -> None:
+        auth = render_authpolicy(small_spec())["spec"]["rules"]["authentication"]
+        deployment = auth["deployment-keys"]["apiKey"]["selector"]["matchLabels"]
+        tenant = auth["tenant-keys"]["apiKey"]["selector"]["matchLabels"]
+        assert (
+            deployment["llm-portal.io/deployment-id"] == "7" and deployment["llm-portal.io/key-scope"] == "deployment"
+        )
+        assert tenant["llm-portal.io/key-scope"] == "tenant" and "llm-portal.io/deployment-id" not in tenant
+        assert deployment["llm-portal.io/tenant"] == tenant["llm-portal.io/tenant"] == "acme"
+        # Keys are looked up in the AuthConfig's (Kuadrant's) namespace only, never in tenants'.
+        assert "allNamespaces" not in auth["deployment-keys"]["apiKey"]
+        assert auth["deployment-keys"]["credentials"] == {"authorizationHeader": {"prefix": "Bearer"}}
+
+    def test_a_key_secret_carries_exactly_the_selector_labels_of_its_scope(self) -> None:
+        secret = GOLDEN_CASES["gateway_key_secret"]()
+        labels = secret["metadata"]["labels"]
+        assert labels == key_selector("acme", 7)
+        assert labels["authorino.kuadrant.io/managed-by"] == "authorino"
+        assert secret["stringData"] == {"api_key": "llmp_not-a-real-key"}
+        assert secret["metadata"]["annotations"] == {"secret.kuadrant.io/user-id": "key-12"}
+        auth = render_authpolicy(small_spec())["spec"]["rules"]["authentication"]
+        other = render_authpolicy(small_spec(deployment_id=8))["spec"]["rules"]["authentication"]
+        assert auth["deployment-keys"]["apiKey"]["selector"]["matchLabels"] == labels
+        assert other["deployment-keys"]["apiKey"]["selector"]["matchLabels"] != labels
+
+    def test_limits_come_from_the_tenant_and_zero_renders_none(self) -> None:
+        tokens = render_tokenratelimitpolicy(limited())["spec"]["limits"]["tenant-tokens"]["rates"]
+        requests = render_ratelimitpolicy(limited())["spec"]["limits"]["tenant-requests"]["rates"]
+        assert tokens == [{"limit": 50_000, "window": "1m"}] and requests == [{"limit": 600, "window": "1m"}]
+        assert render_tokenratelimitpolicy(small_spec()) is None and render_ratelimitpolicy(small_spec()) is None
+        assert [o["kind"] for o in exposure_objects(small_spec(), GATEWAY)] == ["HTTPRoute", "AuthPolicy"]
+        kinds = [o["kind"] for o in exposure_objects(limited(), GATEWAY)]
+        assert kinds == ["HTTPRoute", "AuthPolicy", "TokenRateLimitPolicy", "RateLimitPolicy"]
