@@ -419,6 +419,7 @@ def ui_targets(world):
     return [
         ("member", "/deployments/new/"),
         ("member", "/deployments/preview/"),
+        ("member", "/deployments/profile/"),
         ("member", f"/deployments/{dep.pk}/scale/"),
         ("member", f"/deployments/{dep.pk}/try/"),
         ("platform_admin", f"/deployments/{dep.pk}/approve/"),
@@ -430,7 +431,7 @@ def ui_targets(world):
 
 
 class TestHostileBodiesInTheBrowser:
-    @pytest.mark.parametrize("index", range(9), ids=lambda i: f"view{i}")
+    @pytest.mark.parametrize("index", range(10), ids=lambda i: f"view{i}")
     def test_no_body_makes_a_view_fail_and_broken_framing_gets_400(self, world, ui_targets, settings, index):
         role, path = ui_targets[index]
         client = world.browser(role)

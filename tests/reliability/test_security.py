@@ -138,6 +138,12 @@ MATRIX = {
         lambda w, c: c.get("/api/v1/quota-preview/", {"tenant": "alpha", "flavor": "h100-sxm5", "gpus": 1}),
         ALPHA_READ,
     ),
+    ("serving-profiles", "get"): (
+        lambda w, c: c.get(
+            "/api/v1/serving-profiles/", {"tenant": "alpha", "flavor": "h100-sxm5", "model_source": "org/model"}
+        ),
+        ALPHA_READ,
+    ),
     ("cluster-readiness", "get"): (
         lambda w, c: c.get("/api/v1/cluster/readiness/"),
         expect(viewer=403, member=403, tenant_admin=403, other_member=403),
