@@ -115,18 +115,34 @@ def rendered_manifest(dep: ModelDeployment) -> dict:
 def snippets(dep: ModelDeployment) -> dict[str, str]:
     base = dep.endpoint_url or "http://<endpoint>/v1"
     model = dep.served_model_name or dep.name
+    # The key comes from the environment ($API_KEY: minted on the API keys page), never the page.
     curl = (
         f"curl {base}/chat/completions \\\n  -H 'Content-Type: application/json' \\\n"
+        '  -H "Authorization: Bearer $API_KEY" \\\n'
         f"  -d '{json.dumps({'model': model, 'messages': [{'role': 'user', 'content': 'Hello!'}]})}'"
     )
     python = (
-        "from openai import OpenAI\n\n"
-        f'client = OpenAI(base_url="{base}", api_key="unused")\n'
+        "import os\n\nfrom openai import OpenAI\n\n"
+        f'client = OpenAI(base_url="{base}", api_key=os.environ["API_KEY"])\n'
         f'reply = client.chat.completions.create(model="{model}",\n'
         '    messages=[{"role": "user", "content": "Hello!"}])\n'
         "print(reply.choices[0].message.content)"
     )
-    return {"curl": curl, "python": python}
+    return {"curl": curl, "python": python, "note": endpoint_note(dep)}
+
+
+def endpoint_note(dep: ModelDeployment) -> str:
+    """Where the endpoint URL leads and which keys it takes (README "Endpoint access")."""
+    from django.conf import settings
+
+    if not backend_traits(dep.backend).on_cluster:
+        return "The local engine accepts keys minted for this deployment or for its tenant."
+    if settings.GATEWAY_PUBLIC_URL:
+        return "Through the platform Gateway: send a key minted for this deployment or for its tenant."
+    return (
+        "Cluster-internal URL: no Gateway is configured (GATEWAY_PUBLIC_URL is unset), so the endpoint "
+        "is reachable only inside the cluster and checks no key."
+    )
 
 
 def detail_context(request, dep: ModelDeployment) -> dict:

@@ -350,6 +350,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "metrics.tasks.downsample_metrics_task",
         "schedule": 600.0,
     },
+    "access-expire-keys": {
+        "task": "access.tasks.expire_keys_task",
+        "schedule": 60.0,
+    },
 }
 
 # --- mail (budget and idle warnings to tenant admins: quotas.notify) ---------------------------

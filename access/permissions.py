@@ -1,0 +1,52 @@
+"""Who may do what with API keys: one (role, action) table, read by the services, API and pages.
+
+Viewers see a tenant's keys' names, prefixes and dates (nothing secret: the key itself is shown
+once, to its maker, and only its digest is kept); members mint keys for their tenant and revoke
+their own; tenant admins revoke any key of the tenant; platform admins everything.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from core.exceptions import Forbidden
+from deployments.states import Actor, actor_of
+
+
+class KeyAction(StrEnum):
+    LIST = "list"
+    MINT = "mint"
+    REVOKE_OWN = "revoke_own"
+    REVOKE_ANY = "revoke_any"
+
+
+_PEOPLE = frozenset({Actor.MEMBER, Actor.TENANT_ADMIN, Actor.PLATFORM_ADMIN})
+
+PERMISSIONS: dict[KeyAction, frozenset[Actor]] = {
+    KeyAction.LIST: _PEOPLE | {Actor.VIEWER},
+    KeyAction.MINT: _PEOPLE,
+    KeyAction.REVOKE_OWN: _PEOPLE,
+    KeyAction.REVOKE_ANY: frozenset({Actor.TENANT_ADMIN, Actor.PLATFORM_ADMIN}),
+}
+
+
+def allowed(actor: Actor | None, action: KeyAction) -> bool:
+    return actor in PERMISSIONS[action]
+
+
+def may_revoke(user, key) -> bool:
+    """A tenant admin (or platform admin) revokes any key of the tenant; others their own."""
+    actor = actor_of(key.tenant, user)
+    return allowed(actor, KeyAction.REVOKE_ANY) or (
+        allowed(actor, KeyAction.REVOKE_OWN) and key.created_by_id is not None and key.created_by_id == user.pk
+    )
+
+
+def authorize_mint(tenant, user) -> None:
+    if not allowed(actor_of(tenant, user), KeyAction.MINT):
+        raise Forbidden("Only members of the tenant may mint API keys for it.")
+
+
+def authorize_revoke(user, key) -> None:
+    if not may_revoke(user, key):
+        raise Forbidden("Only the key's maker or a tenant admin may revoke it.")

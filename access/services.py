@@ -1,0 +1,131 @@
+"""API-key services: mint (shown once), revoke, expire. Row locks, audit, publishing on commit."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from access.keystore import seal
+from access.models import ApiKey
+from access.permissions import authorize_mint, authorize_revoke
+from core.exceptions import ConflictError, DomainError
+from core.models import audit
+from deployments.choices import State
+from deployments.models import ModelDeployment
+from quotas.models import Tenant
+
+KEY_PREFIX = "llmp_"
+PREFIX_SHOWN = len(KEY_PREFIX) + 8
+DEFAULT_DAYS = 90
+MAX_DAYS = 365
+NAME_PATTERN = re.compile(r"^[\w .:@-]{1,100}$")
+NAME_MESSAGE = "1 to 100 letters, digits, spaces and . : @ - _ only."
+
+
+def key_digest(plaintext: str) -> str:
+    """SHA-256 of the key: enough for 32 random bytes (no dictionary to try)."""
+    return hashlib.sha256(plaintext.encode()).hexdigest()
+
+
+def key_lookup(plaintext: str) -> ApiKey | None:
+    """The active key with this plaintext, compared in constant time against the stored digest."""
+    digest = key_digest(plaintext)
+    key = ApiKey.objects.active().filter(key_hash=digest).first()
+    return key if key is not None and secrets.compare_digest(key.key_hash, digest) else None
+
+
+def _deployment_for(tenant: Tenant, deployment_id: int | None) -> ModelDeployment | None:
+    if deployment_id is None:
+        return None
+    dep = ModelDeployment.objects.select_for_update().filter(pk=deployment_id, tenant=tenant).first()
+    if dep is None:
+        raise DomainError("No such deployment in this tenant.", field="deployment")
+    if dep.state in (State.DELETING, State.DELETED):
+        raise DomainError("The deployment is being deleted.", field="deployment")
+    return dep
+
+
+@transaction.atomic
+def key_mint(
+    *, user, tenant: Tenant, name: str, deployment_id: int | None = None, expires_in_days: int = DEFAULT_DAYS
+) -> tuple[ApiKey, str]:
+    """Mint a key for one deployment of `tenant` (or all of them); returns (row, plaintext).
+
+    The plaintext is returned once and never stored: the row keeps its digest. It is published
+    (gateway Secret, local engine file) by a task after the commit.
+    """
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)  # serializes with archiving
+    authorize_mint(tenant, user)
+    if tenant.archived:
+        raise ConflictError("The tenant is archived: no new keys.")
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        raise DomainError(NAME_MESSAGE, field="name")
+    if not isinstance(expires_in_days, int) or not 1 <= expires_in_days <= MAX_DAYS:
+        raise DomainError(f"Between 1 and {MAX_DAYS} days.", field="expires_in_days")
+    dep = _deployment_for(tenant, deployment_id)
+    plaintext = KEY_PREFIX + secrets.token_urlsafe(32)
+    key = ApiKey.objects.create(
+        tenant=tenant,
+        deployment=dep,
+        name=name,
+        prefix=plaintext[:PREFIX_SHOWN],
+        key_hash=key_digest(plaintext),
+        created_by=user,
+        expires_at=timezone.now() + timedelta(days=expires_in_days),
+        gateway_state="pending",
+    )
+    audit(
+        actor=user,
+        action="apikey.mint",
+        obj=key,
+        tenant=tenant,
+        changes={"name": name, "prefix": key.prefix, "deployment": dep.pk if dep else None, "days": expires_in_days},
+    )
+    from access.tasks import publish_key_task
+
+    publish_key_task.delay_on_commit(key.pk, seal(plaintext))
+    return key, plaintext
+
+
+@transaction.atomic
+def key_revoke(*, user, key_id: int, reason: str = "") -> ApiKey:
+    """Revoke a key now (409 when it already is); the gateway and engines drop it after commit."""
+    key = ApiKey.objects.select_for_update().select_related("tenant").filter(pk=key_id).first()
+    if key is None:
+        raise DomainError("No such key.", code="not_found")
+    authorize_revoke(user, key)
+    if key.revoked_at is not None:
+        raise ConflictError("The key is already revoked.")
+    key.revoked_at, key.revoked_by = timezone.now(), user
+    key.save(update_fields=["revoked_at", "revoked_by"])
+    audit(actor=user, action="apikey.revoke", obj=key, tenant=key.tenant, reason=reason, changes={"prefix": key.prefix})
+    from access.tasks import withdraw_key_task
+
+    withdraw_key_task.delay_on_commit(key.pk)
+    return key
+
+
+def keys_expire() -> list[int]:
+    """Withdraw expired keys that are still published (the gateway cannot read an expiry from a
+    Secret, so the portal removes them); returns their ids."""
+    from access.tasks import withdraw_key_task
+
+    now = timezone.now()
+    ids = []
+    for key in ApiKey.objects.filter(expires_at__lte=now, revoked_at__isnull=True).exclude(gateway_state="withdrawn"):
+        with transaction.atomic():
+            updated = (
+                ApiKey.objects.filter(pk=key.pk).exclude(gateway_state="withdrawn").update(gateway_state="expiring")
+            )
+            if updated:
+                audit(
+                    actor="system", action="apikey.expire", obj=key, tenant=key.tenant, changes={"prefix": key.prefix}
+                )
+                withdraw_key_task.delay_on_commit(key.pk)
+                ids.append(key.pk)
+    return ids

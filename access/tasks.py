@@ -1,0 +1,55 @@
+"""Access tasks: publish a minted key, withdraw a revoked or expired one. Thin and repeatable."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from core.tasks import RETRY
+
+
+@shared_task(**RETRY)
+def publish_key_task(key_id: int, sealed: str) -> str | None:
+    """Write the key's Secret and local file; retried on cluster errors. A key revoked meanwhile
+    is withdrawn instead, so a late publish never brings it back."""
+    from access.keystore import publish, refresh_local_engines, unseal, withdraw
+    from access.models import ApiKey
+
+    key = ApiKey.objects.select_related("tenant").filter(pk=key_id).first()
+    if key is None:
+        return None
+    plaintext = unseal(sealed)
+    if plaintext is None or key.status != "active":
+        withdraw(key)
+        ApiKey.objects.filter(pk=key_id).update(gateway_state="withdrawn" if key.status != "active" else "failed")
+        return "not-published"
+    state = publish(key, plaintext)
+    live = ApiKey.objects.filter(pk=key_id, revoked_at__isnull=True).exclude(
+        gateway_state__in=("withdrawn", "expiring")
+    )
+    if not live.update(gateway_state=state):
+        withdraw(key)  # revoked (or expired) while we published
+    refresh_local_engines(key)
+    return state
+
+
+@shared_task(**RETRY)
+def withdraw_key_task(key_id: int) -> str | None:
+    """Delete the key's Secret and local file, and restart its local engines without it."""
+    from access.keystore import refresh_local_engines, withdraw
+    from access.models import ApiKey
+
+    key = ApiKey.objects.select_related("tenant").filter(pk=key_id).first()
+    if key is None:
+        return None
+    withdraw(key)
+    ApiKey.objects.filter(pk=key_id).update(gateway_state="withdrawn")
+    refresh_local_engines(key)
+    return "withdrawn"
+
+
+@shared_task(acks_late=True)
+def expire_keys_task() -> list[int]:
+    """Every minute (beat): withdraw keys past their expiry."""
+    from access.services import keys_expire
+
+    return keys_expire()

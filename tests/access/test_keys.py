@@ -1,0 +1,230 @@
+"""API keys over HTTP: mint (shown once, stored as a digest), list, revoke, who may do which;
+publishing to the gateway's key namespace (the real `kubernetes` client against the API test
+server) and to the local engine's key files; expiry; the pages."""
+
+from __future__ import annotations
+
+import hashlib
+import stat
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from access.models import ApiKey
+from access.services import key_lookup, key_mint, keys_expire
+from core.models import AuditEvent
+from deployments import services as deployment_services
+from runtime import k8s
+from runtime.backends.local.keys import keys_for
+from tests.support.factories import draft
+
+K = "/api/v1/keys/"
+
+
+@pytest.fixture
+def eager(monkeypatch):
+    """Tasks run in this process when their commit hook fires (as a worker would run them)."""
+    from portal.celery import app
+
+    monkeypatch.setitem(app.conf, "task_always_eager", True)
+
+
+@pytest.fixture
+def gateway(settings, tmp_path):
+    settings.GATEWAY_PUBLIC_URL = "https://llm.example.com"
+    settings.API_KEY_NAMESPACE = "kuadrant-system"
+    settings.LOCAL_RUNTIME_DIR = tmp_path / "runtime"
+    return settings
+
+
+def mint(world, role="member", **body):
+    return world.client(role).post(K, {"tenant": "alpha", "name": "ci", **body}, format="json")
+
+
+def dep(world, tenant=None, name="chat"):
+    user = world.users["member" if tenant is None else "other_member"]
+    return deployment_services.deployment_create(
+        tenant=tenant or world.alpha, user=user, data=draft(world, name=name, max_replicas=1)
+    )
+
+
+class TestMint:
+    def test_the_key_is_shown_once_and_only_its_digest_is_kept(self, world):
+        response = mint(world, expires_in_days=30)
+        assert response.status_code == 201, response.content
+        body = response.json()
+        plaintext = body["key"]
+        assert plaintext.startswith("llmp_") and len(plaintext) > 40
+        row = ApiKey.objects.get(pk=body["id"])
+        assert row.key_hash == hashlib.sha256(plaintext.encode()).hexdigest()
+        assert plaintext not in str(ApiKey.objects.filter(pk=row.pk).values().first())
+        assert body["prefix"] == plaintext[: len(body["prefix"])] and body["scope"] == "tenant"
+        assert 29 <= (row.expires_at - timezone.now()).days <= 30
+        listed = world.client("member").get(K).json()["results"]
+        assert [k["id"] for k in listed] == [row.pk] and "key" not in listed[0]
+        assert "key" not in world.client("member").get(f"{K}{row.pk}/").json()
+        assert key_lookup(plaintext) == row and key_lookup(plaintext + "x") is None
+        assert AuditEvent.objects.filter(action="apikey.mint", object_id=str(row.pk)).exists()
+
+    def test_a_key_scoped_to_a_deployment(self, world):
+        d = dep(world)
+        response = mint(world, deployment=d.pk)
+        assert response.status_code == 201 and response.json()["scope"] == "deployment"
+        assert response.json()["deployment"] == d.pk
+
+    def test_another_tenants_deployment_is_refused_with_the_field(self, world):
+        other = dep(world, tenant=world.beta, name="beta-chat")
+        response = mint(world, deployment=other.pk)
+        assert response.status_code == 400 and "deployment" in response.json()
+        assert not ApiKey.objects.exists()
+
+    @pytest.mark.parametrize(
+        "body, field",
+        [
+            ({"name": "no/slashes"}, "name"),
+            ({"name": ""}, "name"),
+            ({"name": "x" * 101}, "name"),
+            ({"expires_in_days": 0}, "expires_in_days"),
+            ({"expires_in_days": 366}, "expires_in_days"),
+            ({"tenant": "Alpha!"}, "tenant"),
+            ({"deployment": "one"}, "deployment"),
+            ({"deployment": 2**40}, "deployment"),
+        ],
+    )
+    def test_bad_input_is_a_400_naming_the_field_and_nothing_is_written(self, world, body, field):
+        response = mint(world, **body)
+        assert response.status_code == 400 and field in response.json(), response.content
+        assert not ApiKey.objects.exists()
+
+    def test_viewers_may_not_mint_and_other_tenants_do_not_see_the_tenant(self, world):
+        assert mint(world, "viewer").status_code == 403
+        assert mint(world, "other_member").status_code == 404
+        assert mint(world, "anonymous").status_code == 401
+        assert not ApiKey.objects.exists()
+
+    def test_an_archived_tenant_mints_no_keys(self, world):
+        type(world.alpha).objects.filter(pk=world.alpha.pk).update(archived_at=timezone.now())
+        assert mint(world, "platform_admin").status_code == 409
+
+
+class TestRevoke:
+    def revoke(self, world, role, key_id):
+        return world.client(role).post(f"{K}{key_id}/revoke/", {"reason": "rotated"}, format="json")
+
+    def test_members_revoke_their_own_keys_and_tenant_admins_any(self, world):
+        own = mint(world).json()["id"]
+        admins = mint(world, "tenant_admin").json()["id"]
+        assert self.revoke(world, "viewer", own).status_code == 403
+        assert self.revoke(world, "other_member", own).status_code == 404
+        assert self.revoke(world, "member", admins).status_code == 403
+        assert self.revoke(world, "member", own).status_code == 200
+        assert self.revoke(world, "tenant_admin", mint(world).json()["id"]).status_code == 200
+        assert self.revoke(world, "platform_admin", admins).status_code == 200
+        assert ApiKey.objects.filter(revoked_at__isnull=True).count() == 0
+
+    def test_a_second_revoke_is_a_conflict_and_the_key_stops_working(self, world):
+        body = mint(world).json()
+        assert self.revoke(world, "member", body["id"]).json()["status"] == "revoked"
+        assert self.revoke(world, "member", body["id"]).status_code == 409
+        assert key_lookup(body["key"]) is None
+        assert AuditEvent.objects.filter(action="apikey.revoke", object_id=str(body["id"])).count() == 1
+
+    def test_the_list_says_who_may_revoke_and_filters_by_status(self, world):
+        own = mint(world).json()["id"]
+        admins = mint(world, "tenant_admin").json()["id"]
+        listed = {k["id"]: k["can_revoke"] for k in world.client("member").get(K).json()["results"]}
+        assert listed == {own: True, admins: False}
+        viewer = world.client("viewer").get(K).json()["results"]
+        assert {k["can_revoke"] for k in viewer} == {False}
+        self.revoke(world, "member", own)
+        active = world.client("member").get(K, {"status": "active"}).json()["results"]
+        assert [k["id"] for k in active] == [admins]
+        assert world.client("other_member").get(K).json()["results"] == []
+
+
+class TestPublishing:
+    def test_a_minted_key_becomes_a_labelled_secret_in_the_key_namespace_and_revoking_deletes_it(
+        self, world, cluster_api, gateway, eager, django_capture_on_commit_callbacks
+    ):
+        d = dep(world)
+        with django_capture_on_commit_callbacks(execute=True):
+            body = mint(world, deployment=d.pk).json()
+        secret = cluster_api.get_object(k8s.SECRET, f"llm-portal-key-{body['id']}", "kuadrant-system")
+        assert secret is not None
+        labels = secret["metadata"]["labels"]
+        assert labels["llm-portal.io/deployment-id"] == str(d.pk) and labels["llm-portal.io/tenant"] == "alpha"
+        assert labels["authorino.kuadrant.io/managed-by"] == "authorino"
+        assert ApiKey.objects.get(pk=body["id"]).gateway_state == "published"
+        # The local engines' copy, readable by the portal's user only.
+        files = list((gateway.LOCAL_RUNTIME_DIR / "keys" / "alpha").glob("*.json"))
+        assert len(files) == 1 and stat.S_IMODE(files[0].stat().st_mode) == 0o600
+        assert keys_for(gateway.LOCAL_RUNTIME_DIR, "alpha", d.pk) == [body["key"]]
+        assert keys_for(gateway.LOCAL_RUNTIME_DIR, "alpha", d.pk + 1) == []
+        with django_capture_on_commit_callbacks(execute=True):
+            world.client("member").post(f"{K}{body['id']}/revoke/", {}, format="json")
+        assert cluster_api.get_object(k8s.SECRET, f"llm-portal-key-{body['id']}", "kuadrant-system") is None
+        assert keys_for(gateway.LOCAL_RUNTIME_DIR, "alpha", d.pk) == []
+        assert ApiKey.objects.get(pk=body["id"]).gateway_state == "withdrawn"
+
+    def test_a_tenant_key_is_accepted_by_every_deployment_of_the_tenant_only(
+        self, world, gateway, eager, django_capture_on_commit_callbacks
+    ):
+        with django_capture_on_commit_callbacks(execute=True):
+            key = mint(world).json()["key"]
+        assert keys_for(gateway.LOCAL_RUNTIME_DIR, "alpha", 1) == keys_for(gateway.LOCAL_RUNTIME_DIR, "alpha", 99)
+        assert keys_for(gateway.LOCAL_RUNTIME_DIR, "alpha", 1) == [key]
+        assert keys_for(gateway.LOCAL_RUNTIME_DIR, "beta", 1) == []
+
+    def test_the_plaintext_never_reaches_the_broker_in_clear(self, world, gateway, django_capture_on_commit_callbacks):
+        from access import tasks
+
+        sent = []
+        original = tasks.publish_key_task.delay
+        tasks.publish_key_task.delay = lambda *args: sent.append(args)
+        try:
+            with django_capture_on_commit_callbacks(execute=True):
+                key = mint(world).json()["key"]
+        finally:
+            tasks.publish_key_task.delay = original
+        assert len(sent) == 1 and key not in repr(sent) and key[5:] not in repr(sent)
+
+    def test_an_expired_key_is_withdrawn_by_the_sweep(
+        self, world, cluster_api, gateway, eager, django_capture_on_commit_callbacks
+    ):
+        with django_capture_on_commit_callbacks(execute=True):
+            body = mint(world).json()
+        ApiKey.objects.filter(pk=body["id"]).update(expires_at=timezone.now() - timedelta(seconds=1))
+        with django_capture_on_commit_callbacks(execute=True):
+            assert keys_expire() == [body["id"]]
+        assert cluster_api.get_object(k8s.SECRET, f"llm-portal-key-{body['id']}", "kuadrant-system") is None
+        assert keys_for(gateway.LOCAL_RUNTIME_DIR, "alpha", 1) == []
+        assert keys_expire() == []  # once
+
+
+class TestPages:
+    def test_mint_page_shows_the_key_once_and_the_list_never(self, world):
+        browser = world.browser("member")
+        assert browser.get("/keys/new/").status_code == 200
+        response = browser.post("/keys/new/", {"tenant": "alpha", "name": "laptop", "expires_in_days": 7})
+        assert response.status_code == 200 and "no-store" in response.get("Cache-Control", "")
+        key = ApiKey.objects.get()
+        html = response.content.decode()
+        assert "not shown again" in html and key.prefix in html
+        listing = browser.get("/keys/").content.decode()
+        assert key.prefix in listing and html.split('id="new-key"')[1].split(">")[1].split("<")[0] not in listing
+
+    def test_bad_input_is_a_form_error_and_viewers_are_refused(self, world):
+        response = world.browser("member").post("/keys/new/", {"tenant": "alpha", "name": "a/b", "expires_in_days": 7})
+        assert response.status_code == 200 and not ApiKey.objects.exists()
+        assert "letters, digits" in response.content.decode().lower()
+        world.browser("viewer").post("/keys/new/", {"tenant": "alpha", "name": "x", "expires_in_days": 7})
+        assert not ApiKey.objects.exists()
+
+    def test_revoke_from_the_list(self, world):
+        key, _ = key_mint(user=world.users["member"], tenant=world.alpha, name="old")
+        response = world.browser("tenant_admin").post(f"/keys/{key.pk}/revoke/")
+        assert response.status_code == 302
+        key.refresh_from_db()
+        assert key.revoked_at is not None
+        assert world.browser("other_member").post(f"/keys/{key.pk}/revoke/").status_code == 404
