@@ -3,6 +3,7 @@ deleting an orphan — the same service the Cluster page's confirm form calls.""
 
 from __future__ import annotations
 
+from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
@@ -29,7 +30,13 @@ class ClusterSweepView(APIView):
     def get(self, request):
         if not is_platform_admin(request.user):
             return Response(ADMINS_ONLY, status=status.HTTP_403_FORBIDDEN)
-        return Response({"pending": last_pending_workloads(), "orphans": last_orphans()})
+        return Response(
+            {
+                "pending": last_pending_workloads(),
+                "orphans": last_orphans(),
+                "queueing_strategy": settings.KUEUE_QUEUEING_STRATEGY,
+            }
+        )
 
 
 class ClusterReadinessView(APIView):

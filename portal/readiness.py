@@ -29,6 +29,9 @@ def readiness_config() -> ReadinessConfig:
             settings.KUEUE_CONFIG_NAMESPACE,
             settings.KUEUE_CONFIG_MAP,
         ),
+        pools=tuple(GpuFlavor.objects.exclude(provisioning={}).order_by("name").values_list("name", flat=True)),
+        topology=GpuFlavor.objects.exclude(topology_levels=[]).exists(),
+        queueing_strategy=settings.KUEUE_QUEUEING_STRATEGY,
     )
 
 

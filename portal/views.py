@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -129,6 +130,7 @@ def cluster(request):
             "quota_figure": figure_json(figure),
             "orphans": last_orphans(),
             "pending": sorted(last_pending_workloads().items()),
+            "queueing_strategy": settings.KUEUE_QUEUEING_STRATEGY,
         },
     )
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import yaml
@@ -22,6 +22,7 @@ import yaml
 from runtime import k8s
 from runtime.k8s.permissions import PORTAL, READINESS
 from runtime.manifests.common import GPU_RESOURCE
+from runtime.readiness_pools import pool_checks
 from runtime.spec import FlavorSpec, Toleration
 
 GREEN, AMBER, RED = "green", "amber", "red"
@@ -68,6 +69,9 @@ KUEUE_VISIBILITY = Api(
     "enable Kueue's visibility API (its APIService); without it queued deployments show no position",
     missing=AMBER,
 )
+KARPENTER = Api(
+    "Karpenter", "karpenter.sh", "v1", ("nodepools", "nodeclaims"), "install Karpenter v1 or later with its CRDs"
+)
 KSERVE = Api("KServe", "serving.kserve.io", "v1beta1", ("inferenceservices",), "install KServe with its CRDs")
 GATEWAY = Api(
     "Gateway API",
@@ -87,6 +91,9 @@ class ReadinessConfig:
     prometheus_url: str | None = None
     gateway_api: bool = False
     kueue_config: tuple[str, str] = ("kueue-system", "kueue-manager-config")
+    pools: tuple[str, ...] = ()  # the flavors the portal keeps a Karpenter NodePool for
+    topology: bool = False  # some flavor has topology levels (Kueue must serve Topology)
+    queueing_strategy: str = "BestEffortFIFO"
 
 
 def _denied(error: k8s.ClusterError) -> bool:
@@ -101,6 +108,12 @@ def check_apis(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Check]:
         apis.append(KSERVE)
     if config.gateway_api:
         apis.append(GATEWAY)
+    if config.topology:
+        apis[apis.index(KUEUE)] = replace(
+            KUEUE, plurals=(*KUEUE.plurals, "topologies"), install="install Kueue v0.16 or later"
+        )
+    if config.pools:
+        apis.append(KARPENTER)
     groups = cluster.api_groups()
     checks = []
     for api in apis:
@@ -342,10 +355,28 @@ def check_permissions(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Che
     return checks
 
 
+def check_pools(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Check]:
+    """The queueing strategy, and each Karpenter pool's nodes and pending claims (readiness_pools)."""
+    strategy = Check(
+        "kueue:queueing",
+        "Queueing strategy",
+        GREEN,
+        f"Tenant ClusterQueues use {config.queueing_strategy}"
+        + (
+            ": admission in order, a large deployment is never passed."
+            if config.queueing_strategy == "StrictFIFO"
+            else ": a smaller deployment that fits may pass a larger one that waits."
+        ),
+        "",
+    )
+    return [strategy, *pool_checks(cluster, config.pools, Check, (GREEN, AMBER, RED), OPTIONAL_RBAC)]
+
+
 CLUSTER_CHECKS: tuple[Callable[[k8s.Cluster, ReadinessConfig], list[Check]], ...] = (
     check_apis,
     check_kueue_rayservice,
     check_flavors,
+    check_pools,
     check_model_cache,
     check_permissions,
 )

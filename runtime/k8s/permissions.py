@@ -25,10 +25,21 @@ PORTAL: tuple[tuple[str, str, str], ...] = (
     ("list", "", "pods"),
     ("list", "", "events"),
     ("get", "", "pods/log"),
+    # Node provisioning and topology (quotas.nodepools): kept per flavor, stale ones deleted.
+    *(
+        (verb, group, resource)
+        for group, resource in (
+            ("kueue.x-k8s.io", "topologies"),
+            ("karpenter.sh", "nodepools"),
+            ("karpenter.k8s.aws", "ec2nodeclasses"),
+        )
+        for verb in ("get", "list", "create", "patch", "delete")
+    ),
 )
 
 READINESS: tuple[tuple[str, str, str], ...] = (
     ("list", "", "nodes"),
     ("get", "", "persistentvolumeclaims"),
     ("get", "", "configmaps"),
+    ("list", "karpenter.sh", "nodeclaims"),  # each pool's node claims still on their way
 )

@@ -33,6 +33,7 @@ PORTAL_UID = 10001
 # copy checks the *built* overlays keep them (kustomize must not add or drop any).
 VERBS_WORKLOAD = {"get", "list", "create", "patch", "delete"}
 VERBS_KUEUE = {"get", "create", "patch"}
+VERBS_OWNED = {"get", "list", "create", "patch", "delete"}  # one per flavor; stale ones deleted
 EXPECTED_RULES = {
     ("ray.io", "rayservices"): VERBS_WORKLOAD,
     ("serving.kserve.io", "inferenceservices"): VERBS_WORKLOAD,
@@ -46,6 +47,9 @@ EXPECTED_RULES = {
     ("", "pods"): {"list"},
     ("", "events"): {"list"},
     ("", "pods/log"): {"get"},
+    ("kueue.x-k8s.io", "topologies"): VERBS_OWNED,
+    ("karpenter.sh", "nodepools"): VERBS_OWNED,
+    ("karpenter.k8s.aws", "ec2nodeclasses"): VERBS_OWNED,
 }
 SECRET_KEYS = {"SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "CACHE_URL"}
 

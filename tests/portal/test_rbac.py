@@ -2,14 +2,21 @@
 its scenarios (kuberay and kserve lifecycles, updates, recreation, sweep, Kueue sync) and check
 the portal's ClusterRole grants exactly those (resource, verb) pairs — no more, no less."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
+from django.test import override_settings
 
 from deployments import operating, services
 from deployments.reconcile import last_orphans, orphan_delete, reconcile, sweep
 from metrics.collect import collect_all
+from quotas import flavors
 from quotas.kueue import sync_kueue
+from quotas.models import GpuFlavor
+from quotas.specs import flavor_spec
+from runtime.k8s.kinds import TOPOLOGY
+from runtime.manifests.topology import render_topology
 from tests.support import operators
 from tests.support.factories import draft
 from tests.support.k8s.startup import put_pod
@@ -46,8 +53,29 @@ def granted() -> set[tuple[str, str, str]]:
     return pairs
 
 
+def provision_and_retire_a_pool(world, api) -> None:
+    """Node provisioning: a pool, node class and topology applied, then the pool cleared (both
+    deleted), and the Topology of a flavor that is gone deleted."""
+    admin = world.users["platform_admin"]
+    with override_settings(
+        KARPENTER_NODE_ROLE="role",
+        KARPENTER_SUBNET_TAGS={"k": "v"},
+        KARPENTER_SECURITY_GROUP_TAGS={"k": "v"},
+    ):
+        values = {"provisioning": {"capacity_types": ["spot"]}, "topology_levels": ["kubernetes.io/hostname"]}
+        flavors.flavor_save(actor=admin, name="h100-sxm5", values=values)
+        sync_kueue()
+        stale = render_topology(
+            replace(flavor_spec(world.h100), name="gone", topology_levels=("kubernetes.io/hostname",))
+        )
+        api.emulator.objects[TOPOLOGY.key, None, "gone"] = stale
+        flavors.flavor_save(actor=admin, name="h100-sxm5", values={"provisioning": {}})
+        sync_kueue()
+
+
 def exercise(world, api) -> None:
     sync_kueue()
+    provision_and_retire_a_pool(world, api)
     member, admin = world.users["member"], world.users["platform_admin"]
     for backend in ("kuberay", "kserve"):
         dep = services.deployment_create(
@@ -113,6 +141,7 @@ def test_the_readiness_checks_read_exactly_the_optional_grant(world, cluster_api
     from portal.readiness import cluster_readiness
     from runtime.k8s.permissions import READINESS
 
+    GpuFlavor.objects.filter(name="h100-sxm5").update(provisioning={"capacity_types": ["spot"]})  # a pool to read
     cluster_readiness()
     used = set()
     for method, path in cluster_api.proxied_requests():

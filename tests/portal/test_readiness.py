@@ -8,6 +8,7 @@ import pytest
 
 from portal.readiness import cluster_readiness
 from runtime import k8s
+from runtime.k8s.kinds import TOPOLOGY
 from tests.support.http_stubs import base_url, serve
 from tests.support.k8s.readiness import node, set_up_for_the_portal
 
@@ -48,6 +49,7 @@ def test_a_cluster_set_up_for_the_portal_is_all_green(healthy):
         "pvc:model-cache",
         "rbac:portal",
         "prometheus",
+        "kueue:queueing",
     }
     assert cluster_readiness()["summary"] == "green"
 
@@ -60,7 +62,7 @@ def test_a_missing_crd(healthy):
 
 
 def test_a_wrong_version(healthy):
-    for kind in (k8s.WORKLOAD, k8s.CLUSTERQUEUE, k8s.LOCALQUEUE, k8s.RESOURCEFLAVOR, k8s.COHORT):
+    for kind in (k8s.WORKLOAD, k8s.CLUSTERQUEUE, k8s.LOCALQUEUE, k8s.RESOURCEFLAVOR, k8s.COHORT, TOPOLOGY):
         healthy.undeclare(kind)
         healthy.declare(f"kueue.x-k8s.io/v1beta1/{kind.plural}", kind.kind, namespaced=kind.namespaced)
     check = by_key()["api:kueue.x-k8s.io"]
