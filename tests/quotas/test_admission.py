@@ -11,12 +11,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runtime.manifests import kueue as kueue_manifests
 from runtime.manifests.kserve import render_inferenceservice
 from runtime.manifests.rayservice import render_rayservice
 from runtime.spec import DeploymentSpec, FlavorQuotaSpec, FlavorSpec, PlatformSpec, TenantQueueSpec, Toleration
-from tests.support.kueue_admission import GPU, admit, charged, quantity
+from tests.support.kueue_admission import GPU, Node, admit, charged, place, quantity
 
 # Alphabetical order puts A100 before H100 in the ClusterQueue, which is how the bug showed.
 A100 = FlavorSpec(
@@ -239,3 +241,82 @@ class TestWhatTheSyncApplies:
         assert dep.reserved_gpus == 4
         # The unlabelled A100 flavor of the test world has room, yet it cannot take H100 pods.
         assert admit(cq, flavors, workload, usage={("h100-sxm5", GPU): 8}) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Topology-aware placement (tests/support/kueue_admission.place): after quota, Kueue finds nodes
+# ---------------------------------------------------------------------------------------------
+
+BLOCK, HOST = "cloud.example.com/block", "kubernetes.io/hostname"
+H100_TAS = replace(H100, topology_levels=(BLOCK, HOST))
+
+
+def nodes(**free_by_block: list[int]) -> list[Node]:
+    """Nodes per block, each with the GPUs still free on it: nodes(a=[8, 0], b=[8, 8])."""
+    return [
+        Node(f"{block}{i}", {BLOCK: block, HOST: f"{block}{i}"}, free)
+        for block, frees in free_by_block.items()
+        for i, free in enumerate(frees)
+    ]
+
+
+def block_of(name: str) -> str:
+    return name[0]
+
+
+class TestTopologyAwarePlacement:
+    def test_a_two_node_replica_takes_the_block_with_room_not_two_half_free_blocks(self):
+        # 24 free GPUs would hold the 16-GPU replica if blocks did not matter (a0 + b0 or b1).
+        workload = render(deployment(H100_TAS, tensor_parallel_size=8, pipeline_parallel_size=2))
+        placement = place(workload, nodes(a=[8, 0], b=[8, 8]), [BLOCK, HOST])
+        assert placement == {"gpu": [["b0", "b1"]]}
+
+    def test_with_no_single_block_holding_the_replica_it_stays_pending(self):
+        workload = render(deployment(H100_TAS, tensor_parallel_size=8, pipeline_parallel_size=2))
+        assert place(workload, nodes(a=[8, 0], b=[0, 8], c=[8]), [BLOCK, HOST]) is None
+
+    def test_each_replica_of_a_group_gets_its_own_block_but_never_spans_two(self):
+        spec = deployment(H100_TAS, tensor_parallel_size=8, pipeline_parallel_size=2, min_replicas=2, max_replicas=2)
+        placement = place(render(spec), nodes(a=[8, 8], b=[8, 8]), [BLOCK, HOST])
+        assert placement is not None and len(placement["gpu"]) == 2
+        assert all(len({block_of(n) for n in replica}) == 1 for replica in placement["gpu"])
+
+    def test_single_node_replicas_each_take_one_host_wherever_there_is_room(self):
+        spec = deployment(H100_TAS, tensor_parallel_size=8, min_replicas=2, max_replicas=2)
+        placement = place(render(spec), nodes(a=[8, 0], b=[0, 8]), [BLOCK, HOST])
+        assert placement == {"gpu": [["a0"], ["b1"]]}
+        # A host with 4 free GPUs cannot take an 8-GPU replica even though a block has 8 free.
+        assert place(render(spec), nodes(a=[4, 4], b=[8]), [BLOCK, HOST]) is None
+
+    def test_a_kserve_predictor_pod_is_placed_on_one_host(self):
+        spec = deployment(H100_TAS, backend="kserve", tensor_parallel_size=4, min_replicas=1, max_replicas=2)
+        placement = place(render(spec), nodes(a=[4, 2], b=[4]), [BLOCK, HOST], at_max=True)
+        assert placement == {"predictor": [["a0"], ["b0"]]}
+
+    def test_without_topology_levels_no_placement_is_asked_for(self):
+        workload = render(deployment(H100, tensor_parallel_size=8, pipeline_parallel_size=2))
+        assert place(workload, nodes(a=[8], b=[8]), [BLOCK, HOST]) == {}
+
+    @settings(max_examples=200, deadline=None)
+    @given(
+        frees=st.dictionaries(
+            st.sampled_from("abcd"), st.lists(st.sampled_from([0, 4, 8]), min_size=1, max_size=4), min_size=1
+        ),
+        replicas=st.integers(min_value=1, max_value=3),
+    )
+    def test_a_multi_node_replica_never_spans_blocks_and_waits_only_when_no_block_has_room(self, frees, replicas):
+        spec = deployment(
+            H100_TAS, tensor_parallel_size=8, pipeline_parallel_size=2, min_replicas=replicas, max_replicas=replicas
+        )
+        layout = nodes(**frees)
+        placement = place(render(spec), layout, [BLOCK, HOST])
+        full_hosts = {block: sum(1 for f in fs if f == 8) for block, fs in frees.items()}
+        if placement is None:
+            # Pending only when the blocks cannot hold every replica whole (8-GPU hosts, 2 per replica).
+            assert sum(n // 2 for n in full_hosts.values()) < replicas
+        else:
+            assert len(placement["gpu"]) == replicas
+            for replica in placement["gpu"]:
+                assert len(replica) == 2 and len({block_of(n) for n in replica}) == 1
+            used = [n for replica in placement["gpu"] for n in replica]
+            assert len(used) == len(set(used))  # one 8-GPU pod per 8-GPU host

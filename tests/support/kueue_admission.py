@@ -22,6 +22,9 @@ The rules (Kueue's flavorassigner, as its docs and the ARCHITECTURE notes descri
   sets of the same workload. A requested resource no group covers, or a group with no fitting
   flavor, leaves the workload pending: `admit` returns None.
 
+After quota, `place` models Kueue's topology-aware scheduling for a flavor with a Topology (see
+the section at the end): which nodes each slice of a pod set would get, or pending.
+
 Not modelled, because the portal renders none of it: required node affinity, flavor taints
 (`nodeTaints`), preemption, fair sharing, flavor fungibility policies. `admit` refuses pods that
 carry node affinity rather than answer for them wrongly.
@@ -185,3 +188,107 @@ def charged(
             key = (flavor, resource)
             cost[key] = cost.get(key, Fraction(0)) + pod_set.requests[resource] * pod_set.count
     return cost
+
+
+# ---------------------------------------------------------------------------------------------
+# Topology-aware scheduling (Kueue TAS), after quota: where the admitted pods may go
+# ---------------------------------------------------------------------------------------------
+#
+# For a flavor with a Topology, Kueue also finds nodes for every pod before it admits, and a pod
+# set's TAS annotations constrain them: `podset-required-topology: L` puts the whole pod set in
+# one domain of level L; `podset-slice-required-topology: L` with `podset-slice-size: S` cuts it
+# into slices of S pods and puts each slice in one domain of L (slices may differ). No fitting
+# domain: the workload stays pending. Modelled: GPUs per node as the capacity (the binding
+# resource on GPU nodes), Kueue's BestFit choice (the fitting domain with the least spare room,
+# so big domains stay free for big slices), pods inside a domain on the fullest hosts first.
+# Not modelled: other resources, the unconstrained / preferred modes, multi-layer slices.
+
+REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
+SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
+
+
+@dataclass
+class Node:
+    """A node of a TAS flavor: its topology labels and the GPUs still free on it."""
+
+    name: str
+    labels: dict[str, str]
+    free_gpus: int
+
+
+def _pod_annotations(obj: dict[str, Any], pod_set: str) -> dict[str, str]:
+    if obj["kind"] == "RayService":
+        for group in obj["spec"]["rayClusterConfig"].get("workerGroupSpecs") or []:
+            if group["groupName"] == pod_set:
+                return dict((group["template"].get("metadata") or {}).get("annotations") or {})
+        return {}
+    return dict(obj["spec"]["predictor"].get("annotations") or {})
+
+
+def _slices(annotations: dict[str, str], count: int) -> tuple[str, int] | None:
+    """(level, pods per slice) the pod set asks for, or None when it asks for no topology."""
+    if SLICE_REQUIRED in annotations:
+        size = int(annotations.get(SLICE_SIZE, "1"))
+        if count % size:
+            raise ValueError(f"{count} pods do not cut into slices of {size}")
+        return annotations[SLICE_REQUIRED], size
+    if REQUIRED in annotations:
+        return annotations[REQUIRED], count
+    return None
+
+
+def _domain(node: Node, levels: list[str], level: str) -> tuple[str, ...]:
+    """The node's domain at `level`: its label values from the widest level down to `level`."""
+    return tuple(node.labels.get(key, "") for key in levels[: levels.index(level) + 1])
+
+
+def place(
+    workload: dict[str, Any], nodes: list[Node], levels: list[str], *, at_max: bool = False
+) -> dict[str, list[list[str]]] | None:
+    """{GPU pod set: one list of node names per slice} as Kueue TAS would place `workload` on
+    `nodes` (a flavor's, with `levels` as its Topology), or None when it stays pending.
+    Pod sets without GPUs or without a topology request are left out. `nodes` is not changed."""
+    free = {node.name: node.free_gpus for node in nodes}
+    placement: dict[str, list[list[str]]] = {}
+    for pod_set in pod_sets(workload, at_max=at_max):
+        per_pod = int(pod_set.requests.get(GPU, 0))
+        request = _slices(_pod_annotations(workload, pod_set.name), pod_set.count)
+        if per_pod == 0 or request is None or pod_set.count == 0:
+            continue
+        level, size = request
+        if workload["kind"] == "InferenceService":
+            size = 1  # Kueue's pod integration admits each predictor pod as a workload of its own
+        if level not in levels:
+            return None  # Kueue refuses a level its Topology does not have
+        placement[pod_set.name] = []
+        for _ in range(pod_set.count // size):
+            chosen = _best_fit(nodes, free, levels, level, per_pod, size)
+            if chosen is None:
+                return None
+            for name in chosen:
+                free[name] -= per_pod
+            placement[pod_set.name].append(chosen)
+    return placement
+
+
+def _best_fit(
+    nodes: list[Node], free: dict[str, int], levels: list[str], level: str, per_pod: int, size: int
+) -> list[str] | None:
+    """Node names for one slice of `size` pods inside one domain of `level`, or None."""
+    domains: dict[tuple[str, ...], list[Node]] = {}
+    for node in nodes:
+        domains.setdefault(_domain(node, levels, level), []).append(node)
+
+    def room(members: list[Node]) -> int:
+        return sum(free[n.name] // per_pod for n in members)
+
+    fitting = sorted((room(m), key) for key, m in domains.items() if room(m) >= size)
+    if not fitting:
+        return None
+    members = sorted(domains[fitting[0][1]], key=lambda n: (free[n.name] // per_pod, n.name))
+    chosen: list[str] = []
+    for node in members:
+        take = min(free[node.name] // per_pod, size - len(chosen))
+        chosen += [node.name] * take
+    return chosen
