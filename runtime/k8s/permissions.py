@@ -35,7 +35,18 @@ PORTAL: tuple[tuple[str, str, str], ...] = (
         )
         for verb in ("get", "list", "create", "patch", "delete")
     ),
+    # Endpoint access (runtime.backends.exposure): a route and Kuadrant policies per deployment.
+    *((verb, "gateway.networking.k8s.io", "httproutes") for verb in ("create", "patch", "delete")),
+    *(
+        (verb, "kuadrant.io", resource)
+        for resource in ("authpolicies", "tokenratelimitpolicies", "ratelimitpolicies")
+        for verb in ("create", "patch", "delete")
+    ),
 )
+
+# API-key Secrets, in the key namespace only (API_KEY_NAMESPACE; deploy/k8s/gateway's Role):
+# written on mint, deleted on revoke and expiry, never read back.
+KEYS: tuple[tuple[str, str, str], ...] = tuple((verb, "", "secrets") for verb in ("create", "patch", "delete"))
 
 READINESS: tuple[tuple[str, str, str], ...] = (
     ("list", "", "nodes"),

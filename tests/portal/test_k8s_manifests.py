@@ -50,6 +50,11 @@ EXPECTED_RULES = {
     ("kueue.x-k8s.io", "topologies"): VERBS_OWNED,
     ("karpenter.sh", "nodepools"): VERBS_OWNED,
     ("karpenter.k8s.aws", "ec2nodeclasses"): VERBS_OWNED,
+    # Endpoint access: applied and deleted, never read (API-key Secrets: deploy/k8s/gateway's Role).
+    ("gateway.networking.k8s.io", "httproutes"): {"create", "patch", "delete"},
+    ("kuadrant.io", "authpolicies"): {"create", "patch", "delete"},
+    ("kuadrant.io", "tokenratelimitpolicies"): {"create", "patch", "delete"},
+    ("kuadrant.io", "ratelimitpolicies"): {"create", "patch", "delete"},
 }
 SECRET_KEYS = {"SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "CACHE_URL"}
 

@@ -113,9 +113,53 @@ def exercise(world, api) -> None:
         orphan_delete(actor=admin, backend=orphan["backend"], namespace=orphan["namespace"], name=orphan["name"])
 
 
-def test_the_cluster_role_grants_exactly_what_the_runtime_calls(world, cluster_api):
+def expose_and_use_keys(world, settings, tmp_path, monkeypatch) -> None:
+    """Endpoint access on: every deployment gets a route and all three Kuadrant policies (the
+    tenant sets both limits), and a key is minted and revoked (its Secret written and deleted)."""
+    from portal.celery import app
+    from quotas.models import Tenant
+
+    monkeypatch.setitem(app.conf, "task_always_eager", True)
+    settings.GATEWAY_PUBLIC_URL = "https://llm.example.com"
+    settings.API_KEY_NAMESPACE = "kuadrant-system"
+    settings.LOCAL_RUNTIME_DIR = tmp_path / "runtime"
+    Tenant.objects.filter(pk=world.alpha.pk).update(tokens_per_minute=1000, requests_per_minute=60)
+
+
+def mint_and_revoke_a_key(world, on_commit) -> None:
+    from access.services import key_mint, key_revoke
+
+    with on_commit(execute=True):
+        key, _ = key_mint(user=world.users["member"], tenant=world.alpha, name="rbac")
+    with on_commit(execute=True):
+        key_revoke(user=world.users["member"], key_id=key.pk)
+
+
+def key_namespace_rules() -> set[tuple[str, str, str]]:
+    path = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "gateway" / "keys-rbac.yaml"
+    role = next(d for d in yaml.safe_load_all(path.read_text()) if d["kind"] == "Role")
+    assert role["metadata"]["namespace"] == "kuadrant-system"
+    return {
+        (v, g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]
+    }
+
+
+def test_the_cluster_role_grants_exactly_what_the_runtime_calls(
+    world, cluster_api, settings, tmp_path, monkeypatch, django_capture_on_commit_callbacks
+):
+    expose_and_use_keys(world, settings, tmp_path, monkeypatch)
     exercise(world, cluster_api)
-    used = {verb_and_resource(method, path) for method, path in cluster_api.proxied_requests()}
+    mint_and_revoke_a_key(world, django_capture_on_commit_callbacks)
+    requests = cluster_api.proxied_requests()
+    secrets = {(method, path) for method, path in requests if "/secrets" in path}
+    # API-key Secrets: only in the key namespace, only what its Role grants (deploy/k8s/gateway).
+    assert secrets and all(path.startswith("/api/v1/namespaces/kuadrant-system/secrets") for _, path in secrets)
+    from runtime.k8s.permissions import KEYS
+
+    assert {verb_and_resource(m, p) for m, p in secrets} == key_namespace_rules() == set(KEYS)
+    used = {verb_and_resource(method, path) for method, path in requests if (method, path) not in secrets}
+    assert ("create", "gateway.networking.k8s.io", "httproutes") in used
+    assert ("delete", "kuadrant.io", "tokenratelimitpolicies") in used
     assert ("create", "ray.io", "rayservices") in used and ("list", "kueue.x-k8s.io", "workloads") in used
     assert ("list", "", "pods") in used
     assert ("get", "visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads") in used
