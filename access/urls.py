@@ -5,7 +5,7 @@ from django.urls import path
 from access import views
 
 urlpatterns = [
-    path("keys/", views.key_list, name="apikey-list"),
-    path("keys/new/", views.key_new, name="apikey-new"),
-    path("keys/<int:pk>/revoke/", views.key_revoke_view, name="apikey-revoke"),
+    path("keys/", views.key_list, name="keys"),
+    path("keys/new/", views.key_new, name="key-new"),
+    path("keys/<int:pk>/revoke/", views.key_revoke_view, name="key-revoke"),
 ]

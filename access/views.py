@@ -68,4 +68,4 @@ def key_revoke_view(request, pk: int):
         messages.error(request, error.message)
     else:
         messages.success(request, f"Key {key.name} ({key.prefix}…) revoked.")
-    return redirect("apikey-list")
+    return redirect("keys")
