@@ -399,9 +399,9 @@ KARPENTER_AMI_ALIAS = env_str("KARPENTER_AMI_ALIAS", "al2023@latest")
 KARPENTER_ROOT_VOLUME_GIB = env_int("KARPENTER_ROOT_VOLUME_GIB", 200, minimum=20)
 
 
-def _tags(name: str) -> dict[str, str]:
+def _tags(name: str, items: list[str]) -> dict[str, str]:
     tags = {}
-    for item in env_list(name, []):
+    for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip() or not value.strip():
             raise ImproperlyConfigured(f"{name}: {item!r} is not key=value")
@@ -409,8 +409,10 @@ def _tags(name: str) -> dict[str, str]:
     return tags
 
 
-KARPENTER_SUBNET_TAGS = _tags("KARPENTER_SUBNET_TAGS")
-KARPENTER_SECURITY_GROUP_TAGS = _tags("KARPENTER_SECURITY_GROUP_TAGS")
+KARPENTER_SUBNET_TAGS = _tags("KARPENTER_SUBNET_TAGS", env_list("KARPENTER_SUBNET_TAGS", []))
+KARPENTER_SECURITY_GROUP_TAGS = _tags(
+    "KARPENTER_SECURITY_GROUP_TAGS", env_list("KARPENTER_SECURITY_GROUP_TAGS", [])
+)
 RAY_VERSION = env_str("RAY_VERSION", "2.60.0")
 RAY_IMAGE = env_str("RAY_IMAGE", "rayproject/ray-llm:2.60.0-py311-cu128")
 VLLM_IMAGE = env_str("VLLM_IMAGE", "vllm/vllm-openai:v0.32.0")
