@@ -11,6 +11,7 @@ import os
 from dataclasses import replace
 from typing import Any
 
+import celpy
 import pytest
 import yaml
 
@@ -35,7 +36,7 @@ from tests.runtime.test_manifests import (
     tenant_queue,
     worker_group,
 )
-from tests.support.crd import SchemaError, assert_valid
+from tests.support.crd import SchemaError, _cel_program, assert_valid  # the checker's CEL compiler
 
 LEVELS = ("cloud.example.com/block", "cloud.example.com/rack", "kubernetes.io/hostname")
 H100_TAS = replace(
@@ -197,3 +198,36 @@ class TestTopologyPlacement:
         assert kueue.render_cluster_queue(tenant_queue(), PLATFORM)["spec"]["queueingStrategy"] == "BestEffortFIFO"
         strict = replace(PLATFORM, queueing_strategy="StrictFIFO")
         assert kueue.render_cluster_queue(tenant_queue(), strict)["spec"]["queueingStrategy"] == "StrictFIFO"
+
+
+class TestRulesCelPythonCannotRunAlone:
+    """The CEL check skips transition rules (oldSelf) and rules using Kubernetes' string
+    extensions; here each such rule that guards what the portal renders is run by hand."""
+
+    def test_no_requirement_key_or_template_label_lies_in_the_karpenter_sh_domain(self) -> None:
+        # NodePool rule: self in [capacity-type, nodepool] || !self.find("^([^/]+)").endsWith("karpenter.sh")
+        for obj in (render_nodepool(pool(), AWS), render_nodepool(pool(), OTHER)):
+            template = obj["spec"]["template"]
+            keys = [r["key"] for r in template["spec"]["requirements"]]
+            keys += list((template.get("metadata") or {}).get("labels") or {})
+            for key in keys:
+                domain = key.split("/", 1)[0] if "/" in key else key
+                assert key == "karpenter.sh/capacity-type" or not domain.endswith("karpenter.sh"), key
+
+    @pytest.mark.parametrize(
+        ("old", "new", "allowed"),
+        [
+            (LEVELS, LEVELS[:1] + LEVELS[2:], True),  # drop the rack level: hostname stays last
+            (LEVELS, ("cloud.example.com/zone", *LEVELS), True),
+            (LEVELS, LEVELS[:2], False),  # the host level may not go (the portal refuses it too)
+        ],
+    )
+    def test_topology_levels_may_change_while_the_host_stays_last(self, old, new, allowed) -> None:
+        rule = (
+            "self == oldSelf || (self[size(self) - 1].nodeLabel == 'kubernetes.io/hostname' && "
+            "oldSelf[size(oldSelf) - 1].nodeLabel == 'kubernetes.io/hostname')"
+        )
+        before = render_topology(replace(H100_TAS, topology_levels=old))["spec"]["levels"]
+        after = render_topology(replace(H100_TAS, topology_levels=new))["spec"]["levels"]
+        result = _cel_program(rule).evaluate({"self": celpy.json_to_cel(after), "oldSelf": celpy.json_to_cel(before)})
+        assert bool(result) is allowed
