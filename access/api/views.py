@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
@@ -14,6 +16,7 @@ from access.services import key_mint, key_revoke
 from core.throttles import WriteThrottle
 from quotas.models import Tenant
 
+SLUG = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 LIST_FILTERS = [
     OpenApiParameter("tenant", str, description="Tenant slug"),
     OpenApiParameter("deployment", int, description="Keys scoped to this deployment"),
@@ -71,8 +74,9 @@ def filter_keys(queryset, params):
     from django.db.models import Q
     from django.utils import timezone
 
-    if params.get("tenant"):
-        queryset = queryset.filter(tenant__slug=str(params["tenant"])[:63])
+    tenant = str(params.get("tenant") or "")
+    if tenant:  # a slug or nothing matches (a NUL or an overlong value never reaches the database)
+        queryset = queryset.filter(tenant__slug=tenant) if SLUG.match(tenant) else queryset.none()
     deployment = str(params.get("deployment") or "")
     if deployment.isdigit() and len(deployment) < 10:
         queryset = queryset.filter(deployment_id=int(deployment))

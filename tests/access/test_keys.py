@@ -228,3 +228,35 @@ class TestPages:
         key.refresh_from_db()
         assert key.revoked_at is not None
         assert world.browser("other_member").post(f"/keys/{key.pk}/revoke/").status_code == 404
+
+
+class TestHostileForms:
+    @pytest.mark.parametrize(
+        "body",
+        [
+            {"tenant": "\x00", "name": "x", "expires_in_days": 7},
+            {"tenant": "alpha", "deployment": "\x00", "name": "x", "expires_in_days": 7},
+            {"tenant": "alpha", "deployment": "9" * 20, "name": "x", "expires_in_days": 7},
+            {"tenant": "alpha", "name": "x\x00", "expires_in_days": 7},
+            {"tenant": "alpha", "name": "x", "expires_in_days": "9" * 30},
+            {"tenant": ["alpha", "beta"], "name": "x", "expires_in_days": 7},
+        ],
+    )
+    def test_a_hostile_mint_form_is_refused_without_a_server_error(self, world, body):
+        response = world.browser("member").post("/keys/new/", body)
+        assert response.status_code == 200 and not ApiKey.objects.exists()
+        assert b'class="error"' in response.content  # the form again, with the field's error
+
+    @pytest.mark.parametrize(
+        "body",
+        [
+            {"tenant": "alpha", "name": "x", "deployment": True},
+            {"tenant": "alpha", "name": ["x"]},
+            {"tenant": {"slug": "alpha"}, "name": "x"},
+            {"tenant": "alpha", "name": "x", "expires_in_days": 1.5},
+            {"tenant": "alpha", "name": "x", "expires_in_days": None},
+        ],
+    )
+    def test_a_hostile_json_mint_is_a_400(self, world, body):
+        response = world.client("member").post(K, body, format="json")
+        assert response.status_code == 400 and not ApiKey.objects.exists(), response.content

@@ -292,6 +292,7 @@ def hostile_bodies(limit: int) -> list[tuple[str, str, bytes, int, str]]:
 def body_targets(world):
     """Every API operation that reads a request body, with real objects in its path, and the
     role allowed to reach its parser (a refused role is answered before the body is read)."""
+    from access.services import key_mint
     from quotas import services as quota_services
     from quotas.models import TenantQuota
 
@@ -304,6 +305,7 @@ def body_targets(world):
         justification="hostile bodies",
     )
     quota = TenantQuota.objects.get(tenant=world.alpha, flavor=world.h100)
+    key, _ = key_mint(user=world.users["member"], tenant=world.alpha, name="hostile bodies")
     return [
         ("member", "POST", "/api/v1/deployments/"),
         ("member", "PATCH", f"/api/v1/deployments/{dep.pk}/"),
@@ -330,10 +332,12 @@ def body_targets(world):
         ("member", "POST", f"/api/v1/deployments/{dep.pk}/try/"),
         ("member", "PUT", f"/api/v1/deployments/{dep.pk}/objectives/"),
         ("member", "PATCH", f"/api/v1/deployments/{dep.pk}/objectives/"),
+        ("member", "POST", "/api/v1/keys/"),
+        ("member", "POST", f"/api/v1/keys/{key.pk}/revoke/"),
     ]
 
 
-BODY_TARGETS = 25  # len(body_targets): the test below holds the two together
+BODY_TARGETS = 27  # len(body_targets): the test below holds the two together
 
 
 def _template(path: str) -> str:

@@ -29,6 +29,14 @@ PATHS = [
     "/api/v1/deployments/?search=%00",
     "/api/v1/deployments/1/metrics/?window=%00",
     "/api/v1/tokens/%00/",
+    "/keys/?tenant=%00&deployment=%00&status=%00",
+    f"/keys/?deployment={BIG}",
+    f"/keys/{BIG}/revoke/",
+    "/keys/new/?tenant=%00&deployment=%00",
+    f"/api/v1/keys/{BIG}/",
+    f"/api/v1/keys/{BIG}/revoke/",
+    "/api/v1/keys/?tenant=%00&deployment=%00&status=%00",
+    "/api/v1/keys/?tenant=" + "a" * 300,
 ]
 
 

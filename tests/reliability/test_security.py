@@ -332,7 +332,22 @@ MATRIX = {
         lambda w, c: c.post(f"{D}/{_dep(w).pk}/scale/", {"min_replicas": 1, "max_replicas": 2}),
         MEMBER_WRITE,
     ),
+    # API keys (access): viewers list names and dates; members mint for their tenant and revoke
+    # their own (a member's key here); tenant admins any of the tenant's.
+    ("apikey-list", "get"): (lambda w, c: c.get("/api/v1/keys/"), READ_ALL),
+    ("apikey-list", "post"): (
+        lambda w, c: c.post("/api/v1/keys/", {"tenant": "alpha", "name": "matrix"}),
+        expect(viewer=403, member=201, tenant_admin=201, platform_admin=201),
+    ),
+    ("apikey-detail", "get"): (lambda w, c: c.get(f"/api/v1/keys/{_key(w).pk}/"), ALPHA_READ),
+    ("apikey-revoke", "post"): (lambda w, c: c.post(f"/api/v1/keys/{_key(w).pk}/revoke/"), MEMBER_WRITE),
 }
+
+
+def _key(world):
+    from access.services import key_mint
+
+    return key_mint(user=world.users["member"], tenant=world.alpha, name=f"k{next(_names)}")[0]
 
 
 def api_endpoints() -> set[tuple[str, str]]:
