@@ -15,7 +15,7 @@ from django.db import transaction
 from core.models import audit
 from deployments.choices import EventType, State
 from deployments.models import ModelDeployment
-from deployments.services import _enqueue_reconcile, _give_back, _lock, _reserve, transition
+from deployments.services import _budget_allows, _enqueue_reconcile, _give_back, _lock, _reserve, transition
 from deployments.states import Action, Actor, authorize
 
 POLICY = "policy"
@@ -49,6 +49,7 @@ def deployment_policy_start(*, deployment_id: int, reason: str, cause: str) -> M
     GPUs through the normal checks (raises QuotaExceeded when they are not there)."""
     dep = _lock(deployment_id)
     authorize(Actor.POLICY, dep.state, Action.START)
+    _budget_allows(dep)
     transition(dep, State.APPROVED, actor=None, reason=cause, message=reason)
     _reserve(dep)
     dep.save()

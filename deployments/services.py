@@ -18,7 +18,7 @@ from deployments.profiles import profile_note
 from deployments.states import HOLDS_QUOTA, PERMISSIONS, RUNNING, Action, Actor, actor_of, authorize, check_transition
 from deployments.validation import check_draft
 from quotas.models import Tenant
-from quotas.policy import auto_approves
+from quotas.policy import auto_approves, budget_block_reason
 from quotas.services import quota_release, quota_reserve
 
 OWNER = "deployment"
@@ -130,6 +130,12 @@ def _release(dep: ModelDeployment) -> None:
         _enqueue_reconcile(dep)
 
 
+def _budget_allows(dep: ModelDeployment) -> None:
+    """Refuse (409) to reserve GPUs for a tenant its budget's hard stop has stopped (quotas.policy)."""
+    if reason := budget_block_reason(dep.tenant):
+        raise ConflictError(reason, field="tenant", code="budget_stopped")
+
+
 def _policy_covers(dep: ModelDeployment, fit: str | None) -> bool:
     """The tenant's auto-approve policy: within nominal quota and at most its GPU ceiling."""
     return auto_approves(tenant=dep.tenant, gpus=dep.gpus_needed, fit=fit)
@@ -188,6 +194,7 @@ def deployment_create(*, tenant: Tenant, user, data: dict) -> ModelDeployment:
 
 
 def _approve_locked(dep: ModelDeployment, *, approver, reason: str) -> None:
+    _budget_allows(dep)
     transition(dep, State.APPROVED, actor=approver, reason="Approved", message=reason)
     _reserve(dep)  # raises QuotaExceeded; the whole transaction rolls back
     dep.approved_by = approver if getattr(approver, "pk", None) else None
@@ -266,6 +273,7 @@ def deployment_start(*, deployment_id: int, user) -> ModelDeployment:
     to what runs sends a stopped deployment back to approval, so its spec is the approved one."""
     dep = _lock(deployment_id)
     _authorized(dep, user, Action.START)
+    _budget_allows(dep)
     transition(dep, State.APPROVED, actor=user, reason="Started", message="Start requested.")
     _reserve(dep)
     dep.save()

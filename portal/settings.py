@@ -350,6 +350,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "metrics.tasks.downsample_metrics_task",
         "schedule": 600.0,
     },
+    "usage-refresh": {  # the usage ledger, then the monthly budgets (usage.tasks)
+        "task": "usage.tasks.refresh_usage_task",
+        "schedule": 300.0,
+    },
     "access-expire-keys": {
         "task": "access.tasks.expire_keys_task",
         "schedule": 60.0,

@@ -33,5 +33,6 @@ urlpatterns = [
     path("quotas/", quota_views.quota_overview, name="quota-overview"),
     path("quotas/<slug:slug>/", quota_views.tenant_quota, name="tenant-quota"),
     path("quota-requests/<int:pk>/<str:decision>/", quota_views.quota_request_decide, name="quota-decide"),
+    path("", include("usage.urls")),  # usage/, usage/export.csv
     path("", include("portal.platform_urls")),  # platform/…, tenants/<slug>/members/
 ]

@@ -21,38 +21,14 @@ from quotas.choices import QuotaChangeStatus
 from quotas.models import QuotaChangeRequest, Tenant, TenantQuota, is_platform_admin
 from quotas.presenters import quota_rows
 from runtime.k8s import ClusterError
-
-
-def gpu_hours_this_month(tenant: Tenant) -> dict:
-    """GPU-hours reserved this month (from quota reservations), and cost where flavors are priced.
-
-    Reserved hours are what the tenant holds, used or not: that is what showback charges.
-    """
-    from django.db.models import Q
-
-    from quotas.models import QuotaReservation
-
-    now = timezone.now()
-    start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    hours = cost = 0.0
-    rows = (
-        QuotaReservation.objects.filter(quota__tenant=tenant)
-        .filter(Q(released__isnull=True) | Q(released__gte=start))
-        .select_related("quota__flavor")
-    )
-    for r in rows:
-        held = (min(r.released or now, now) - max(r.created, start)).total_seconds() / 3600
-        gpu_h = max(0.0, held) * r.gpus
-        hours += gpu_h
-        if r.quota.flavor.price_per_gpu_hour:
-            cost += gpu_h * float(r.quota.flavor.price_per_gpu_hour)
-    return {"hours": round(hours, 1), "cost": round(cost, 2)}
+from usage.presenters import overview_usage
 
 
 @login_required
 def home(request):
     """Overview: per tenant, quota bars and deployments with live badges and tokens/s."""
     tenants = list(Tenant.objects.visible_to(request.user))
+    usage = overview_usage(tenants)  # the usage ledger's figures for this month (usage.reports)
     blocks = []
     for tenant in tenants:
         deps = list(tenant.deployments.live().select_related("flavor")[:50])
@@ -63,7 +39,7 @@ def home(request):
                 "deployments": deps,
                 "can_request": tenant.has_role(request.user, "member"),
                 "latest": latest_samples(deps),
-                "usage": gpu_hours_this_month(tenant),
+                "usage": usage[tenant.pk],
             }
         )
     return render(request, "portal/home.html", {"blocks": blocks})

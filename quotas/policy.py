@@ -8,6 +8,10 @@ refuse the same things with the same messages; the deployment services ask `auto
 
 from __future__ import annotations
 
+from datetime import datetime
+
+from django.utils import timezone
+
 from quotas.choices import Fit
 from quotas.models import GpuFlavor, Tenant
 
@@ -22,6 +26,8 @@ def policy_errors(*, tenant: Tenant, flavor: GpuFlavor | None, gpus: int) -> dic
     """Field errors for a draft needing `gpus` GPUs of `flavor` in `tenant` (empty: allowed)."""
     if tenant.archived:
         return {"tenant": f"Tenant {tenant.slug} is archived and takes no new requests or changes."}
+    if reason := budget_block_reason(tenant):
+        return {"tenant": reason}
     errors = {}
     allowed = allowed_flavor_ids(tenant)
     if flavor is not None and allowed is not None and flavor.pk not in allowed:
@@ -34,6 +40,25 @@ def policy_errors(*, tenant: Tenant, flavor: GpuFlavor | None, gpus: int) -> dic
             f"{tenant.display_name}'s policy allows at most {limit} per deployment."
         )
     return errors
+
+
+def budget_block_reason(tenant: Tenant, *, now: datetime | None = None) -> str:
+    """Why the tenant's budget refuses to reserve GPUs now ("" when it does not).
+
+    The budget sweep (usage.budgets) sets `budget_stopped_at` when a tenant with the hard stop on
+    reaches 100 % of its monthly budget. The stop holds for that calendar month while the hard
+    stop and a budget are set; a raised budget clears it at the next sweep.
+    """
+    stopped = tenant.budget_stopped_at
+    if stopped is None or not tenant.budget_hard_stop or tenant.monthly_budget is None:
+        return ""
+    month = timezone.localdate(now or timezone.now()).replace(day=1)
+    if timezone.localdate(stopped).replace(day=1) != month:
+        return ""
+    return (
+        f"{tenant.display_name} has spent its monthly budget ({tenant.monthly_budget}) and its policy "
+        "stops at 100 %: no GPUs can be reserved until next month, a higher budget or the hard stop turned off."
+    )
 
 
 def auto_approves(*, tenant: Tenant, gpus: int, fit: str | None) -> bool:

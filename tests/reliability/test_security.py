@@ -163,6 +163,10 @@ MATRIX = {
         lambda w, c: c.get("/api/v1/cluster/usage/"),
         expect(viewer=403, member=403, tenant_admin=403, other_member=403),
     ),
+    # Usage and budgets: everyone reads their own tenants' figures; another tenant's is a 404.
+    ("usage-report", "get"): (lambda w, c: c.get("/api/v1/usage/", {"tenant": "alpha"}), ALPHA_READ),
+    ("usage-csv", "get"): (lambda w, c: c.get("/api/v1/usage/csv/", {"tenant": "alpha"}), ALPHA_READ),
+    ("usage-budgets", "get"): (lambda w, c: c.get("/api/v1/usage/budgets/", {"tenant": "alpha"}), ALPHA_READ),
     ("token-list", "get"): (lambda w, c: c.get("/api/v1/tokens/"), READ_ALL),
     ("token-list", "post"): (
         lambda w, c: c.post("/api/v1/tokens/", {"name": "ci"}),
