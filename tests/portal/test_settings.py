@@ -49,6 +49,9 @@ def load_settings(**overrides) -> subprocess.CompletedProcess:
         ("METRICS_SCRAPE_SECONDS", "0", "below the minimum"),
         ("KUBERNETES_URL", "ftp://cluster", "KUBERNETES_URL="),
         ("NCCL_DEBUG", "LOUD", "NCCL_DEBUG='LOUD' must be one of"),
+        ("KUEUE_QUEUEING_STRATEGY", "LIFO", "KUEUE_QUEUEING_STRATEGY='LIFO' must be one of"),
+        ("KARPENTER_SUBNET_TAGS", "karpenter.sh/discovery", "KARPENTER_SUBNET_TAGS: 'karpenter.sh/discovery' is not"),
+        ("KARPENTER_ROOT_VOLUME_GIB", "5", "below the minimum"),
     ],
 )
 def test_bad_values_stop_startup_naming_the_variable(name, value, message):
