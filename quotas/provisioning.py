@@ -129,9 +129,12 @@ def _flavor_fields(node_labels: object, tolerations: object) -> list[str]:
     if not isinstance(node_labels, dict) or not node_labels:
         return ["a provisioned flavor needs node labels: they are what Kueue pins its pods by."]
     problems = [
+        f"node label {key[:70]!r} is not a valid label key." for key in sorted(node_labels) if not _label_key_ok(key)
+    ]
+    problems += [
         f"node label {key!r} lies in a domain Karpenter keeps for itself; use a label of your own."
-        for key in sorted(map(str, node_labels))
-        if is_restricted(key) and not is_well_known(key)
+        for key in sorted(node_labels)
+        if _label_key_ok(key) and is_restricted(key) and not is_well_known(key)
     ]
     for index, toleration in enumerate(tolerations if isinstance(tolerations, list) else [], start=1):
         if not isinstance(toleration, dict) or not toleration.get("key"):
@@ -163,7 +166,9 @@ def clean_provisioning(value: object, *, node_labels: object, tolerations: objec
         *_node_class(settings["node_class"]),
     ]
     if not problems:
-        problems = _flavor_fields(node_labels, tolerations) + _agreement(settings, node_labels)  # type: ignore[arg-type]
+        problems = _flavor_fields(node_labels, tolerations)
+    if not problems:
+        problems = _agreement(settings, node_labels)  # type: ignore[arg-type]
     return (settings if not problems else {}), problems
 
 

@@ -51,6 +51,8 @@ WELL_KNOWN_PREFIXES = ("karpenter.k8s.aws/",)
 # Label domains Karpenter keeps for itself or for Kubernetes: a node label there that is not
 # well known can be neither required nor set (quotas.provisioning refuses such a flavor).
 RESTRICTED_DOMAINS = ("kubernetes.io", "k8s.io", "karpenter.sh", "karpenter.k8s.aws")
+# Karpenter's own exceptions inside those domains: labels there may be set on a node template.
+DOMAIN_EXCEPTIONS = ("kops.k8s.io", "node.kubernetes.io", "node-restriction.kubernetes.io")
 
 
 def is_well_known(key: str) -> bool:
@@ -61,7 +63,11 @@ def is_well_known(key: str) -> bool:
 def is_restricted(key: str) -> bool:
     """Whether `key` lies in a label domain Karpenter refuses as a template label."""
     domain = key.split("/", 1)[0] if "/" in key else ""
-    return any(domain == d or domain.endswith("." + d) for d in RESTRICTED_DOMAINS)
+
+    def within(domains: tuple[str, ...]) -> bool:
+        return any(domain == d or domain.endswith("." + d) for d in domains)
+
+    return within(RESTRICTED_DOMAINS) and not within(DOMAIN_EXCEPTIONS)
 
 
 def nodepool_name(flavor_name: str) -> str:

@@ -196,3 +196,34 @@ class TestTopologyLevels:
             flavors.flavor_save(
                 actor=world.users["platform_admin"], name="a100-pcie", values={"topology_levels": LEVELS}
             )
+
+
+class TestLabelsKarpenterAccepts:
+    @pytest.mark.parametrize(
+        ("labels", "refused"),
+        [
+            ({"node-role.kubernetes.io/gpu": "true"}, True),  # Kubernetes' domain: Karpenter refuses it
+            ({"example.k8s.io/pool": "a"}, True),
+            ({"node.kubernetes.io/gpu-pool": "a"}, False),  # Karpenter's own exception
+            ({"node.kubernetes.io/instance-type": "p5.48xlarge"}, False),  # well known: a requirement
+            ({"karpenter.k8s.aws/instance-family": "p5"}, False),
+            ({"a b": "c"}, True),
+        ],
+    )
+    def test_node_labels_of_a_provisioned_flavor(self, world, labels, refused):
+        values = {"node_labels": labels, "tolerations": [], "provisioning": {"capacity_types": ["spot"]}}
+        if refused:
+            with pytest.raises(DomainError):
+                flavors.flavor_save(actor=world.users["platform_admin"], name="h100-sxm5", values=values)
+        else:
+            flavor = flavors.flavor_save(actor=world.users["platform_admin"], name="h100-sxm5", values=values)
+            assert flavor.provisioning["capacity_types"] == ["spot"]
+
+    def test_node_labels_that_are_not_an_object_are_a_field_error_not_a_crash(self, world):
+        with pytest.raises(DomainError) as caught:
+            flavors.flavor_save(
+                actor=world.users["platform_admin"],
+                name="h100-sxm5",
+                values={"node_labels": ["x=y"], "provisioning": {"instance_types": ["p5.48xlarge"]}},
+            )
+        assert caught.value.field in ("node_labels", "provisioning")
