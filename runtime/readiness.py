@@ -22,7 +22,7 @@ import yaml
 from runtime import k8s
 from runtime.k8s.permissions import PORTAL, READINESS
 from runtime.manifests.common import GPU_RESOURCE
-from runtime.readiness_pools import pool_checks
+from runtime.readiness_pools import pool_checks, topology_checks
 from runtime.spec import FlavorSpec, Toleration
 
 GREEN, AMBER, RED = "green", "amber", "red"
@@ -356,7 +356,8 @@ def check_permissions(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Che
 
 
 def check_pools(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Check]:
-    """The queueing strategy, and each Karpenter pool's nodes and pending claims (readiness_pools)."""
+    """The queueing strategy, each Karpenter pool's nodes and pending claims, and the topology
+    labels of flavors with topology levels (runtime.readiness_pools)."""
     strategy = Check(
         "kueue:queueing",
         "Queueing strategy",
@@ -369,7 +370,16 @@ def check_pools(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Check]:
         ),
         "",
     )
-    return [strategy, *pool_checks(cluster, config.pools, Check, (GREEN, AMBER, RED), OPTIONAL_RBAC)]
+    checks = [strategy, *pool_checks(cluster, config.pools, Check, (GREEN, AMBER, RED), OPTIONAL_RBAC)]
+    if any(f.topology_levels for f in config.flavors):
+        try:
+            nodes = cluster.list(k8s.NODE)
+        except k8s.PermanentClusterError as error:
+            if not _denied(error):
+                raise
+            return checks  # check_flavors already says nodes cannot be listed
+        checks += topology_checks(nodes, config.flavors, Check, (GREEN, AMBER, RED))
+    return checks
 
 
 CLUSTER_CHECKS: tuple[Callable[[k8s.Cluster, ReadinessConfig], list[Check]], ...] = (

@@ -1,5 +1,8 @@
-"""Readiness of the Karpenter pools the portal keeps, and the queueing strategy its ClusterQueues
-use (runtime.readiness runs these with its other checks).
+"""Readiness of the Karpenter pools the portal keeps, of the flavors' topology labels, and the
+queueing strategy its ClusterQueues use (runtime.readiness runs these with its other checks).
+
+Per flavor with topology levels: every node of the flavor must carry each level's label, or
+Kueue's topology-aware scheduling cannot place pods on it (amber, with the nodes named).
 
 Per provisioned flavor: the nodes Karpenter made for its pool (label `karpenter.sh/nodepool`)
 with their GPUs, and the NodeClaims not yet initialized: nodes being launched for pods that
@@ -15,6 +18,7 @@ from runtime import k8s
 from runtime.k8s.kinds import NODECLAIM
 from runtime.manifests.common import GPU_RESOURCE
 from runtime.manifests.karpenter import LABEL_NODEPOOL
+from runtime.spec import FlavorSpec
 
 MAX_LISTED = 10  # node and claim names shown per pool
 _PROGRESS = ("Launched", "Registered", "Initialized")
@@ -80,4 +84,34 @@ def pool_checks(cluster: k8s.Cluster, pools: tuple[str, ...], make_check, status
             detail += f" Failed: {_names(failed)}."
         fix = "Check the pool's instance types and capacity types against what the region offers." if failed else ""
         checks.append(make_check(f"pool:{pool}", f"Karpenter pool {pool}", amber if failed else green, detail, fix))
+    return checks
+
+
+def topology_checks(nodes: list[dict[str, Any]], flavors: tuple[FlavorSpec, ...], make_check, statuses) -> list:
+    """One check per flavor with topology levels: do its nodes carry every level's label?"""
+    green, amber, _ = statuses
+    checks = []
+    for flavor in flavors:
+        if not flavor.topology_levels or not flavor.node_labels:
+            continue
+        own = [n for n in nodes if k8s.labels_match(n, dict(flavor.node_labels))]
+        if not own:
+            continue  # the flavor's own check already says it has no nodes
+        key, title = f"topology:{flavor.name}", f"Topology labels of flavor {flavor.name}"
+        lacking = {
+            n["metadata"]["name"]: [
+                lvl for lvl in flavor.topology_levels if lvl not in (n["metadata"].get("labels") or {})
+            ]
+            for n in own
+        }
+        lacking = {name: missing for name, missing in lacking.items() if missing}
+        widest = flavor.topology_levels[0]
+        domains = {(n["metadata"].get("labels") or {}).get(widest) for n in own} - {None}
+        if lacking:
+            named = _names([f"{name} (no {', '.join(missing)})" for name, missing in sorted(lacking.items())])
+            detail = f"{len(lacking)} of {len(own)} node(s) lack topology labels: {named}."
+            fix = "Label those nodes, or Kueue cannot place the flavor's pods on them."
+            checks.append(make_check(key, title, amber, detail, fix))
+        else:
+            checks.append(make_check(key, title, green, f"{len(own)} node(s) in {len(domains)} {widest} domain(s)."))
     return checks

@@ -80,3 +80,20 @@ def test_the_cluster_page_and_api_show_the_queueing_strategy(world, settings):
     assert "<strong>StrictFIFO</strong>" in page
     body = world.client("platform_admin").get("/api/v1/cluster/sweep/").json()
     assert body["queueing_strategy"] == "StrictFIFO"
+
+
+def test_nodes_of_a_topology_flavor_must_carry_every_level(healthy, world):  # noqa: F811
+    world.h100.topology_levels = ["cloud.example.com/block", "kubernetes.io/hostname"]
+    world.h100.save()
+    check = by_key()["topology:h100-sxm5"]
+    assert check["status"] == "amber"
+    assert (
+        check["detail"]
+        == "1 of 1 node(s) lack topology labels: p5-0 (no cloud.example.com/block, kubernetes.io/hostname)."
+    )
+    labels = {**H100_LABELS, "cloud.example.com/block": "b1", "kubernetes.io/hostname": "p5-0"}
+    healthy.put(
+        k8s.NODE, node("p5-0", labels, 8, [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}])
+    )
+    check = by_key()["topology:h100-sxm5"]
+    assert (check["status"], check["detail"]) == ("green", "1 node(s) in 1 cloud.example.com/block domain(s).")
