@@ -183,6 +183,9 @@ def seed(portal) -> dict[str, str]:
         lending_limit_gpus=None,
         justification="More traffic.",
     )
+    from access.services import key_mint
+
+    key_mint(user=world.users["member"], tenant=world.alpha, name="walk", deployment_id=dep.pk)  # a row on /keys/
     return {"pk": str(dep.pk), "slug": world.alpha.slug, "deployments:pk": str(dep.pk), "quotas:slug": world.alpha.slug}
 
 

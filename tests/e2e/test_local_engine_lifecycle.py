@@ -13,6 +13,7 @@ import requests
 from django.core.management import call_command
 
 from quotas.models import GpuFlavor, TenantQuota
+from runtime.keys import portal_key
 from tests.e2e.workers import purge_broker, request_and_approve_local
 from tests.support.processes import celery_worker, wait_for
 
@@ -59,9 +60,12 @@ def test_local_deployment_serves_tokens_and_reports_metrics(tx_world, tmp_path, 
         )
         assert body["state"] == "ready", body["status_message"]
 
+        # The engine takes API keys (tests/e2e/test_local_engine_keys.py): the portal's own here.
+        auth = {"Authorization": f"Bearer {portal_key(settings.SECRET_KEY, dep_id)}"}
         answer = requests.post(
             f"{body['endpoint_url']}/completions",
             timeout=120,
+            headers=auth,
             json={"model": "tiny-llama", "prompt": "Hello GPU", "max_tokens": 16},
         )
         assert answer.status_code == 200 and answer.json()["choices"][0]["text"] is not None
@@ -73,6 +77,7 @@ def test_local_deployment_serves_tokens_and_reports_metrics(tx_world, tmp_path, 
             requests.post(
                 f"{body['endpoint_url']}/completions",
                 timeout=120,
+                headers=auth,
                 json={"model": "tiny-llama", "prompt": "Once upon a time", "max_tokens": 16},
             )
             series = member.get(f"/api/v1/deployments/{dep_id}/metrics/?window=1h").json()["series"]

