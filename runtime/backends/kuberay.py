@@ -9,6 +9,7 @@ from runtime import k8s
 from runtime.backends.base import ClusterObjectBackend, annotation, digest, stamp
 from runtime.manifests.common import ANNOTATION_CLUSTER_HASH, ANNOTATION_SPEC_HASH, PORT_METRICS, PORT_SERVE
 from runtime.manifests.rayservice import SERVE_APP_NAME, render_rayservice
+from runtime.manifests.topology import TAS_ANNOTATION_PREFIX
 from runtime.spec import DeploymentSpec
 from runtime.status import Observation, rayservice_observation
 
@@ -20,6 +21,16 @@ def _cluster_part(rayservice: dict) -> dict:
     for group in config.get("workerGroupSpecs", []):
         for key in ("replicas", "minReplicas", "maxReplicas"):
             group.pop(key, None)
+        # Kueue reads its topology annotations at admission only: a flavor gaining topology
+        # levels must not tear down running Ray clusters (new ones are placed by them).
+        metadata = (group.get("template") or {}).get("metadata") or {}
+        kept = {
+            k: v
+            for k, v in (metadata.pop("annotations", None) or {}).items()
+            if not k.startswith(TAS_ANNOTATION_PREFIX)
+        }
+        if kept:
+            metadata["annotations"] = kept
     return config
 
 

@@ -26,6 +26,7 @@ from runtime.spec import FlavorSpec
 KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"  # every Kueue object the portal renders
 HOSTNAME = "kubernetes.io/hostname"
 
+TAS_ANNOTATION_PREFIX = "kueue.x-k8s.io/podset-"  # every Kueue pod-set topology annotation
 ANNOTATION_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 ANNOTATION_SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
 ANNOTATION_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"

@@ -231,3 +231,14 @@ class TestRulesCelPythonCannotRunAlone:
         after = render_topology(replace(H100_TAS, topology_levels=new))["spec"]["levels"]
         result = _cel_program(rule).evaluate({"self": celpy.json_to_cel(after), "oldSelf": celpy.json_to_cel(before)})
         assert bool(result) is allowed
+
+
+def test_topology_levels_added_to_a_flavor_do_not_recreate_running_ray_clusters() -> None:
+    """The kuberay backend recreates a RayService when its cluster part changes; Kueue's
+    topology annotations count for admission only, so they are not part of it."""
+    from runtime.backends.kuberay import _cluster_part
+
+    before = render_rayservice(large_spec(flavor=replace(H100_TAS, topology_levels=())), PLATFORM)
+    after = render_rayservice(large_spec(flavor=H100_TAS), PLATFORM)
+    assert worker_group(before)["template"] != worker_group(after)["template"]
+    assert _cluster_part(before) == _cluster_part(after)
