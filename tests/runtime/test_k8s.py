@@ -104,7 +104,15 @@ class TestApply:
 
     def test_it_refuses_a_kind_it_does_not_know(self, cluster):
         with pytest.raises(ValueError, match="unknown kind"):
+            cluster.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "p"}})
+        assert sum(cluster.calls.values()) == 0
+
+    def test_api_key_secrets_are_written_in_a_namespace_and_never_read(self, cluster):
+        # The access app's key Secrets: applied and deleted in the key namespace, never read back.
+        with pytest.raises(ValueError, match="namespaced"):
             cluster.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "p"}})
+        with pytest.raises(ValueError, match="does not read Secret"):
+            cluster.get(k8s.SECRET, "p", NS)
         assert sum(cluster.calls.values()) == 0
 
     def test_pods_are_only_ever_listed(self, cluster):
