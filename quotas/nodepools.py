@@ -60,6 +60,11 @@ def _prune(cluster: k8s.Cluster, kind: k8s.Kind, wanted: set[str]) -> int:
         found = cluster.list(kind, label_selector=MANAGED)
     except k8s.NotFound:  # the CRD is not installed (no Karpenter): there is nothing of ours
         return 0
+    except k8s.PermanentClusterError as error:
+        if error.status not in (401, 403):
+            raise
+        log.error("cannot list %s (re-apply deploy/k8s for the portal's ClusterRole): %s", kind.plural, error)
+        return 0
     deleted = 0
     for obj in found:
         name = obj["metadata"]["name"]
@@ -70,15 +75,20 @@ def _prune(cluster: k8s.Cluster, kind: k8s.Kind, wanted: set[str]) -> int:
 
 
 def _apply_each(cluster: k8s.Cluster, apply: Applier, objects: list[Callable[[], dict[str, Any]]]) -> int:
-    """Apply each rendered object; one that cannot be rendered (platform settings missing) or
-    whose kind the cluster does not serve (Karpenter not installed) is logged and skipped, so
-    the rest of the Kueue sync still converges."""
+    """Apply each rendered object; one that cannot be rendered (platform settings missing), whose
+    kind the cluster does not serve (Karpenter not installed) or that the portal's ClusterRole
+    does not cover yet is logged and skipped, so the rest of the Kueue sync still converges."""
     written = 0
     for render in objects:
         try:
             written += apply(cluster, render())
         except (ValueError, k8s.NotFound) as error:
             log.error("node provisioning skipped an object: %s", error)
+        except k8s.PermanentClusterError as error:
+            if error.status not in (401, 403):
+                raise
+            # A ClusterRole from before node provisioning: the queues must still converge.
+            log.error("node provisioning not permitted (re-apply deploy/k8s): %s", error)
     return written
 
 

@@ -227,3 +227,16 @@ class TestLabelsKarpenterAccepts:
                 values={"node_labels": ["x=y"], "provisioning": {"instance_types": ["p5.48xlarge"]}},
             )
         assert caught.value.field in ("node_labels", "provisioning")
+
+
+class TestAnOlderClusterRole:
+    def test_denied_topology_and_pool_calls_do_not_stop_the_queues_from_syncing(self, world, cluster_api, aws):
+        provision(world)
+        karpenter_or_topology = ("/karpenter.sh/", "/karpenter.k8s.aws/", "/topologies")
+        cluster_api.inject_faults(1.0, (403,), when=lambda method, path: any(p in path for p in karpenter_or_topology))
+        assert sync_kueue() > 0
+        assert cluster_api.get_object(k8s.CLUSTERQUEUE, "tenant-alpha") is not None
+        assert cluster_api.get_object(k8s.RESOURCEFLAVOR, "h100-sxm5") is not None
+        cluster_api.clear_faults()
+        sync_kueue()
+        assert cluster_api.get_object(NODEPOOL, "h100-sxm5") is not None
