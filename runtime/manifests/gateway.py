@@ -36,8 +36,6 @@ SECRET_KEY_FIELD = "api_key"
 SCOPE_DEPLOYMENT = "deployment"
 SCOPE_TENANT = "tenant"
 
-# What the auth response hands on to the limit policies: the key's holder and its tenant.
-USER_ID_SELECTOR = "auth.identity.metadata.annotations.secret\\.kuadrant\\.io/user-id"
 
 # The Ray Serve proxy (kuberay) and the KServe predictor Service listen here.
 KUBERAY_SERVE_PORT = 8000
@@ -129,14 +127,13 @@ def render_authpolicy(spec: DeploymentSpec) -> dict[str, Any]:
         }
         for name, scope in (("deployment-keys", spec.deployment_id), ("tenant-keys", None))
     }
-    identity = {"json": {"properties": {"userid": {"selector": USER_ID_SELECTOR}}}}
     return {
         "apiVersion": AUTHPOLICY_API_VERSION,
         "kind": "AuthPolicy",
         "metadata": _metadata(spec),
         "spec": {
             "targetRef": _target(spec),
-            "rules": {"authentication": authentication, "response": {"success": {"filters": {"identity": identity}}}},
+            "rules": {"authentication": authentication},
         },
     }
 
