@@ -9,6 +9,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 mkdir -p bench/_results
-for name in b1_api_list b2_reconcile b3_metrics b4_series b6_prometheus b9_first_paint; do
+for name in b1_api_list b2_reconcile b3_metrics b4_series b6_prometheus b7_usage_report b9_first_paint; do
   "$PY" "bench/$name.py" 2>&1 | grep -v '^NOTICE:' | tee "bench/_results/$name.txt"
 done

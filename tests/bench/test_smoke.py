@@ -19,6 +19,7 @@ SMOKE = {
     "b3_metrics.py": ["--endpoints", "12", "--mix", "vllm"],
     "b3_against.py": ["HEAD", "--endpoints", "4", "--rounds", "2"],  # this tree against its own commit
     "b4_series.py": ["--days", "1"],
+    "b7_usage_report.py": ["--deployments", "20", "--days", "2", "--repeat", "3"],
 }
 
 

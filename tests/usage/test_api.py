@@ -206,3 +206,16 @@ class TestPage:
     def test_another_tenant_is_a_404_and_anonymous_signs_in(self, world, rows):
         assert world.browser("other_member").get("/usage/", {"tenant": "alpha"}).status_code == 404
         assert world.browser("anonymous").get("/usage/").status_code == 302
+
+
+class TestCsvNegotiation:
+    def test_a_client_asking_for_text_csv_gets_the_file_and_csv_errors(self, world, rows):
+        client = world.client("member")
+        ok = client.get("/api/v1/usage/csv/", {"month": "2026-11"}, HTTP_ACCEPT="text/csv")
+        assert ok.status_code == 200 and b"".join(ok.streaming_content).startswith(b"month,tenant,deployment")
+        bad = client.get("/api/v1/usage/csv/", {"month": "nope"}, HTTP_ACCEPT="text/csv")
+        assert bad.status_code == 400
+        assert bad.content.decode().splitlines() == [
+            "field,message",
+            'month,"Give the month as YYYY-MM, e.g. 2026-11."',
+        ]
