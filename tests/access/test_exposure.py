@@ -95,3 +95,20 @@ def test_without_a_public_url_nothing_is_exposed_and_the_internal_url_stays(worl
     assert dep.endpoint_url == f"http://{dep.resource_name}-serve-svc.alpha.svc:8000/v1"
     page = world.browser("member").get(f"/deployments/{dep.pk}/").content.decode()
     assert "Cluster-internal URL" in page and "$API_KEY" in page
+
+
+def test_an_unchanged_exposed_deployment_costs_no_extra_call(world, cluster_api, gateway):
+    """The exposure objects' hash rides on the workload's spec hash: a settled reconcile reads
+    the RayService and its Workload as before, and touches no route, policy or Secret."""
+    Tenant.objects.filter(pk=world.alpha.pk).update(tokens_per_minute=1000, requests_per_minute=60)
+    dep = approved(world, max_replicas=1)
+    run(dep)
+    obj = cluster_api.get_object(k8s.RAYSERVICE, dep.resource_name, "alpha")
+    operators.workload_for(cluster_api, obj, {"QuotaReserved": True, "Admitted": True})
+    operators.rayservice_ready(cluster_api, "alpha", dep.resource_name)
+    run(dep)
+    before = len(cluster_api.proxied_requests())
+    run(dep)
+    settled = cluster_api.proxied_requests()[before:]
+    assert [method for method, _ in settled] == ["GET", "GET"], settled  # the RayService, its Workloads
+    assert not any(word in path for _, path in settled for word in ("httproutes", "policies", "secrets"))
