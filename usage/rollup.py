@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import date, datetime, timedelta
+from functools import reduce
+from operator import or_
 
 from django.db import transaction
 from django.db.models import F, Max, Q, Sum
@@ -35,31 +37,45 @@ FIGURE_FIELDS = (
 _LEVELS = sorted((int(r) for r in Resolution), reverse=True)  # coarsest first
 
 
-def token_days(deployment_id: int, start: datetime, end: datetime) -> dict[date, tuple[float, float]]:
-    """(prompt, generation) tokens per local day in [start, end), each interval counted once."""
+def token_days_many(ids: set[int] | list[int], start: datetime, end: datetime) -> dict[int, dict]:
+    """Per deployment id: (prompt, generation) tokens per local day in [start, end), each interval
+    counted once. One statement per resolution for the whole fleet (more only past 50 distinct
+    cut-offs): each resolution is read from where the coarser one's last bucket ended, per
+    deployment, and deployments that share a cut-off share a condition."""
     tz = timezone.get_current_timezone()
-    out: dict[date, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    cutoff = start
+    out: dict[int, dict[date, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
+    cutoffs = dict.fromkeys(ids, start)
     for level in _LEVELS:
-        rows = (
-            MetricSample.objects.filter(deployment_id=deployment_id, resolution=level, ts__gte=cutoff, ts__lt=end)
-            .annotate(day=TruncDate("ts", tzinfo=tz))
-            .values("day")
-            .annotate(
-                prompt=Sum(F("prompt_tokens_per_s") * F("interval_s")),
-                generation=Sum(F("generation_tokens_per_s") * F("interval_s")),
-                last=Max("ts"),
+        by_cutoff: dict[datetime, list[int]] = defaultdict(list)
+        for dep_id, cutoff in cutoffs.items():
+            by_cutoff[cutoff].append(dep_id)
+        conditions = [Q(deployment_id__in=dep_ids, ts__gte=cutoff) for cutoff, dep_ids in by_cutoff.items()]
+        last: dict[int, datetime] = {}
+        for i in range(0, len(conditions), 50):
+            rows = (
+                MetricSample.objects.filter(reduce(or_, conditions[i : i + 50]), resolution=level, ts__lt=end)
+                .annotate(day=TruncDate("ts", tzinfo=tz))
+                .values("deployment_id", "day")
+                .annotate(
+                    prompt=Sum(F("prompt_tokens_per_s") * F("interval_s")),
+                    generation=Sum(F("generation_tokens_per_s") * F("interval_s")),
+                    last=Max("ts"),
+                )
+                .order_by()
             )
-            .order_by()
-        )
-        last = None
-        for row in rows:
-            out[row["day"]][0] += row["prompt"] or 0.0
-            out[row["day"]][1] += row["generation"] or 0.0
-            last = row["last"] if last is None else max(last, row["last"])
-        if last is not None and level != Resolution.RAW:
-            cutoff = last + timedelta(seconds=level)
-    return {day: (p, g) for day, (p, g) in out.items()}
+            for row in rows:
+                dep_id, day = row["deployment_id"], row["day"]
+                out[dep_id][day][0] += row["prompt"] or 0.0
+                out[dep_id][day][1] += row["generation"] or 0.0
+                last[dep_id] = max(last.get(dep_id, row["last"]), row["last"])
+        if level != Resolution.RAW:
+            cutoffs.update({dep_id: ts + timedelta(seconds=level) for dep_id, ts in last.items()})
+    return {dep_id: {day: (p, g) for day, (p, g) in days.items()} for dep_id, days in out.items()}
+
+
+def token_days(deployment_id: int, start: datetime, end: datetime) -> dict[date, tuple[float, float]]:
+    """One deployment's (prompt, generation) tokens per local day in [start, end)."""
+    return token_days_many([deployment_id], start, end).get(deployment_id, {})
 
 
 def _candidates(start: datetime, end: datetime) -> set[int]:
@@ -100,12 +116,13 @@ def compute_month(month: date, *, now: datetime, ids: set[int] | None = None) ->
     )
     for dep_id, at, state in events:
         transitions[dep_id].append((at, state))
+    tokens = token_days_many(ids, start, min(end, now))
     out = {}
     for dep_id in ids:
         days = ledger_days(
             held=held[dep_id],
             transitions=transitions[dep_id],
-            tokens=token_days(dep_id, start, min(end, now)),
+            tokens=tokens.get(dep_id, {}),
             start=start,
             end=end,
             now=now,

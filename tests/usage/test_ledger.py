@@ -214,3 +214,28 @@ class TestStoredLedger:
         assert (row.reserved_gpu_hours, row.serving_gpu_hours) == (Decimal("1048"), Decimal("1036"))
         assert UsageMonth.objects.filter(deployment=chat).count() == 1
         assert UsageDay.objects.filter(deployment=chat, day=date(2026, 11, 20)).count() == 1
+
+
+class TestRefreshCost:
+    def test_the_statements_of_a_refresh_do_not_grow_with_the_fleet(self, world):
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
+        deps = []
+        for k in range(5):
+            dep = _deployment(world, f"d{k}", world.h100)
+            _reserve(dep, 1, at(3, 0), None)
+            _moves(dep, [(at(3, 0), "approved"), (at(3, 1), "ready")])
+            _store(dep, [_snapshot(at(4, 10, 0, s), 10 * s, 5 * s) for s in (0, 15, 30)], None)
+            deps.append(dep)
+        downsample(now=at(4, 11))  # 10-minute rollups, and raw rows after them
+        for dep in deps:
+            _store(dep, [_snapshot(at(4, 11, 30), 900, 450)], _snapshot(at(4, 10, 0, 30), 300, 150))
+        counts = []
+        for chosen in (deps[:1], deps):
+            with CaptureQueriesContext(connection) as ctx:
+                assert refresh_month(NOV, now=NOW, ids={d.pk for d in chosen}) == len(chosen)
+            counts.append(len(ctx.captured_queries))
+        assert counts[0] == counts[1]
+        row = UsageMonth.objects.get(deployment=deps[4], month=NOV)
+        assert (row.prompt_tokens, row.generation_tokens) == (900, 450)  # 300 + 600 after the rollup
