@@ -8,6 +8,7 @@ import secrets
 from datetime import timedelta
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from access.keystore import seal
@@ -111,21 +112,29 @@ def key_revoke(*, user, key_id: int, reason: str = "") -> ApiKey:
 
 
 def keys_expire() -> list[int]:
-    """Withdraw expired keys that are still published (the gateway cannot read an expiry from a
-    Secret, so the portal removes them); returns their ids."""
+    """Withdraw keys that no longer open anything but are still published: expired ones (the
+    gateway cannot read an expiry from a Secret, so the portal removes them) and those of a
+    deleted deployment (revoked here, by the system); returns their ids."""
     from access.tasks import withdraw_key_task
 
     now = timezone.now()
+    due = ApiKey.objects.filter(revoked_at__isnull=True).filter(
+        Q(expires_at__lte=now) | Q(deployment__state=State.DELETED)
+    )
     ids = []
-    for key in ApiKey.objects.filter(expires_at__lte=now, revoked_at__isnull=True).exclude(gateway_state="withdrawn"):
+    for key in due.exclude(gateway_state="withdrawn").select_related("tenant", "deployment"):
         with transaction.atomic():
-            updated = (
-                ApiKey.objects.filter(pk=key.pk).exclude(gateway_state="withdrawn").update(gateway_state="expiring")
-            )
-            if updated:
-                audit(
-                    actor="system", action="apikey.expire", obj=key, tenant=key.tenant, changes={"prefix": key.prefix}
-                )
-                withdraw_key_task.delay_on_commit(key.pk)
-                ids.append(key.pk)
+            live = ApiKey.objects.select_for_update().filter(pk=key.pk, revoked_at__isnull=True).first()
+            if live is None or live.gateway_state == "withdrawn":
+                continue  # revoked or withdrawn meanwhile: its own withdrawal is under way
+            gone = key.deployment is not None and key.deployment.state == State.DELETED
+            changes = {"prefix": key.prefix}
+            if gone:
+                live.revoked_at = now
+            live.gateway_state = "expiring"
+            live.save(update_fields=["revoked_at", "gateway_state"])
+            action, reason = ("apikey.revoke", "Its deployment was deleted.") if gone else ("apikey.expire", "")
+            audit(actor="system", action=action, obj=live, tenant=key.tenant, reason=reason, changes=changes)
+            withdraw_key_task.delay_on_commit(key.pk)
+            ids.append(key.pk)
     return ids

@@ -201,6 +201,22 @@ class TestPublishing:
         assert keys_for(gateway.LOCAL_RUNTIME_DIR, "alpha", 1) == []
         assert keys_expire() == []  # once
 
+    def test_a_deleted_deployments_keys_are_revoked_and_withdrawn_by_the_sweep(
+        self, world, gateway, eager, django_capture_on_commit_callbacks
+    ):
+        d = dep(world)
+        with django_capture_on_commit_callbacks(execute=True):
+            scoped = mint(world, deployment=d.pk).json()
+            tenant_wide = mint(world).json()
+        type(d).objects.filter(pk=d.pk).update(state="deleted")
+        with django_capture_on_commit_callbacks(execute=True):
+            assert keys_expire() == [scoped["id"]]
+        assert ApiKey.objects.get(pk=scoped["id"]).status == "revoked"
+        assert ApiKey.objects.get(pk=tenant_wide["id"]).status == "active"
+        assert keys_for(gateway.LOCAL_RUNTIME_DIR, "alpha", d.pk) == [tenant_wide["key"]]
+        event = AuditEvent.objects.get(action="apikey.revoke", object_id=str(scoped["id"]))
+        assert event.actor_name == "system" and "deleted" in event.reason
+
 
 class TestPages:
     def test_mint_page_shows_the_key_once_and_the_list_never(self, world):
