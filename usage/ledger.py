@@ -17,6 +17,7 @@ Every interval is cut at local midnight (settings.TIME_ZONE), so days and calend
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta, tzinfo
@@ -139,6 +140,17 @@ def _overlap(a: tuple[datetime, datetime], b: tuple[datetime, datetime]) -> time
     return max(timedelta(0), min(a[1], b[1]) - max(a[0], b[0]))
 
 
+def _served(serving: list[tuple[datetime, datetime]], ends: list[datetime], a: datetime, b: datetime) -> timedelta:
+    """Time serving inside [a, b): the intervals are sorted and disjoint, so start at the first
+    one that ends after `a` and stop at the first that starts at or after `b`."""
+    total = timedelta(0)
+    for interval in serving[bisect_right(ends, a) :]:
+        if interval[0] >= b:
+            break
+        total += _overlap((a, b), interval)
+    return total
+
+
 def ledger_days(
     *,
     held: Iterable[Held],
@@ -155,6 +167,7 @@ def ledger_days(
     """
     start, stop = start.astimezone(UTC), min(end, now).astimezone(UTC)
     serving = serving_intervals(transitions, until=stop)
+    ends = [e for _, e in serving]
     days: dict[date, Figures] = {}
     for r in held:
         lo, hi = max(r.start, start), min(r.end or stop, stop)
@@ -166,7 +179,7 @@ def ledger_days(
                 fig.unpriced_gpu_hours += hours
             else:
                 fig.priced_cost += hours * r.price
-            served = sum((_overlap((a, b), s) for s in serving), timedelta(0))
+            served = _served(serving, ends, a, b)
             fig.serving_gpu_hours += _seconds(served) * r.gpus / HOURS
     for day, (prompt, generation) in tokens.items():
         fig = days.setdefault(day, Figures())
