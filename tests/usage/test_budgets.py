@@ -138,3 +138,27 @@ class TestHardStop:
         world.alpha.refresh_from_db()
         assert world.alpha.budget_stopped_at > timezone.now() - timedelta(minutes=1)
         assert ModelDeployment.objects.get(pk=spender.pk).state == "stopped"
+
+
+class TestTask:
+    def test_the_beat_task_refreshes_the_ledger_then_applies_the_budget(self, world, spender):
+        from quotas.models import QuotaReservation
+        from usage.tasks import refresh_usage_task
+
+        # The spender's reservation has been held since the month began (at least a little while).
+        start = timezone.make_aware(timezone.datetime.combine(this_month(), timezone.datetime.min.time()))
+        QuotaReservation.objects.filter(owner_id=spender.pk).update(created=start)
+        set_budget(world.alpha, "0.00", hard_stop=True)  # any spend reaches a budget of 0
+        result = refresh_usage_task.apply().get()
+        assert result["written"][this_month().isoformat()] == 1  # (and last month's on the 1st: nothing)
+        assert result["budgets"]["stopped"] == {"alpha": 1}
+        assert UsageMonth.objects.get(deployment=spender, month=this_month()).reserved_gpu_hours > 0
+        assert ModelDeployment.objects.get(pk=spender.pk).state == "stopped"
+
+    def test_on_the_first_of_a_month_the_previous_month_is_refreshed_too(self):
+        from datetime import UTC, date, datetime
+
+        from usage.rollup import months_to_refresh
+
+        assert months_to_refresh(datetime(2026, 12, 1, 8, tzinfo=UTC)) == [date(2026, 11, 1), date(2026, 12, 1)]
+        assert months_to_refresh(datetime(2026, 12, 2, 8, tzinfo=UTC)) == [date(2026, 12, 1)]
