@@ -33,7 +33,7 @@ from quotas.models import Tenant
 from usage.ledger import cost_per_million
 from usage.models import UsageMonth
 
-MONTH_RE = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
+MONTH_RE = re.compile(r"^([0-9]{4})-(0[1-9]|1[0-2])$")  # ASCII digits only (\d takes any script's)
 # Sort keys offered to people (pages, API, CSV) → the column they order by.
 SORTS = {
     "tenant": "tenant__slug",

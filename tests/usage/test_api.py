@@ -119,6 +119,7 @@ class TestReportApi:
             ({"month": "0000-01"}, "month"),
             ({"month": "2026-1"}, "month"),
             ({"month": "2026-11-01T00:00"}, "month"),
+            ({"month": "\uff12\uff10\uff12\uff16-11"}, "month"),  # full-width digits
             ({"sort": "garbage"}, "sort"),
             ({"sort": "cost; drop table"}, "sort"),
             ({"limit": "0"}, "limit"),

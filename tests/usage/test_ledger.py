@@ -239,3 +239,19 @@ class TestRefreshCost:
         assert counts[0] == counts[1]
         row = UsageMonth.objects.get(deployment=deps[4], month=NOV)
         assert (row.prompt_tokens, row.generation_tokens) == (900, 450)  # 300 + 600 after the rollup
+
+
+class TestTimeZone:
+    def test_months_and_token_days_follow_the_configured_time_zone(self, world, settings):
+        settings.TIME_ZONE = "Europe/Berlin"  # November begins at 23:00 UTC on 31 October
+        dep = _deployment(world, "late", world.h100)
+        _reserve(dep, 1, at(31, 22, month=10), at(31, 23, 30, month=10))  # 1 h in October, 0.5 h in November
+        prev = _store(dep, [_snapshot(at(31, 22, 50, month=10), 0, 0)], None)
+        _store(dep, [_snapshot(at(31, 23, 10, month=10), 100, 40)], prev)  # 00:10 in Berlin: November
+        refresh_month(NOV, now=NOW)
+        refresh_month(date(2026, 10, 1), now=NOW)
+        november = UsageMonth.objects.get(deployment=dep, month=NOV)
+        october = UsageMonth.objects.get(deployment=dep, month=date(2026, 10, 1))
+        assert (november.reserved_gpu_hours, october.reserved_gpu_hours) == (Decimal("0.5"), Decimal("1"))
+        assert (november.generation_tokens, october.generation_tokens) == (40, 0)
+        assert UsageDay.objects.get(deployment=dep, day__gte=NOV).day == date(2026, 11, 1)
