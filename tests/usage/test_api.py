@@ -220,3 +220,16 @@ class TestCsvNegotiation:
             "field,message",
             'month,"Give the month as YYYY-MM, e.g. 2026-11."',
         ]
+
+
+PAGE_ROLES = {"anonymous": 302, "viewer": 200, "member": 200, "tenant_admin": 200, "platform_admin": 200}
+
+
+@pytest.mark.parametrize("path", ["/usage/", "/usage/export.csv"])
+def test_pages_per_role_for_alphas_report(world, rows, path):
+    """The browser side of the permission matrix: alpha's report for each role (another tenant's
+    member gets a 404, as in the API)."""
+    got = {
+        role: world.browser(role).get(path, {"tenant": "alpha"}).status_code for role in (*PAGE_ROLES, "other_member")
+    }
+    assert got == {**PAGE_ROLES, "other_member": 404}
