@@ -10,7 +10,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('deployments', '0005_modeldeployment_serving_profile'),
-        ('quotas', '0004_alter_tenant_budget_stopped_at'),
+        ('quotas', '0003_budget_idle_access_provisioning_temporary'),
     ]
 
     operations = [
