@@ -33,6 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
+
 from deployments import sizing
 from deployments.choices import ServingProfile
 from deployments.limits import LIMITS
@@ -223,7 +225,7 @@ def _latency_tp(shape: _Shape, gpus_per_node: int, room: Room, sized: bool) -> i
     return wider
 
 
-def _shape_reason(profile: str, shape: _Shape, tp: int, flavor) -> tuple[str, str]:
+def _shape_reason(shape: _Shape, tp: int, flavor) -> tuple[str, str]:
     if shape.verdict == "unsized":
         return "One engine process: this backend runs on the host's CPUs.", "One stage."
     if shape.verdict == "unknown":
@@ -307,11 +309,21 @@ def profile_fields(profile: str, *, draft: dict, flavor, backend: str, room: Roo
     model = draft.get("model_source") or ""
     quantization, quant_reason = _quantization(profile, model, flavor.accelerator_type if sized else "")
     shape = _smallest_fit(draft, flavor, quantization, sized, whole_node_pods)
+    if (
+        shape is None
+        and not quantization
+        and sized
+        and fp8_capable(flavor.accelerator_type)
+        and not prequantized(model)
+    ):
+        # Full precision holds nowhere on this hardware: FP8 is the way it fits at all.
+        quantization, quant_reason = "fp8", f"Only FP8 fits this model on {flavor.name} ({flavor.accelerator_type})."
+        shape = _smallest_fit(draft, flavor, quantization, sized, whole_node_pods)
     fits = shape is not None
     if shape is None:  # nothing holds it: the largest single-node shape, and check_draft says why
         shape = _Shape(flavor.gpus_per_node, 1, "does_not_fit")
     tp = _latency_tp(shape, flavor.gpus_per_node, room, sized) if profile == ServingProfile.LATENCY else shape.tp
-    tp_reason, pp_reason = _shape_reason(profile, shape, tp, flavor)
+    tp_reason, pp_reason = _shape_reason(shape, tp, flavor)
     if not fits:
         tp_reason = f"No shape of {flavor.name} holds this model; choose larger GPUs or a quantized checkpoint."
     chosen: dict[str, tuple[Any, str]] = {
@@ -376,8 +388,6 @@ def apply_profile(data: dict, *, sent, base: dict | None = None, tenant=None, cr
     flavor = draft.get("flavor")
     if not profile or flavor is None:
         return Applied(data=dict(data), preset=None)
-    from django.conf import settings
-
     backend = draft.get("backend") or settings.RUNTIME_DEFAULT_BACKEND
     preset = profile_fields(
         profile, draft=draft, flavor=flavor, backend=backend, room=room_for(tenant, flavor, credit_gpus)

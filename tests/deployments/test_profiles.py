@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.conf import settings
 
-from deployments import services
+from deployments import services, sizing
 from deployments.catalog import CATALOG
 from deployments.models import ModelDeployment
 from deployments.profiles import (
@@ -43,11 +43,28 @@ def roomy(world, l4):
     return tenant
 
 
+def fits_one_node(model: str, flavor) -> bool:
+    """Whether a whole node of `flavor` holds `model` at its lightest precision (FP8 where the GPU
+    computes in it), by the request validation's own estimate."""
+    fit = sizing.estimate(
+        model_source=model,
+        parameter_count_b=None,
+        dtype="auto",
+        quantization="fp8" if fp8_capable(flavor.accelerator_type) else "",
+        tensor_parallel_size=flavor.gpus_per_node,
+        pipeline_parallel_size=1,
+        max_model_len=None,
+        gpu_memory_gib=flavor.gpu_memory_gib,
+        gpu_memory_utilization=0.9,
+    )
+    return fit.verdict != "does_not_fit"
+
+
 class TestEveryCombinationValidates:
     def test_every_profile_model_flavor_and_backend_passes_check_draft_or_says_why_not(self, world, l4, roomy):
         flavors = (world.h100, world.a100, l4)
         checked = fitted = 0
-        wrong = []
+        wrong, misses = [], set()
         for backend in settings.RUNTIME_BACKENDS:
             for flavor in flavors:
                 room = room_for(roomy, flavor)
@@ -62,12 +79,17 @@ class TestEveryCombinationValidates:
                         expected = {} if preset.fits else {"tensor_parallel_size"}
                         if set(check.errors) != set(expected):
                             wrong.append((backend, flavor.name, model.hf_id, profile, check.errors))
+                        if not preset.fits:
+                            misses.add((backend, flavor.name, model.hf_id))
+                            assert not fits_one_node(model.hf_id, flavor)
                         fitted += preset.fits
         assert wrong == []
         assert checked == len(settings.RUNTIME_BACKENDS) * 3 * len(CATALOG) * 3
-        # Only replicas confined to one node (kserve) miss: DeepSeek-V3 and long-context 70B
-        # models on four L4s; everything fits where KubeRay spreads a replica over nodes.
-        assert fitted >= checked - 3 * 6
+        # Only where a replica must stay on one node (kserve) do models miss, and only those no
+        # node of the flavor holds even in FP8; KubeRay spreads them over nodes.
+        big = {"deepseek-ai/DeepSeek-V3", "mistralai/Mixtral-8x22B-Instruct-v0.1"}
+        assert {m for _, _, m in misses} == big and {b for b, _, _ in misses} == {"kserve"}
+        assert fitted == checked - 3 * len(misses)
 
     def test_a_model_no_shape_holds_is_said_so_and_only_where_one_node_is_all_there_is(self, world):
         room = Room()
@@ -119,6 +141,12 @@ class TestTheTriangle:
         # A100s are a whole node already: nothing wider is in one NVLink domain.
         assert preset("latency", world.h100).values["tensor_parallel_size"] == 8
         assert preset("latency", world.a100).values["tensor_parallel_size"] == 4
+
+    def test_latency_stays_at_full_precision_unless_only_fp8_fits(self, world, l4):
+        assert preset("latency", world.h100, backend="kserve").values["quantization"] == ""
+        tight = preset("latency", l4, backend="kserve")  # 70B in BF16 is more than four L4s hold
+        assert tight.fits and tight.values["quantization"] == "fp8"
+        assert "Only FP8" in tight.reasons["quantization"]
 
     def test_latency_widens_tp_only_within_the_room(self, world):
         assert preset("latency", world.h100, room=Room(gpus=4)).values["tensor_parallel_size"] == 4
