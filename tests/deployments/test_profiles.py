@@ -357,3 +357,66 @@ class TestTheForm:
         assert page.context["form"].initial["profile_applied"] == "cost"
         detail = world.browser("viewer").get(f"/deployments/{dep.pk}/").content.decode()
         assert 'id="serving-profile">Cost' in detail
+
+
+class TestHostileInput:
+    PRESETS = "/api/v1/serving-profiles/"
+
+    @pytest.mark.parametrize(
+        "changes, field",
+        [
+            ({"profile": "turbo"}, "profile"),
+            ({"parameter_count_b": "nan"}, "parameter_count_b"),
+            ({"parameter_count_b": "inf"}, "parameter_count_b"),
+            ({"parameter_count_b": "1e400"}, "parameter_count_b"),
+            ({"max_model_len": "-1"}, "max_model_len"),
+            ({"gpu_memory_utilization": "2"}, "gpu_memory_utilization"),
+            ({"model_source": "a" * 501}, "model_source"),
+            ({"model_source": "org/\x00model"}, "model_source"),
+            ({"backend": "../../etc"}, "backend"),
+            ({"tenant": "al pha"}, "tenant"),
+            ({"flavor": "h100 sxm5"}, "flavor"),
+            ({"dtype": "int4"}, "dtype"),
+        ],
+    )
+    def test_bad_query_values_are_field_errors(self, world, changes, field):
+        query = {"tenant": "alpha", "flavor": "h100-sxm5", "model_source": "org/model", **changes}
+        response = world.client("member").get(self.PRESETS, query)
+        assert response.status_code == 400 and field in response.json(), response.content
+
+    def test_an_empty_profile_is_no_profile_and_surrounding_blanks_are_trimmed(self, world):
+        query = {"tenant": " alpha\n", "flavor": "h100-sxm5", "profile": ""}
+        answer = world.client("member").get(self.PRESETS, query)
+        assert answer.status_code == 200 and len(answer.json()) == 3
+
+    def test_an_unknown_or_retired_flavor_is_404(self, world):
+        world.a100.active = False
+        world.a100.save()
+        for flavor in ("nope", "a100-pcie"):
+            assert world.client("member").get(self.PRESETS, {"tenant": "alpha", "flavor": flavor}).status_code == 404
+
+    def test_sizes_nothing_holds_answer_with_fits_false_not_an_error(self, world):
+        query = {"tenant": "alpha", "flavor": "h100-sxm5", "model_source": "org/huge", "parameter_count_b": 100000}
+        answer = world.client("member").get(self.PRESETS, query)
+        assert answer.status_code == 200 and [p["fits"] for p in answer.json()] == [False, False, False]
+
+    @pytest.mark.parametrize(
+        "changes",
+        [
+            {"serving_profile": "turbo"},
+            {"serving_profile": "throughput", "flavor": "x"},
+            {"serving_profile": "throughput", "tenant": "0"},
+            {"serving_profile": "cost", "parameter_count_b": "nan", "max_model_len": "zz"},
+            {"serving_profile": ["cost", "latency"]},
+        ],
+    )
+    def test_the_forms_endpoint_never_fails_on_a_garbled_draft(self, world, changes):
+        answer = world.browser("member").post("/deployments/profile/", form_body(world, **changes))
+        assert answer.status_code == 200 and answer["Content-Type"] == "application/json"
+        assert set(answer.json()) in ({"error"}, {*Preset_keys()})
+        page = world.browser("member").post("/deployments/new/", form_body(world, **changes))
+        assert page.status_code == 200 and not ModelDeployment.objects.exists()
+
+
+def Preset_keys():  # noqa: N802 - reads as the set it returns
+    return {"profile", "label", "summary", "fields", "notes", "fits", "suggested_flavor"}
