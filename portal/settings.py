@@ -358,6 +358,18 @@ CELERY_BEAT_SCHEDULE = {
         "task": "access.tasks.expire_keys_task",
         "schedule": 60.0,
     },
+    "reclaim-idle": {  # idle warnings and stops (reclaim.idle)
+        "task": "reclaim.tasks.idle_sweep_task",
+        "schedule": 300.0,
+    },
+    "reclaim-schedules": {  # serving schedules stop and start deployments (reclaim.schedules)
+        "task": "reclaim.tasks.schedule_sweep_task",
+        "schedule": 60.0,
+    },
+    "quota-temporary-revert": {  # temporary quota ends (quotas.temporary)
+        "task": "quotas.tasks.revert_temporary_quota_task",
+        "schedule": 60.0,
+    },
 }
 
 # --- mail (budget and idle warnings to tenant admins: quotas.notify) ---------------------------

@@ -30,6 +30,13 @@ class QuotaRequestForm(forms.Form):
     justification = forms.CharField(
         max_length=2000, widget=forms.Textarea(attrs={"rows": 3}), help_text="What will run on it, and why now."
     )
+    ends_at = forms.DateTimeField(
+        required=False,
+        label="Until (optional)",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        help_text="For a temporary change: the quota returns to its current values then (the portal's time zone; "
+        "at most a year ahead).",
+    )
 
 
 class DecisionForm(forms.Form):

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from quotas.models import Tenant
+from quotas.temporary import active_temporary
 
 
 def quota_rows(tenant: Tenant) -> list[dict]:
     rows = []
+    # A temporary change in force per flavor: the bar says until when (and whether its end waits).
+    temporary = {r.flavor_id: r for r in active_temporary(tenant_id=tenant.pk).order_by("ends_at")}
     for q in tenant.quotas.select_related("flavor").order_by("flavor__name"):
         ceiling = max(1, q.ceiling_gpus)
         within = min(q.reserved_gpus, q.nominal_gpus)
@@ -21,6 +24,7 @@ def quota_rows(tenant: Tenant) -> list[dict]:
                 "used_pct": round(100 * within / ceiling, 1),
                 "borrow_pct": round(100 * borrowed / ceiling, 1),
                 "nominal_pct": round(100 * q.nominal_gpus / ceiling, 1),
+                "temporary": temporary.get(q.flavor_id),
             }
         )
     return rows

@@ -24,6 +24,7 @@ from quotas.models import (
     TenantQuota,
     is_platform_admin,
 )
+from quotas.temporary import check_ends_at, prepare_approval
 
 
 @dataclass(frozen=True)
@@ -197,10 +198,13 @@ def quota_change_request_create(
     borrowing_limit_gpus: int = 0,
     lending_limit_gpus: int | None = None,
     justification: str,
+    ends_at=None,
 ) -> QuotaChangeRequest:
-    """A tenant admin asks for new quota values for one flavor."""
+    """A tenant admin asks for new quota values for one flavor; with `ends_at`, only until then
+    (quotas.temporary reverts it)."""
     if not tenant.has_role(user, Role.TENANT_ADMIN):
         raise Forbidden("Only tenant admins can request quota changes.")
+    check_ends_at(ends_at)
     if not justification or not justification.strip():
         raise DomainError("Say why the team needs this quota.", field="justification")
     if lending_limit_gpus is not None and lending_limit_gpus > nominal_gpus:
@@ -227,6 +231,7 @@ def quota_change_request_create(
         lending_limit_gpus=lending_limit_gpus,
         justification=justification.strip(),
         previous=previous,
+        ends_at=ends_at,
     )
     audit(
         actor=user,
@@ -240,6 +245,7 @@ def quota_change_request_create(
                 "nominal_gpus": nominal_gpus,
                 "borrowing_limit_gpus": borrowing_limit_gpus,
                 "lending_limit_gpus": lending_limit_gpus,
+                **({"ends_at": ends_at.isoformat()} if ends_at else {}),
             },
         },
     )
@@ -274,6 +280,7 @@ def quota_change_approve(*, request_id: int, approver, comment: str = "") -> Quo
             f"requested nominal + borrowing ({ceiling}). Stop deployments first or reject.",
             code="below_reserved",
         )
+    prepare_approval(request, quota, approver=approver)  # end date still ahead; ends an older temporary change
     before = {
         "nominal_gpus": quota.nominal_gpus,
         "borrowing_limit_gpus": quota.borrowing_limit_gpus,

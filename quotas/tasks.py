@@ -1,4 +1,4 @@
-"""Quota tasks: mirror tenants' quotas to Kueue."""
+"""Quota tasks: mirror tenants' quotas to Kueue; end temporary quota."""
 
 from __future__ import annotations
 
@@ -22,3 +22,12 @@ def sync_kueue_task(tenant_id: int | None = None) -> int:
         log.info("Kueue sync skipped: no Kubernetes cluster is configured (KUBERNETES_URL or KUBECONFIG)")
         return 0
     return sync_kueue(tenant_id=tenant_id)
+
+
+@shared_task(acks_late=True)
+def revert_temporary_quota_task() -> dict[str, int]:
+    """Return temporary quota changes that are due to the values they replaced (quotas.temporary);
+    a revert that does not fit the reservations yet waits and is tried again next beat."""
+    from quotas.temporary import revert_due
+
+    return revert_due()

@@ -90,6 +90,13 @@ class QuotaChangeRequestSerializer(serializers.ModelSerializer):
     requested_by = serializers.CharField(source="requested_by.username", read_only=True)
     decided_by = serializers.CharField(source="decided_by.username", default=None, allow_null=True, read_only=True)
     justification = serializers.CharField(max_length=2000)
+    ends_at = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Temporary change: the quota returns to the values it replaced at this time "
+        "(in the future, at most a year ahead; null: permanent).",
+    )
 
     class Meta:
         model = QuotaChangeRequest
@@ -101,15 +108,26 @@ class QuotaChangeRequestSerializer(serializers.ModelSerializer):
             "borrowing_limit_gpus",
             "lending_limit_gpus",
             "justification",
+            "ends_at",
             "status",
             "previous",
             "requested_by",
             "decided_by",
             "decided_at",
             "decision_comment",
+            "reverted_at",
+            "revert_waiting_since",
             "created",
         ]
-        read_only_fields = ["status", "previous", "decided_at", "decision_comment", "created"]
+        read_only_fields = [
+            "status",
+            "previous",
+            "decided_at",
+            "decision_comment",
+            "reverted_at",
+            "revert_waiting_since",
+            "created",
+        ]
         extra_kwargs = {
             "nominal_gpus": {"min_value": 0, "max_value": 100_000},
             "borrowing_limit_gpus": {"min_value": 0, "max_value": 100_000},
