@@ -3,7 +3,8 @@ headroom, and each piece of advice with links to the chart and the data behind i
 
 from __future__ import annotations
 
-from dataclasses import asdict, fields
+from collections.abc import Callable
+from dataclasses import asdict, fields, replace
 from datetime import datetime, timedelta
 
 from django.urls import reverse
@@ -19,6 +20,13 @@ from metrics.profile_hints import with_profile_hints
 OBJECTIVE_FIELDS = ("ttft_p95_objective_s", "waiting_floor", "kv_cache_floor_pct", "breach_share_pct")
 assert set(OBJECTIVE_FIELDS) <= {f.name for f in fields(Objectives)}
 ADVICE_WINDOW = "1h"  # the chart window the advice links to (it covers every rule's window)
+# What the tenant's idle policy will do, added to the idle advice. reclaim (above this app) fills
+# it in at start-up (reclaim.apps); this app never imports it.
+IDLE_NOTES: dict[str, Callable[[ModelDeployment, datetime], str]] = {}
+
+
+def register_idle_note(name: str, note: Callable[[ModelDeployment, datetime], str]) -> None:
+    IDLE_NOTES[name] = note
 
 
 def objectives_for(deployment: ModelDeployment) -> Objectives:
@@ -54,9 +62,15 @@ def advice_for(
         now=now,
     )
     # Each piece of advice also names the serving-profile change that addresses it.
-    return with_profile_hints(
+    found = with_profile_hints(
         found, current=deployment.serving_profile, scale_to_zero=scales_to_zero(deployment.backend)
     )
+    return [_with_idle_notes(deployment, a, now) for a in found]
+
+
+def _with_idle_notes(deployment: ModelDeployment, advice: Advice, now: datetime) -> Advice:
+    notes = [text for note in IDLE_NOTES.values() if advice.code == "idle" and (text := note(deployment, now))]
+    return replace(advice, message=" ".join([advice.message, *notes])) if notes else advice
 
 
 def advice_links(deployment_id: int, advice: Advice) -> dict[str, str]:

@@ -7,3 +7,10 @@ class ReclaimConfig(AppConfig):
 
     name = "reclaim"
     verbose_name = "Idle policy"
+
+    def ready(self) -> None:
+        # The idle advice (metrics, below this app) says what the tenant's idle policy will do.
+        from metrics.advice import register_idle_note
+        from reclaim.idle import idle_note
+
+        register_idle_note("idle-policy", idle_note)
