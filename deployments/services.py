@@ -407,6 +407,10 @@ def deployment_delete(*, deployment_id: int, user) -> ModelDeployment:
 def deployment_release_quota(*, deployment_id: int, reason: str) -> bool:
     """Release the GPUs once the workload is gone (exactly once; later calls do nothing)."""
     dep = _lock(deployment_id)
+    if dep.state in HOLDS_QUOTA or (dep.state == State.PENDING_APPROVAL and dep.reserved_gpus):
+        # Started again since the caller (the reconciler) read it stopped: what it holds now is the
+        # new start's reservation, not the stopped run's.
+        return False
     released = _give_back(dep)
     if released:
         dep.save(update_fields=["reserved_gpus", "updated"])

@@ -107,6 +107,18 @@ class TestStopAndStart:
         assert schedule_sweep(now=MONDAY_NIGHT)["stopped"] == 0 and state(dep) == State.READY
 
 
+class TestStaleRelease:
+    def test_a_late_release_for_the_stopped_run_keeps_the_new_starts_gpus(self, world):
+        """The reconciler read the deployment stopped, removed the workload, and asks to release
+        after the schedule started it again: the new reservation stays."""
+        schedule(world.alpha, OFFICE)
+        dep = serving(world, since=MONDAY_NOON)
+        schedule_sweep(now=MONDAY_NIGHT)
+        schedule_sweep(now=TUESDAY_NOON)
+        assert services.deployment_release_quota(deployment_id=dep.pk, reason="Workload removed") is False
+        assert reserved(world) == 2 and ModelDeployment.objects.get(pk=dep.pk).reserved_gpus == 2
+
+
 class TestRefusedStart:
     def test_a_full_quota_is_recorded_told_and_tried_once_per_window(self, world, django_capture_on_commit_callbacks):
         give_emails(world)
