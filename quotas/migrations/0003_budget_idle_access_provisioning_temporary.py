@@ -65,7 +65,7 @@ class Migration(migrations.Migration):
             name="budget_stopped_at",
             field=models.DateTimeField(
                 blank=True,
-                help_text="Set by the budget sweep when the hard stop took effect this month; cleared when the budget allows again.",
+                help_text="Set by the budget sweep when the hard stop took effect; cleared when the budget allows again.",
                 null=True,
             ),
         ),
