@@ -27,7 +27,7 @@ _GROUPS = {"daily": tuple(range(7)), "weekdays": tuple(range(5)), "weekends": (5
 DAY = 24 * 60
 WEEK = 7 * DAY
 MAX_WINDOWS = 28
-_TIMES = re.compile(r"^(\d{1,2}):(\d{2})-(\d{1,2}):(\d{2})$")
+_TIMES = re.compile(r"^([0-9]{1,2}):([0-9]{2})-([0-9]{1,2}):([0-9]{2})$")
 EXAMPLE = "e.g. 'mon-fri 08:00-20:00' or 'mon-fri 08:00-20:00; sat 10:00-14:00'"
 
 

@@ -225,3 +225,54 @@ def test_concurrent_reverts_and_a_reservation_keep_the_invariant(tx_world):
         assert sorted(results) == ["reserved", "waiting", "waiting"] and q.nominal_gpus == 16
     else:
         assert sorted(results) == ["QuotaExceeded", "none", "reverted"] and q.nominal_gpus == 8
+
+
+HOSTILE_ENDS_AT = [
+    "tomorrow",
+    "",
+    "2026-13-45T00:00:00Z",
+    "0001-01-01T00:00:00+14:00",
+    "9999-12-31T23:59:59-14:00",
+    "2027-01-01T00:00:00\x001",  # (a NUL at the very end is dropped by datetime.fromisoformat: the date stands)
+    "2027-01-01T00:00:00Z" + "0" * 5000,
+    "１９９９-01-01T00:00:00Z",
+    12,
+    1e308,
+    True,
+    ["2027-01-01T00:00:00Z"],
+    {"date": "2027-01-01"},
+]
+
+
+class TestHostileEndDates:
+    @pytest.mark.parametrize("value", HOSTILE_ENDS_AT, ids=range(len(HOSTILE_ENDS_AT)))
+    def test_the_api_answers_400_on_the_field_and_writes_nothing(self, world, value):
+        body = {"tenant": "alpha", "flavor": "h100-sxm5", "nominal_gpus": 16, "justification": "x", "ends_at": value}
+        response = world.client("tenant_admin").post("/api/v1/quota-requests/", body, format="json")
+        assert response.status_code == 400, response.content[:300]
+        assert response.json()["ends_at"]
+        assert not QuotaChangeRequest.objects.exists() and not AuditEvent.objects.exists()
+
+    @pytest.mark.parametrize("value", [v for v in HOSTILE_ENDS_AT if isinstance(v, str)], ids=str)
+    def test_the_form_shows_a_field_error(self, world, value):
+        form = {"flavor": world.a100.pk, "nominal_gpus": 6, "borrowing_limit_gpus": 0, "justification": "x"}
+        page = world.browser("tenant_admin").post("/quotas/alpha/", {**form, "ends_at": value})
+        if value == "":
+            assert page.status_code == 302  # empty: a permanent change
+            assert QuotaChangeRequest.objects.get().ends_at is None
+        else:
+            assert page.status_code == 200 and 'id="id_ends_at"' in page.content.decode()
+            assert not QuotaChangeRequest.objects.exists()
+
+
+HOSTILE_SCHEDULES = ["mon ٠٨:٠٠-٢٠:٠٠", "mon 08:00-20:00\x00", "x" * 201, "mon 08:00-20:00;" * 20, 5, None, ["mon"]]
+
+
+@pytest.mark.parametrize("value", HOSTILE_SCHEDULES, ids=range(len(HOSTILE_SCHEDULES)))
+def test_hostile_serving_schedules_are_400_on_the_field(world, value):
+    body = {"auto_approve_max_gpus": 0, "max_gpus_per_deployment": 0, "allowed_flavors": [], "serving_schedule": value}
+    response = world.client("platform_admin").put("/api/v1/tenants/alpha/policy/", body, format="json")
+    assert response.status_code == 400, response.content[:300]
+    assert response.json()["serving_schedule"]
+    world.alpha.refresh_from_db()
+    assert world.alpha.serving_schedule == ""
