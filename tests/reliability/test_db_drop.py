@@ -42,9 +42,11 @@ def _terminate_request_waiting_on(table: str) -> int:
     def blocked():
         with observer.cursor() as cur:
             cur.execute(
+                # Not "…FOR UPDATE": pg_stat_activity keeps only the first 1 KB of a query, and the
+                # locking SELECT (quota joined with tenant and flavor) is longer than that.
                 "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
                 "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid() AND query LIKE %s",
-                (f"%{table}%FOR UPDATE%",),
+                (f"%{table}%",),
             )
             row = cur.fetchone()
             return row[0] if row else None
