@@ -211,3 +211,17 @@ def test_two_sweeps_at_once_warn_once(tx_world):
         t.join()
     assert sorted(results) == ["none", "warn"]
     assert DeploymentEvent.objects.filter(deployment=dep, reason=IDLE_WARNING).count() == 1
+
+
+class TestCost:
+    def test_a_check_reads_the_same_few_queries_however_many_points(self, world, now, django_assert_num_queries):
+        """Each of the clock's reads stops at its first row (indexed by deployment, resolution,
+        time): a deployment with a day of 15 s points costs what one with an hour does."""
+        policy(world.alpha, stop=48)
+        small = serving(world, name="small", since=now - 30 * H)
+        big = serving(world, name="big", since=now - 30 * H)
+        points(small, start=now - 1 * H, end=now)
+        points(big, start=now - 24 * H, end=now, step=timedelta(seconds=15))
+        for dep in (small, big):
+            with django_assert_num_queries(12):
+                assert idle_check(dep.pk, now=now) == "none"
