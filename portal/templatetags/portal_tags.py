@@ -40,6 +40,11 @@ AUDIT_LABELS = {
     "deployment.scale": "Deployment scaled",
     "deployment.update": "Deployment spec changed",
     "deployment.delete": "Deployment deleted",
+    "deployment.idle_warning": "Idle warning",
+    "deployment.schedule_start_failed": "Scheduled start refused",
+    "quota_change.revert": "Temporary quota ended",
+    "quota_change.revert_waiting": "Temporary quota end waits",
+    "quota_change.superseded": "Temporary quota superseded",
 }
 
 

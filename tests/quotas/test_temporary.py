@@ -146,6 +146,7 @@ class TestRevert:
         assert "cannot end yet" in mail.outbox[0].subject and "hold 14 GPUs" in mail.outbox[0].body
         page = world.browser("tenant_admin").get("/quotas/alpha/").content.decode()
         assert "revert waiting" in page and "the revert waits" in page
+        assert "Temporary quota end waits" in page  # the audit trail
 
         with django_capture_on_commit_callbacks(execute=True):
             assert revert_due(now=ends + timedelta(minutes=1))["waiting"] == 1
