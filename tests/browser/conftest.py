@@ -107,6 +107,10 @@ def screenshot(page, name: str) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
+    # A full-page capture stretches the viewport and leaves Chromium's scroll offset stale: a
+    # button it then reports in view moves when the next mousedown settles the layout, and the
+    # click lands beside it. Back to the top, the next action scrolls to its target afresh.
+    page.evaluate("window.scrollTo(0, 0)")
     return path
 
 
