@@ -426,9 +426,7 @@ def _tags(name: str, items: list[str]) -> dict[str, str]:
 
 
 KARPENTER_SUBNET_TAGS = _tags("KARPENTER_SUBNET_TAGS", env_list("KARPENTER_SUBNET_TAGS", []))
-KARPENTER_SECURITY_GROUP_TAGS = _tags(
-    "KARPENTER_SECURITY_GROUP_TAGS", env_list("KARPENTER_SECURITY_GROUP_TAGS", [])
-)
+KARPENTER_SECURITY_GROUP_TAGS = _tags("KARPENTER_SECURITY_GROUP_TAGS", env_list("KARPENTER_SECURITY_GROUP_TAGS", []))
 RAY_VERSION = env_str("RAY_VERSION", "2.60.0")
 RAY_IMAGE = env_str("RAY_IMAGE", "rayproject/ray-llm:2.60.0-py311-cu128")
 VLLM_IMAGE = env_str("VLLM_IMAGE", "vllm/vllm-openai:v0.32.0")
