@@ -10,14 +10,11 @@ import importlib.util
 import os
 import re
 import subprocess
-from decimal import Decimal
 
 import pytest
 import requests
-from django.core.management import call_command
 
-from quotas.models import GpuFlavor, TenantQuota
-from tests.e2e.workers import purge_broker, request_and_approve_local
+from tests.e2e.workers import local_cpu_model, request_and_approve_local
 from tests.support.processes import celery_worker, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.local_engine, pytest.mark.django_db(transaction=True)]
@@ -50,19 +47,7 @@ def curl_snippet(world, dep_id: int) -> str:
 
 @pytest.mark.skipif(not engine_available(), reason="needs the local extra: pip install '.[local]'")
 def test_the_engine_takes_a_minted_key_and_refuses_it_once_revoked(tx_world, tmp_path, settings):
-    settings.LOCAL_MODEL_ROOT = str(tmp_path)
-    model = tmp_path / "tiny-llama"
-    call_command("make_tiny_model", output=model)
-    cpu = GpuFlavor.objects.create(
-        name="cpu-local",
-        gpu_model="CPU (vLLM CPU build)",
-        accelerator_type="CPU",
-        gpu_memory_gib=4,
-        gpus_per_node=1,
-        price_per_gpu_hour=Decimal("0"),
-    )
-    TenantQuota.objects.create(tenant=tx_world.alpha, flavor=cpu, nominal_gpus=1)
-    purge_broker()
+    model = local_cpu_model(tx_world, tmp_path, settings)
     env = {
         "LOCAL_RUNTIME_DIR": str(tmp_path / "runtime"),
         "RECONCILE_REQUEUE_SECONDS": "3",

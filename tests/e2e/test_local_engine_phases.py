@@ -4,13 +4,10 @@ the durations add up to approval → Ready."""
 
 import importlib.util
 from datetime import datetime
-from decimal import Decimal
 
 import pytest
-from django.core.management import call_command
 
-from quotas.models import GpuFlavor, TenantQuota
-from tests.e2e.workers import purge_broker, request_and_approve_local
+from tests.e2e.workers import local_cpu_model, request_and_approve_local
 from tests.support.processes import celery_worker, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.local_engine, pytest.mark.django_db(transaction=True)]
@@ -20,22 +17,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.local_engine, pytest.mark.django_db(
 def test_every_local_phase_is_recorded_and_they_add_up(tx_world, tmp_path, settings, monkeypatch):
     from runtime.backends.local.backend import LocalBackend
 
-    settings.LOCAL_MODEL_ROOT = str(tmp_path)
     # The web side reads the engine's log from the same runtime directory as the worker.
     settings.LOCAL_RUNTIME_DIR = tmp_path / "runtime"
     monkeypatch.setattr(LocalBackend, "_instance", None)
-    model = tmp_path / "tiny-llama"
-    call_command("make_tiny_model", output=model)
-    cpu = GpuFlavor.objects.create(
-        name="cpu-local",
-        gpu_model="CPU (vLLM CPU build)",
-        accelerator_type="CPU",
-        gpu_memory_gib=4,
-        gpus_per_node=1,
-        price_per_gpu_hour=Decimal("0"),
-    )
-    TenantQuota.objects.create(tenant=tx_world.alpha, flavor=cpu, nominal_gpus=1)
-    purge_broker()
+    model = local_cpu_model(tx_world, tmp_path, settings)
     env = {"LOCAL_RUNTIME_DIR": str(tmp_path / "runtime"), "LOCAL_KVCACHE_GIB": "1", "LOCAL_MODEL_ROOT": str(tmp_path)}
     with celery_worker(tmp_path / "worker.log", env=env):
         dep_id = request_and_approve_local(tx_world, model, "phases")

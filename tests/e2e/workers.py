@@ -18,6 +18,31 @@ def purge_broker() -> None:
     redis.Redis.from_url(broker_url()).flushdb()
 
 
+def local_cpu_model(world, tmp_path, settings):
+    """A generated tiny Llama under the test's model root, a CPU flavor `cpu-local` with one
+    "GPU" of quota for alpha, and an empty broker; returns the model's path."""
+    from decimal import Decimal
+
+    from django.core.management import call_command
+
+    from quotas.models import GpuFlavor, TenantQuota
+
+    settings.LOCAL_MODEL_ROOT = str(tmp_path)  # local model paths must lie under the model root
+    model = tmp_path / "tiny-llama"
+    call_command("make_tiny_model", output=model)
+    cpu = GpuFlavor.objects.create(
+        name="cpu-local",
+        gpu_model="CPU (vLLM CPU build)",
+        accelerator_type="CPU",
+        gpu_memory_gib=4,
+        gpus_per_node=1,
+        price_per_gpu_hour=Decimal("0"),
+    )
+    TenantQuota.objects.create(tenant=world.alpha, flavor=cpu, nominal_gpus=1)
+    purge_broker()
+    return model
+
+
 def request_and_approve_local(world, model, name: str) -> int:
     """A member requests the tiny model on the local backend over the API, a platform admin
     approves generation 1; returns the deployment's id."""
