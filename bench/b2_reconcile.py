@@ -48,7 +48,7 @@ def create_and_approve(tenants, members, admin, flavor, count: int, prefix: str)
 
     ids = create_deployments(tenants, members, flavor, count, prefix)
     for pk in ids:
-        services.deployment_approve(deployment_id=pk, generation=1, approver=admin)  # freshly created
+        services.deployment_approve(deployment_id=pk, revision=1, approver=admin)  # freshly created
     return ids
 
 

@@ -84,7 +84,7 @@ def one_start(index: int, tenant, member, admin, flavor, model: Path, runtime_di
     stop = threading.Event()
     watcher = threading.Thread(target=probe, args=(runtime_dir / str(dep.pk) / "state.json", stop, seen), daemon=True)
     watcher.start()
-    services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=admin)
+    services.deployment_approve(deployment_id=dep.pk, revision=dep.proposed_number, approver=admin)
     deadline = time.monotonic() + timeout
     while True:
         state = ModelDeployment.objects.values_list("state", flat=True).get(pk=dep.pk)

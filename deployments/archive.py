@@ -10,10 +10,9 @@ from __future__ import annotations
 from django.db import transaction
 
 from core.exceptions import DomainError, Forbidden
-from deployments.choices import State
 from deployments.models import ModelDeployment
-from deployments.services import deployment_cancel, deployment_release_quota, deployment_stop
-from deployments.states import RUNNING
+from deployments.services import deployment_cancel, deployment_stop
+from deployments.states import REQUESTED, STOPPABLE_BY_POLICY
 from quotas.models import Tenant, is_platform_admin
 from quotas.tenants import tenant_mark_archived
 
@@ -31,12 +30,10 @@ def tenant_archive(*, tenant_id: int, actor, confirm: str, reason: str) -> Tenan
     if not reason or not reason.strip():
         raise DomainError("Say why the tenant is archived.", field="reason")
     live = ModelDeployment.objects.filter(tenant=tenant).order_by("pk")
-    for dep_id in live.filter(state=State.PENDING_APPROVAL).values_list("pk", flat=True):
+    for dep_id in live.filter(state__in=REQUESTED).values_list("pk", flat=True):
         deployment_cancel(deployment_id=dep_id, user=actor)
-    for dep_id in live.filter(state__in=RUNNING | {State.FAILED}).values_list("pk", flat=True):
-        deployment_stop(deployment_id=dep_id, user=actor)
-    # Stopped ones (just now, or earlier with the workload's removal still under way) give their
-    # GPUs back now; the reconciler removes what may still run and finds nothing left to release.
-    for dep_id in live.filter(state=State.STOPPED, reserved_gpus__gt=0).values_list("pk", flat=True):
-        deployment_release_quota(deployment_id=dep_id, reason=f"Tenant archived: {reason.strip()}")
+    # A stop releases the GPUs when it is recorded (services.settle_gpus, the one rule), so the
+    # quotas hold nothing by the time they go to zero; the reconciler removes the workloads.
+    for dep_id in live.filter(state__in=STOPPABLE_BY_POLICY).values_list("pk", flat=True):
+        deployment_stop(deployment_id=dep_id, user=actor, reason=f"Tenant archived: {reason.strip()}")
     return tenant_mark_archived(tenant_id=tenant.pk, actor=actor, reason=reason)

@@ -48,3 +48,13 @@ class Dtype(models.TextChoices):
 class EventType(models.TextChoices):
     NORMAL = "Normal", "Normal"
     WARNING = "Warning", "Warning"
+
+
+class RevisionStatus(models.TextChoices):
+    """Where one spec revision of a deployment stands (deployments.revisions)."""
+
+    PROPOSED = "proposed", "Waiting for approval"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+    WITHDRAWN = "withdrawn", "Withdrawn"
+    SUPERSEDED = "superseded", "Superseded"

@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from deployments.choices import Backend, Dtype, EventType, Quantization, ServingProfile, State
+from deployments.choices import Backend, Dtype, EventType, Quantization, RevisionStatus, ServingProfile, State
 from deployments.limits import LIMITS
 from quotas.models import GpuFlavor, Tenant, TenantOwnedQuerySet
 from quotas.validators import validate_dns1123_label
@@ -36,14 +36,21 @@ SPEC_FIELDS = (
 
 class DeploymentQuerySet(TenantOwnedQuerySet):
     def live(self):
-        return self.exclude(state=State.DELETED)
+        from deployments.states import GONE
+
+        return self.exclude(state__in=GONE)
 
 
 class ModelDeployment(models.Model):
     """One LLM endpoint a tenant asked for: the spec, the lifecycle state and what was observed.
 
-    `generation` counts spec changes; `observed_generation` is the generation the runtime last
-    converged. The badge shown in the UI is derived from `state` and `conditions`.
+    The spec fields on this row are those of the revision that runs: the serving revision once
+    one was approved (`serving_revision`), revision 1 (or its latest edit) before that. Only the
+    revision services write them, by applying an approved revision, so everything that renders
+    or sizes what runs reads the row. A proposed change lives in its DeploymentRevision only.
+
+    `generation` counts changes to the row's spec; `observed_generation` is the generation the
+    runtime last converged. The badge shown in the UI is derived from `state` and `conditions`.
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="deployments")
@@ -101,6 +108,14 @@ class ModelDeployment(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     decision_reason = models.TextField(blank=True)
+    serving_revision = models.ForeignKey(
+        "DeploymentRevision",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The last approved revision: what runs (empty until the first approval).",
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -135,8 +150,65 @@ class ModelDeployment(models.Model):
         """Name of the cluster object (RayService / InferenceService): `<name>-<id>`."""
         return f"{self.name}-{self.pk}"
 
+    @property
+    def proposed_revision(self) -> DeploymentRevision | None:
+        """The revision waiting for a decision, if any (at most one)."""
+        return self.revisions.filter(status=RevisionStatus.PROPOSED).first()
+
+    @property
+    def proposed_number(self) -> int | None:
+        """The number of the revision waiting for a decision (what approve and reject name)."""
+        return self.revisions.filter(status=RevisionStatus.PROPOSED).values_list("number", flat=True).first()
+
     def condition(self, type_: str) -> dict | None:
         return next((c for c in self.conditions if c.get("type") == type_), None)
+
+
+class DeploymentRevision(models.Model):
+    """One immutable spec of a deployment: proposed, then approved (it serves, or served),
+    rejected, withdrawn or superseded by a newer proposal. At most one is proposed at a time.
+
+    `spec` holds the SPEC_FIELDS values (the flavor as its primary key); `gpus` the GPUs it
+    reserves (max replicas × TP × PP). The decision is bound to the revision: approving a
+    revision that is no longer the proposed one is a conflict, never a different change.
+    """
+
+    deployment = models.ForeignKey(ModelDeployment, on_delete=models.CASCADE, related_name="revisions")
+    number = models.PositiveIntegerField()
+    spec = models.JSONField()
+    gpus = models.PositiveIntegerField()
+    status = models.CharField(max_length=12, choices=RevisionStatus.choices, default=RevisionStatus.PROPOSED)
+    message = models.TextField(blank=True, help_text="What the change is, as the proposer or the portal said it.")
+    rollback_of = models.PositiveIntegerField(null=True, blank=True, help_text="The revision this one restores.")
+    proposed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    proposed_at = models.DateTimeField(auto_now_add=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_by_policy = models.BooleanField(default=False)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-number"]
+        constraints = [
+            models.UniqueConstraint(fields=["deployment", "number"], name="one_revision_number_per_deployment"),
+            models.UniqueConstraint(
+                fields=["deployment"], condition=Q(status="proposed"), name="at_most_one_proposed_revision"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id} r{self.number}"
+
+    @property
+    def decider(self) -> str:
+        """Who decided, as the pages and the API say it ("policy", a user name, or "")."""
+        if self.decided_by_policy:
+            return "policy"
+        return self.decided_by.username if self.decided_by_id and self.decided_by else ""
 
 
 class DeploymentEvent(models.Model):

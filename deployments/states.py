@@ -1,10 +1,16 @@
-"""The deployment lifecycle in two tables, checked by every service and read by every caller.
+"""The deployment lifecycle, its named sets of states and the one permission table.
 
-`TRANSITIONS` says which state may follow which. `PERMISSIONS` says who may take which action
-from which states: the one (role, state, action) table. Services enforce it; the UI derives its
-buttons from it; tests walk every cell over HTTP. The reconciler drives queued / provisioning /
-ready / degraded / failed from what the cluster reports; people and the tenant's auto-approve
-policy drive the rest.
+A deployment's `state` is the lifecycle of what runs, and only that. Approval belongs to a
+*revision* (deployments.revisions): a change to a running deployment is a proposed revision
+and never moves the deployment's state, so what serves keeps serving, keeps its GPUs and stays
+under the budget, schedule and idle policies while the change waits.
+
+`TRANSITIONS` says which state may follow which. The named sets below are the only place a
+set of states is written: every sweep, ledger and page imports them (a test walks the code to
+keep it so, and classifies every state in every set). `PERMISSIONS` is the (role, state,
+action) table; for the actions that decide on a revision it also names the revision statuses
+the action applies to. Services enforce it, the UI derives its buttons from it, tests walk
+every cell over HTTP.
 """
 
 from __future__ import annotations
@@ -13,40 +19,75 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from core.exceptions import Forbidden, TransitionError
-from deployments.choices import State
+from deployments.choices import RevisionStatus, State
 
 S = State
 
-# Desired state "running": the runtime should make the workload exist and converge.
-RUNNING = frozenset({S.APPROVED, S.QUEUED, S.PROVISIONING, S.READY, S.DEGRADED})
-# States in which the deployment holds a quota reservation.
-HOLDS_QUOTA = RUNNING | {S.DELETING}
-TERMINAL = frozenset({S.DELETED})
-# Cluster-observed states the reconciler may move between freely among RUNNING ones.
-OBSERVED = frozenset({S.QUEUED, S.PROVISIONING, S.READY, S.DEGRADED, S.FAILED})
+# --- named sets: the only place a set of deployment states is written ---------------------------
 
-# Only an approval (platform admin or policy) leaves PENDING_APPROVAL for APPROVED; STOPPED goes
-# back to APPROVED through `start`, which needs no approval because every change to what runs
-# sends a stopped deployment to PENDING_APPROVAL first. REJECTED is final.
+# Nothing was ever approved: revision 1 (or a later edit of it) waits for its first decision.
+REQUESTED = frozenset({S.PENDING_APPROVAL})
+# Desired state "running": the runtime should make the serving revision's workload exist.
+RUNNING = frozenset({S.APPROVED, S.QUEUED, S.PROVISIONING, S.READY, S.DEGRADED})
+# Running but not serving yet: the reconciler records startup phases and Kubernetes Events.
+STARTING = frozenset({S.APPROVED, S.QUEUED, S.PROVISIONING})
+# Answering requests: the usage ledger counts serving time from these.
+SERVING = frozenset({S.READY, S.DEGRADED})
+# Worth scraping for engine metrics (an engine that is provisioning may already report).
+SCRAPED = frozenset({S.PROVISIONING, S.READY, S.DEGRADED})
+# The workload must go away (the reconciler removes it, then releases the GPUs).
+TEAR_DOWN = frozenset({S.STOPPED, S.FAILED, S.REJECTED, S.CANCELLED, S.DELETING})
+# Holds a GPU reservation: exactly the running states. `services.common.settle_gpus` is the one
+# function that reserves and releases, and it reads this set (the README states the rule).
+HOLDS_GPUS = RUNNING
+# GPU-hours are billed while the deployment holds a reservation (same set, named for the ledger).
+BILLABLE = HOLDS_GPUS
+# The policy (idle, serving schedule, budget hard stop, archive) stops these.
+STOPPABLE_BY_POLICY = RUNNING
+# Stopped by someone or something and startable again.
+STARTABLE = frozenset({S.STOPPED, S.FAILED})
+# Has a serving revision (something was approved): changes are proposals beside it.
+HAS_SERVING = RUNNING | frozenset({S.STOPPED, S.FAILED})
+# Cluster-observed states the reconciler moves between among the running ones.
+OBSERVED = frozenset({S.QUEUED, S.PROVISIONING, S.READY, S.DEGRADED, S.FAILED})
+# Nothing more happens but deletion (DELETED: nothing at all).
+FINAL = frozenset({S.REJECTED, S.CANCELLED, S.DELETED})
+# Not shown in lists of what a tenant has (the deployment is gone).
+GONE = frozenset({S.DELETED})
+# A deployment in these states may be deleted by a person.
+DELETABLE = frozenset(State.values) - {S.DELETING, S.DELETED}
+
+# Every named set, for the test that classifies every state in each of them.
+STATE_SETS: dict[str, frozenset[str]] = {
+    "requested": REQUESTED,
+    "running": RUNNING,
+    "starting": STARTING,
+    "serving": SERVING,
+    "scraped": SCRAPED,
+    "tear_down": TEAR_DOWN,
+    "holds_gpus": HOLDS_GPUS,
+    "billable": BILLABLE,
+    "stoppable_by_policy": STOPPABLE_BY_POLICY,
+    "startable": STARTABLE,
+    "has_serving": HAS_SERVING,
+    "observed": OBSERVED,
+    "final": FINAL,
+    "gone": GONE,
+    "deletable": DELETABLE,
+}
+
+# Only the first approval leaves PENDING_APPROVAL for APPROVED. STOPPED and FAILED go back to
+# APPROVED through `start`, which needs no approval: the serving revision is an approved one.
+# No state goes back to PENDING_APPROVAL: a change is a proposed revision, not a state.
 TRANSITIONS: dict[str, frozenset[str]] = {
-    S.PENDING_APPROVAL: frozenset({S.APPROVED, S.REJECTED, S.CANCELLED, S.DELETED, S.DELETING}),
-    S.APPROVED: frozenset(
-        {S.QUEUED, S.PROVISIONING, S.READY, S.DEGRADED, S.FAILED, S.STOPPED, S.DELETING, S.PENDING_APPROVAL}
-    ),
-    S.QUEUED: frozenset(
-        {S.PROVISIONING, S.READY, S.DEGRADED, S.FAILED, S.STOPPED, S.DELETING, S.PENDING_APPROVAL, S.APPROVED}
-    ),
-    S.PROVISIONING: frozenset(
-        {S.QUEUED, S.READY, S.DEGRADED, S.FAILED, S.STOPPED, S.DELETING, S.PENDING_APPROVAL, S.APPROVED}
-    ),
-    S.READY: frozenset(
-        {S.QUEUED, S.PROVISIONING, S.DEGRADED, S.FAILED, S.STOPPED, S.DELETING, S.PENDING_APPROVAL, S.APPROVED}
-    ),
-    S.DEGRADED: frozenset(
-        {S.QUEUED, S.PROVISIONING, S.READY, S.FAILED, S.STOPPED, S.DELETING, S.PENDING_APPROVAL, S.APPROVED}
-    ),
-    S.FAILED: frozenset({S.STOPPED, S.DELETING, S.PENDING_APPROVAL}),
-    S.STOPPED: frozenset({S.APPROVED, S.DELETING, S.PENDING_APPROVAL}),
+    S.PENDING_APPROVAL: frozenset({S.APPROVED, S.REJECTED, S.CANCELLED, S.DELETED}),
+    S.APPROVED: frozenset({S.QUEUED, S.PROVISIONING, S.READY, S.DEGRADED, S.FAILED, S.STOPPED, S.DELETING}),
+    S.QUEUED: frozenset({S.APPROVED, S.PROVISIONING, S.READY, S.DEGRADED, S.FAILED, S.STOPPED, S.DELETING}),
+    S.PROVISIONING: frozenset({S.APPROVED, S.QUEUED, S.READY, S.DEGRADED, S.FAILED, S.STOPPED, S.DELETING}),
+    S.READY: frozenset({S.APPROVED, S.QUEUED, S.PROVISIONING, S.DEGRADED, S.FAILED, S.STOPPED, S.DELETING}),
+    S.DEGRADED: frozenset({S.APPROVED, S.QUEUED, S.PROVISIONING, S.READY, S.FAILED, S.STOPPED, S.DELETING}),
+    S.FAILED: frozenset({S.APPROVED, S.STOPPED, S.DELETING}),
+    S.STOPPED: frozenset({S.APPROVED, S.DELETING}),
     S.DELETING: frozenset({S.DELETED}),
     S.REJECTED: frozenset({S.DELETED, S.DELETING}),
     S.CANCELLED: frozenset({S.DELETED, S.DELETING}),
@@ -65,13 +106,15 @@ def check_transition(current: str, target: str) -> None:
 
 
 class Action(StrEnum):
-    APPROVE = "approve"
+    APPROVE = "approve"  # decide on the proposed revision (the first one, or a change)
     REJECT = "reject"
-    CANCEL = "cancel"
+    CANCEL = "cancel"  # withdraw a request nothing of which was ever approved
+    WITHDRAW = "withdraw"  # withdraw a proposed change; the serving revision runs on untouched
     STOP = "stop"
     START = "start"
     SCALE = "scale"
-    UPDATE = "update"
+    UPDATE = "update"  # propose a change (a new revision)
+    ROLLBACK = "rollback"  # propose an earlier approved revision again
     DELETE = "delete"
     LOGS = "logs"  # read the engine logs (they may carry prompts and paths: not for viewers)
 
@@ -83,35 +126,44 @@ class Actor(StrEnum):
     MEMBER = "member"
     TENANT_ADMIN = "tenant_admin"
     PLATFORM_ADMIN = "platform_admin"
-    POLICY = "policy"  # the tenant's auto-approve policy; recorded as the actor "policy"
+    # The tenant's policy: auto-approval, idle stop, serving schedule, budget hard stop, archive.
+    # Recorded as the actor "policy" in the timeline and the audit log.
+    POLICY = "policy"
 
 
 @dataclass(frozen=True)
 class Rule:
     actors: frozenset[Actor]
     states: frozenset[str]
+    # For the actions on one revision: the revision statuses the action applies to.
+    revisions: frozenset[str] | None = None
 
 
 _PEOPLE = frozenset({Actor.MEMBER, Actor.TENANT_ADMIN, Actor.PLATFORM_ADMIN})
-_EDITABLE = RUNNING | {S.FAILED, S.STOPPED, S.PENDING_APPROVAL}
+_DECIDABLE = REQUESTED | HAS_SERVING
+_PROPOSED = frozenset({RevisionStatus.PROPOSED})
 
 PERMISSIONS: dict[Action, Rule] = {
-    Action.APPROVE: Rule(frozenset({Actor.PLATFORM_ADMIN, Actor.POLICY}), frozenset({S.PENDING_APPROVAL})),
-    Action.REJECT: Rule(frozenset({Actor.PLATFORM_ADMIN}), frozenset({S.PENDING_APPROVAL})),
-    Action.CANCEL: Rule(_PEOPLE, frozenset({S.PENDING_APPROVAL})),
+    Action.APPROVE: Rule(frozenset({Actor.PLATFORM_ADMIN, Actor.POLICY}), _DECIDABLE, _PROPOSED),
+    Action.REJECT: Rule(frozenset({Actor.PLATFORM_ADMIN}), _DECIDABLE, _PROPOSED),
+    Action.CANCEL: Rule(_PEOPLE, REQUESTED),
+    Action.WITHDRAW: Rule(_PEOPLE, HAS_SERVING, _PROPOSED),
     # The policy stops idle, out-of-schedule and over-budget deployments and starts scheduled ones
     # (deployments.policy_actions); it never cancels, edits or deletes.
     Action.STOP: Rule(_PEOPLE | {Actor.POLICY}, RUNNING | {S.FAILED}),
-    Action.START: Rule(_PEOPLE | {Actor.POLICY}, frozenset({S.STOPPED})),
-    Action.SCALE: Rule(_PEOPLE, _EDITABLE),
-    Action.UPDATE: Rule(_PEOPLE, _EDITABLE),
-    Action.DELETE: Rule(_PEOPLE, frozenset(State.values) - {S.DELETING, S.DELETED}),
+    Action.START: Rule(_PEOPLE | {Actor.POLICY}, STARTABLE),
+    Action.SCALE: Rule(_PEOPLE, REQUESTED | HAS_SERVING),
+    Action.UPDATE: Rule(_PEOPLE, REQUESTED | HAS_SERVING),
+    Action.ROLLBACK: Rule(_PEOPLE, HAS_SERVING, frozenset({RevisionStatus.APPROVED})),
+    Action.DELETE: Rule(_PEOPLE, DELETABLE),
     # Tenant members only: a platform admin reads the phases and Kubernetes Events instead.
-    Action.LOGS: Rule(frozenset({Actor.MEMBER, Actor.TENANT_ADMIN}), frozenset(State.values) - {S.DELETED}),
+    Action.LOGS: Rule(frozenset({Actor.MEMBER, Actor.TENANT_ADMIN}), frozenset(State.values) - GONE),
 }
 # Actions that read and change nothing: no button, no audit entry, no transition.
 READ_ACTIONS = frozenset({Action.LOGS})
-_VERB = {Action.LOGS: "read the logs of"}
+# Actions on one revision: their buttons sit beside that revision, not in the deployment's bar.
+REVISION_ACTIONS = frozenset(a for a, rule in PERMISSIONS.items() if rule.revisions is not None)
+_VERB = {Action.LOGS: "read the logs of", Action.ROLLBACK: "roll back", Action.UPDATE: "change"}
 
 
 def actor_of(tenant, user) -> Actor | None:
@@ -124,19 +176,28 @@ def actor_of(tenant, user) -> Actor | None:
     return Actor(role) if role else None
 
 
-def allowed(actor: Actor | None, state: str, action: Action) -> bool:
+def allowed(actor: Actor | None, state: str, action: Action, revision: str | None = None) -> bool:
+    """Whether the table lets `actor` take `action` now. For a revision action, `revision` is
+    that revision's status (None: the action is only offered when some revision qualifies)."""
     rule = PERMISSIONS[action]
-    return actor in rule.actors and state in rule.states
+    if actor not in rule.actors or state not in rule.states:
+        return False
+    return rule.revisions is None or revision is None or revision in rule.revisions
 
 
 def actions_for(actor: Actor | None, state: str) -> list[Action]:
-    """The actions this actor may take now, in table order (the UI's buttons)."""
-    return [action for action in PERMISSIONS if allowed(actor, state, action)]
+    """The deployment-level actions this actor may take now, in table order (the UI's buttons)."""
+    return [a for a in PERMISSIONS if a not in REVISION_ACTIONS and allowed(actor, state, a)]
 
 
-def authorize(actor: Actor | None, state: str, action: Action) -> None:
+def revision_actions_for(actor: Actor | None, state: str, revision: str) -> list[Action]:
+    """The actions this actor may take on a revision with status `revision`."""
+    return [a for a in REVISION_ACTIONS if allowed(actor, state, a, revision)]
+
+
+def authorize(actor: Actor | None, state: str, action: Action, revision: str | None = None) -> None:
     """Raise Forbidden (403) when the actor may never take `action`, TransitionError (409) when
-    the action does not apply in `state`."""
+    the action does not apply in `state` (or to a revision that is `revision`)."""
     rule = PERMISSIONS[action]
     if actor not in rule.actors:
         who = (
@@ -148,3 +209,6 @@ def authorize(actor: Actor | None, state: str, action: Action) -> None:
     if state not in rule.states:
         extra = " A rejected request is final: request a new deployment." if state == S.REJECTED else ""
         raise TransitionError(f"Cannot {action.value} a deployment that is {State(state).label.lower()}.{extra}")
+    if rule.revisions is not None and revision is not None and revision not in rule.revisions:
+        label = RevisionStatus(revision).label.lower()
+        raise TransitionError(f"Cannot {_VERB.get(action, action.value)} a revision that is {label}.")

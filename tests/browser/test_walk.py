@@ -274,7 +274,7 @@ class TestReadmeScreenshots:
 
         world = portal.world
         dep = create_deployment(world, name="chat-8b")
-        services.deployment_approve(deployment_id=dep.pk, approver=world.users["platform_admin"], generation=1)
+        services.deployment_approve(deployment_id=dep.pk, approver=world.users["platform_admin"], revision=1)
         since = (timezone.now() - timedelta(minutes=12)).isoformat()
         ModelDeployment.objects.filter(pk=dep.pk).update(
             state="ready",

@@ -33,7 +33,7 @@ def start(world, api, name: str = "ops"):
     sync_kueue()
     member, admin = world.users["member"], world.users["platform_admin"]
     dep = services.deployment_create(tenant=world.alpha, user=member, data=draft(world, name=name, max_replicas=1))
-    services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=admin)
+    services.deployment_approve(deployment_id=dep.pk, revision=dep.proposed_number, approver=admin)
     dep.refresh_from_db()
     reconcile(dep)
     dep.refresh_from_db()
@@ -102,7 +102,7 @@ class TestPhases:
         services.deployment_start(deployment_id=dep.pk, user=member)
         dep.refresh_from_db()
         if dep.state == "pending_approval":
-            services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=admin)
+            services.deployment_approve(deployment_id=dep.pk, revision=dep.proposed_number, approver=admin)
             dep.refresh_from_db()
         reconcile(dep)
         assert DeploymentPhase.objects.get(deployment=dep, name="approved").at > first

@@ -258,7 +258,7 @@ class TestTheApi:
         world.alpha.auto_approve_max_gpus = 0  # every change to what runs needs a person
         world.alpha.save()
         dep = services.deployment_create(tenant=world.alpha, user=world.users["member"], data=draft(world))
-        services.deployment_approve(deployment_id=dep.pk, approver=world.users["platform_admin"], generation=1)
+        services.deployment_approve(deployment_id=dep.pk, approver=world.users["platform_admin"], revision=1)
         member = world.client("member")
         spec = {name: getattr(dep, name) for name in PROFILE_FIELDS}
         label_only = member.patch(f"{D}/{dep.pk}/", {"serving_profile": "latency", **spec}, format="json")

@@ -71,7 +71,7 @@ class TestApproveReject:
         dep = create(world)
         with django_capture_on_commit_callbacks() as callbacks:
             services.deployment_approve(
-                deployment_id=dep.pk, generation=dep.generation, approver=world.users["platform_admin"]
+                deployment_id=dep.pk, revision=dep.proposed_number, approver=world.users["platform_admin"]
             )
         dep.refresh_from_db()
         assert dep.state == State.APPROVED and dep.reserved_gpus == 2 and reserved(world) == 2
@@ -81,9 +81,9 @@ class TestApproveReject:
         first = create(world, name="one", max_replicas=8)
         second = create(world, name="two", max_replicas=8)
         admin = world.users["platform_admin"]
-        services.deployment_approve(deployment_id=first.pk, generation=first.generation, approver=admin)
+        services.deployment_approve(deployment_id=first.pk, revision=first.proposed_number, approver=admin)
         with pytest.raises(QuotaExceeded):
-            services.deployment_approve(deployment_id=second.pk, generation=second.generation, approver=admin)
+            services.deployment_approve(deployment_id=second.pk, revision=second.proposed_number, approver=admin)
         second.refresh_from_db()
         assert second.state == State.PENDING_APPROVAL
         assert reserved(world) == 8
@@ -92,7 +92,7 @@ class TestApproveReject:
         dep = create(world)
         with pytest.raises(Forbidden):
             services.deployment_approve(
-                deployment_id=dep.pk, generation=dep.generation, approver=world.users["tenant_admin"]
+                deployment_id=dep.pk, revision=dep.proposed_number, approver=world.users["tenant_admin"]
             )
         with pytest.raises(Exception, match="reason"):
             services.deployment_reject(deployment_id=dep.pk, approver=world.users["platform_admin"], reason="")
@@ -107,7 +107,7 @@ class TestApproveReject:
         services.deployment_cancel(deployment_id=dep.pk, user=world.users["member"])
         with pytest.raises(TransitionError):
             services.deployment_approve(
-                deployment_id=dep.pk, generation=dep.generation, approver=world.users["platform_admin"]
+                deployment_id=dep.pk, revision=dep.proposed_number, approver=world.users["platform_admin"]
             )
 
 
@@ -115,7 +115,7 @@ class TestLifecycleQuota:
     def approved(self, world, **kw):
         dep = create(world, **kw)
         services.deployment_approve(
-            deployment_id=dep.pk, generation=dep.generation, approver=world.users["platform_admin"]
+            deployment_id=dep.pk, revision=dep.proposed_number, approver=world.users["platform_admin"]
         )
         dep.refresh_from_db()
         return dep
@@ -157,7 +157,7 @@ class TestLifecycleQuota:
         assert dep.state == State.PENDING_APPROVAL and dep.generation == 2
         assert reserved(world) == 2
         services.deployment_approve(
-            deployment_id=dep.pk, generation=dep.generation, approver=world.users["platform_admin"]
+            deployment_id=dep.pk, revision=dep.proposed_number, approver=world.users["platform_admin"]
         )
         assert reserved(world) == 4
         assert QuotaReservation.objects.filter(released__isnull=True).count() == 1
@@ -212,7 +212,7 @@ class TestConcurrentDecisions:
             close_old_connections()
             try:
                 barrier.wait(timeout=10)
-                services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=user)
+                services.deployment_approve(deployment_id=dep.pk, revision=dep.proposed_number, approver=user)
                 outcomes.append("ok")
             except TransitionError:
                 outcomes.append("conflict")

@@ -183,12 +183,12 @@ class TestTenants:
         member = world.users["member"]
         running = services.deployment_create(tenant=world.alpha, user=member, data=draft(world, name="run"))
         services.deployment_approve(
-            deployment_id=running.pk, generation=running.generation, approver=world.users["platform_admin"]
+            deployment_id=running.pk, revision=running.proposed_number, approver=world.users["platform_admin"]
         )
         services.deployment_create(tenant=world.alpha, user=member, data=draft(world, name="wait"))
         earlier = services.deployment_create(tenant=world.alpha, user=member, data=draft(world, name="earlier"))
         services.deployment_approve(
-            deployment_id=earlier.pk, generation=earlier.generation, approver=world.users["platform_admin"]
+            deployment_id=earlier.pk, revision=earlier.proposed_number, approver=world.users["platform_admin"]
         )
         services.deployment_stop(deployment_id=earlier.pk, user=member)  # its workload removal still under way
         assert ModelDeployment.objects.get(pk=earlier.pk).reserved_gpus == 2

@@ -81,7 +81,7 @@ def exercise(world, api) -> None:
         dep = services.deployment_create(
             tenant=world.alpha, user=member, data=draft(world, name=f"rbac-{backend}", backend=backend, max_replicas=1)
         )
-        services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=admin)
+        services.deployment_approve(deployment_id=dep.pk, revision=dep.proposed_number, approver=admin)
         for step in range(4):
             dep.refresh_from_db()
             reconcile(dep)
@@ -90,10 +90,10 @@ def exercise(world, api) -> None:
                 operators.workload_for(api, obj, {"QuotaReserved": True, "Admitted": True})
             if step == 1:  # a serve-config change: applied in place once approved again
                 dep = services.deployment_update(deployment_id=dep.pk, user=member, data={"max_model_len": 4096})
-                services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=admin)
+                services.deployment_approve(deployment_id=dep.pk, revision=dep.proposed_number, approver=admin)
             if step == 2 and backend == "kuberay":  # a cluster change: the RayService is recreated
                 dep = services.deployment_update(deployment_id=dep.pk, user=member, data={"tensor_parallel_size": 2})
-                services.deployment_approve(deployment_id=dep.pk, generation=dep.generation, approver=admin)
+                services.deployment_approve(deployment_id=dep.pk, revision=dep.proposed_number, approver=admin)
         # Operating visibility: the timeline's live Events read and the engine log tails.
         put_pod(api, "alpha", f"{dep.resource_name}-worker", dep.pk)
         operating.timeline(dep, refresh=True)

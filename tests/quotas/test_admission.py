@@ -231,7 +231,7 @@ class TestWhatTheSyncApplies:
             tenant=world.alpha, user=world.users["member"], data=draft(world, tensor_parallel_size=2)
         )
         dep = services.deployment_approve(
-            deployment_id=dep.pk, approver=world.users["platform_admin"], generation=dep.generation
+            deployment_id=dep.pk, approver=world.users["platform_admin"], revision=dep.proposed_number
         )
         workload = traits(dep.backend).preview(deployment_spec(dep))
         assignment = admit(cq, flavors, workload, at_max=True)

@@ -16,7 +16,7 @@ def serving(world, *, name: str = "chat", since: datetime, **overrides) -> Model
     dep = services.deployment_create(
         tenant=world.alpha, user=world.users["member"], data=draft(world, name=name, **overrides)
     )
-    services.deployment_approve(deployment_id=dep.pk, approver=world.users["platform_admin"], generation=1)
+    services.deployment_approve(deployment_id=dep.pk, approver=world.users["platform_admin"], revision=1)
     services.deployment_observe(deployment_id=dep.pk, generation=1, state=State.READY, conditions=[], reason="Ready")
     DeploymentEvent.objects.filter(deployment=dep).update(created=since)
     dep.refresh_from_db()

@@ -63,7 +63,7 @@ def _create_and_approve(world, name: str, **overrides) -> ModelDeployment:
         tenant=world.alpha, user=world.users["member"], data={**draft(name, **overrides), "flavor": world.h100}
     )
     return services.deployment_approve(
-        deployment_id=dep.pk, generation=dep.generation, approver=world.users["platform_admin"]
+        deployment_id=dep.pk, revision=dep.proposed_number, approver=world.users["platform_admin"]
     )
 
 

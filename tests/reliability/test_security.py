@@ -57,7 +57,7 @@ def _dep(world, state: str = "pending") -> ModelDeployment:
     )
     if state in ("approved", "stopped"):
         deployment_services.deployment_approve(
-            deployment_id=dep.pk, generation=dep.generation, approver=world.users["platform_admin"]
+            deployment_id=dep.pk, revision=dep.proposed_number, approver=world.users["platform_admin"]
         )
     if state == "stopped":
         deployment_services.deployment_stop(deployment_id=dep.pk, user=world.users["member"])

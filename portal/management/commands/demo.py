@@ -148,7 +148,7 @@ class Command(BaseCommand):
             if approve:
                 services.deployment_approve(
                     deployment_id=dep.pk,
-                    generation=dep.generation,
+                    revision=dep.proposed_number,
                     approver=admin,
                     reason="Demo: approved by the platform team.",
                 )

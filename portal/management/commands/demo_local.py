@@ -59,7 +59,7 @@ class Command(BaseCommand):
             if dep.state == State.PENDING_APPROVAL:
                 services.deployment_approve(
                     deployment_id=dep.pk,
-                    generation=dep.generation,
+                    revision=dep.proposed_number,
                     approver=User.objects.get(username="admin"),
                     reason="Demo: the local tiny model.",
                 )
