@@ -34,6 +34,11 @@ class Traits:
     sized_for_gpus: bool  # the GPU-memory check applies (False: CPU engine, sized by the host)
     whole_node_pods: bool  # a replica bigger than a node is split into whole-node pods (PP across nodes)
     preview: Callable[[DeploymentSpec], Any]  # the object (or Serve config) it would apply
+    # How a running workload takes a new spec: ("in_place" | "rolling" | "recreate", a sentence).
+    impact: Callable[[DeploymentSpec, DeploymentSpec], tuple[str, str]] = lambda old, new: (
+        "recreate",
+        "The workload is replaced: it stops serving until the new one is ready.",
+    )
 
 
 _factories: dict[str, BackendFactory] = {}
@@ -155,6 +160,24 @@ def _preview_local(spec: DeploymentSpec):
     return {"engine": engine.kind, "command": engine.argv("python", config, ["<port>"], None)}
 
 
-register("kuberay", _kuberay, Traits(True, True, False, True, True, _preview_rayservice))
-register("kserve", _kserve, Traits(True, False, False, True, False, _preview_inferenceservice))
-register("local", _local, Traits(False, False, True, False, False, _preview_local))
+def _impact_rayservice(old: DeploymentSpec, new: DeploymentSpec) -> tuple[str, str]:
+    from runtime.backends.kuberay import change_impact
+
+    return change_impact(old, new)
+
+
+def _impact_inferenceservice(old: DeploymentSpec, new: DeploymentSpec) -> tuple[str, str]:
+    from runtime.backends.kserve import change_impact
+
+    return change_impact(old, new)
+
+
+def _impact_local(old: DeploymentSpec, new: DeploymentSpec) -> tuple[str, str]:
+    return "recreate", "The local engine restarts with the new settings: no answers until it is ready again."
+
+
+register("kuberay", _kuberay, Traits(True, True, False, True, True, _preview_rayservice, _impact_rayservice))
+register(
+    "kserve", _kserve, Traits(True, False, False, True, False, _preview_inferenceservice, _impact_inferenceservice)
+)
+register("local", _local, Traits(False, False, True, False, False, _preview_local, _impact_local))

@@ -17,6 +17,25 @@ from runtime.spec import DeploymentSpec
 from runtime.status import Observation, kueue_story, standard_conditions
 
 
+def change_impact(old: DeploymentSpec, new: DeploymentSpec) -> tuple[str, str]:
+    """How a running InferenceService takes `new`, for the approval page. In Standard mode the
+    predictor is a Kubernetes Deployment: KServe applies the new pod template and the Deployment
+    rolls it out (default RollingUpdate: a new pod starts beside the old ones before they go)."""
+    same_pods = (old.model_source, old.flavor, old.engine, old.tensor_parallel_size, old.pipeline_parallel_size) == (
+        new.model_source,
+        new.flavor,
+        new.engine,
+        new.tensor_parallel_size,
+        new.pipeline_parallel_size,
+    )
+    if same_pods and old.served_model_name == new.served_model_name:
+        return "in_place", "The predictor is scaled; running pods stay."
+    return "rolling", (
+        "The predictor rolls out: new pods start beside the old ones, which serve until the new ones are "
+        "ready (one extra replica's GPUs during the swap)."
+    )
+
+
 class KServeBackend(ClusterObjectBackend):
     """InferenceService instead of RayService; listing, Workload lookup and removal are shared."""
 

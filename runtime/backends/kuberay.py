@@ -34,6 +34,32 @@ def _cluster_part(rayservice: dict) -> dict:
     return config
 
 
+def change_impact(old: DeploymentSpec, new: DeploymentSpec) -> tuple[str, str]:
+    """How a running RayService takes `new`, for the approval page (pure: renders both).
+
+    Only the Serve application (serveConfigV2) is updated in place. A worker replica change is
+    not: seen on Kueue 0.19.2 with KubeRay 1.6.2 (../shared/ARCHITECTURE.md, "Seen on the real
+    control plane"), Kueue deletes the Workload that no longer matches the pod counts and
+    suspends the job, KubeRay deletes every pod (head included), and Kueue re-admits it. Any
+    other cluster change recreates the RayService (upgradeStrategy None, `ensure`).
+    """
+    from runtime.platform import platform_spec
+
+    platform = platform_spec()
+    before, after = render_rayservice(old, platform), render_rayservice(new, platform)
+    if before["spec"]["rayClusterConfig"] == after["spec"]["rayClusterConfig"]:
+        return "in_place", "Ray Serve redeploys the application on the running Ray cluster; the pods stay."
+    if digest(_cluster_part(before)) == digest(_cluster_part(after)):
+        return "recreate", (
+            "The worker count changes: Kueue re-admits the workload and every pod (the head too) is "
+            "recreated, so the endpoint stops answering until the new pods are ready."
+        )
+    return "recreate", (
+        "The Ray cluster settings change: the RayService is deleted and created again, so the endpoint "
+        "stops answering until the new cluster is ready."
+    )
+
+
 class KubeRayBackend(ClusterObjectBackend):
     """RayService with a Ray Serve LLM app; Kueue admits it through the tenant's LocalQueue."""
 

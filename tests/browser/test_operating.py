@@ -39,7 +39,9 @@ def provisioning(portal, cluster_api):
     dep = services.deployment_create(
         tenant=world.alpha, user=world.users["member"], data=draft(world, name="chat-8b", max_replicas=1)
     )
-    services.deployment_approve(deployment_id=dep.pk, revision=dep.proposed_number, approver=world.users["platform_admin"])
+    services.deployment_approve(
+        deployment_id=dep.pk, revision=dep.proposed_number, approver=world.users["platform_admin"]
+    )
     dep.refresh_from_db()
     rayservice = cluster_api.get_object(k8s.RAYSERVICE, dep.resource_name, "alpha")
     operators.workload_for(cluster_api, rayservice, {"QuotaReserved": True, "Admitted": True})

@@ -17,7 +17,9 @@ from tests.support.factories import draft
 
 def approved(world, **kw):
     dep = services.deployment_create(tenant=world.alpha, user=world.users["member"], data=draft(world, **kw))
-    services.deployment_approve(deployment_id=dep.pk, revision=dep.proposed_number, approver=world.users["platform_admin"])
+    services.deployment_approve(
+        deployment_id=dep.pk, revision=dep.proposed_number, approver=world.users["platform_admin"]
+    )
     dep.refresh_from_db()
     return dep
 

@@ -49,7 +49,9 @@ def serving(world):
     from deployments import services
 
     dep = services.deployment_create(tenant=world.alpha, user=world.users["member"], data=draft(world))
-    services.deployment_approve(deployment_id=dep.pk, revision=dep.proposed_number, approver=world.users["platform_admin"])
+    services.deployment_approve(
+        deployment_id=dep.pk, revision=dep.proposed_number, approver=world.users["platform_admin"]
+    )
     dep.refresh_from_db()
     return dep
 

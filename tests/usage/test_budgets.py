@@ -33,7 +33,9 @@ def spender(world):
     admin.email = "alpha-admin@example.com"
     admin.save()
     dep = services.deployment_create(tenant=world.alpha, user=world.users["member"], data=draft(world, max_replicas=1))
-    services.deployment_approve(deployment_id=dep.pk, revision=dep.proposed_number, approver=world.users["platform_admin"])
+    services.deployment_approve(
+        deployment_id=dep.pk, revision=dep.proposed_number, approver=world.users["platform_admin"]
+    )
     return dep
 
 
