@@ -131,11 +131,13 @@ def spec_draft(spec: dict) -> dict:
 
 
 def spec_from_draft(data: dict) -> dict:
-    """A validated draft (the flavor as its row) as a revision stores it."""
+    """A validated draft (the flavor as its row) as a revision stores it: only the fields the
+    draft has (a PATCH without a flavor must not clear the flavor it is merged over)."""
     out = {k: data[k] for k in SPEC_FIELDS if k in data and k != "flavor"}
     out = {k: str(v) if hasattr(v, "label") else v for k, v in out.items()}
-    flavor = data.get("flavor")
-    return out | {"flavor": getattr(flavor, "pk", flavor)}
+    if "flavor" in data:
+        out["flavor"] = getattr(data["flavor"], "pk", data["flavor"])
+    return out
 
 
 def apply_spec(dep: ModelDeployment, spec: dict) -> list[str]:
