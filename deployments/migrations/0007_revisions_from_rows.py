@@ -1,8 +1,9 @@
 """Every deployment becomes a series of revisions (issue 30).
 
-- Never approved (pending approval with nothing approved before, rejected, cancelled): revision 1
-  holds the row's spec, proposed / rejected / withdrawn.
-- Approved at some time: revision 1 is the serving revision with the row's spec.
+- Never approved (pending approval with nothing approved before, rejected, cancelled, deleted
+  before any decision): revision 1 holds the row's spec, proposed / rejected / withdrawn.
+- Approved at some time: revision 1 is the serving revision with the row's spec, decided by the
+  row's approver or, where the last approval was the tenant's policy's, by the policy.
 - Pending approval *after* an approval (the old model moved a running deployment there on an
   edit): the row holds the proposed spec. Revision 1 (serving) gets the spec that ran, rebuilt by
   undoing the audited edits made since the last approval; revision 2 (proposed) the row's spec;
@@ -10,6 +11,8 @@
 - The GPU rule is now "held exactly while running": reservations that stopped, failed or deleting
   rows still held (the old rule released them once the workload was gone) are released.
 """
+
+import re
 
 from django.db import migrations
 from django.utils import timezone
@@ -37,7 +40,9 @@ def _typed(model, field: str, text, flavors):
     if text is None or text == "None":
         return None
     if field == "flavor":
-        return flavors.get(text)
+        # The old services audited str(flavor), "<gpu_model> (<name>)"; the name is what lasts.
+        found = re.search(r"\(([^()]*)\)$", text)
+        return flavors.get(text) or flavors.get(found.group(1) if found else "")
     kind = model._meta.get_field(field).get_internal_type()
     if kind == "BooleanField":
         return text == "True"
@@ -54,9 +59,7 @@ def _serving_spec(apps, dep, spec: dict):
     model = apps.get_model("deployments", "ModelDeployment")
     flavors = {f"{f.name}": f.pk for f in apps.get_model("quotas", "GpuFlavor").objects.all()}
     entries = audit.objects.filter(object_type="deployments.modeldeployment", object_id=str(dep.pk)).order_by("-id")
-    approved_generation = next(
-        (e.changes.get("generation") for e in entries if e.action == "deployment.approve"), None
-    )
+    approved_generation = next((e.changes.get("generation") for e in entries if e.action == "deployment.approve"), None)
     serving = dict(spec)
     for entry in entries:
         if entry.action not in ("deployment.update", "deployment.scale"):
@@ -74,6 +77,24 @@ def _serving_spec(apps, dep, spec: dict):
     return serving
 
 
+def _ever_approved(event, dep) -> bool:
+    """Every approval (and every start) moved the old row to "approved" with an event."""
+    return event.objects.filter(deployment_id=dep.pk, to_state="approved").exists()
+
+
+def _by_policy(apps, dep) -> bool:
+    """Whether the last approval was the tenant's policy's (the row names no approver then)."""
+    audit = apps.get_model("core", "AuditEvent")
+    last = (
+        audit.objects.filter(
+            object_type="deployments.modeldeployment", object_id=str(dep.pk), action="deployment.approve"
+        )
+        .order_by("-id")
+        .first()
+    )
+    return dep.approved_by_id is None and last is not None and last.actor_name == "policy"
+
+
 def forwards(apps, schema_editor):
     deployment = apps.get_model("deployments", "ModelDeployment")
     revision = apps.get_model("deployments", "DeploymentRevision")
@@ -83,7 +104,12 @@ def forwards(apps, schema_editor):
     now = timezone.now()
     for dep in deployment.objects.order_by("pk").iterator():
         spec = _spec(dep)
-        decided = {"decided_by_id": dep.approved_by_id, "decided_at": dep.updated, "decision_reason": dep.decision_reason}
+        decided = {
+            "decided_by_id": dep.approved_by_id,
+            "decided_at": dep.updated,
+            "decision_reason": dep.decision_reason,
+        }
+        approved = decided | {"decided_by_policy": _by_policy(apps, dep)}
         common = {"deployment_id": dep.pk, "proposed_by_id": dep.created_by_id, "message": "Requested."}
         edit = (
             event.objects.filter(deployment_id=dep.pk, to_state="pending_approval")
@@ -94,7 +120,7 @@ def forwards(apps, schema_editor):
         if dep.state == "pending_approval" and edit is not None:
             serving = _serving_spec(apps, dep, spec)
             first = revision.objects.create(
-                number=1, spec=serving, gpus=_gpus(serving), status="approved", **common, **decided
+                number=1, spec=serving, gpus=_gpus(serving), status="approved", **common, **approved
             )
             revision.objects.create(
                 deployment_id=dep.pk, number=2, spec=spec, gpus=_gpus(spec), status="proposed",
@@ -106,13 +132,14 @@ def forwards(apps, schema_editor):
         elif dep.state == "pending_approval":
             revision.objects.create(number=1, spec=spec, gpus=_gpus(spec), status="proposed", **common)
             continue
-        elif dep.state in NEVER:
+        elif dep.state in NEVER or dep.state == "deleted" and not _ever_approved(event, dep):
+            # A request deleted before any decision went straight to deleted: it was withdrawn.
             status = "rejected" if dep.state == "rejected" else "withdrawn"
             revision.objects.create(number=1, spec=spec, gpus=_gpus(spec), status=status, **common, **decided)
             first = None
         else:
             first = revision.objects.create(
-                number=1, spec=spec, gpus=_gpus(spec), status="approved", **common, **decided
+                number=1, spec=spec, gpus=_gpus(spec), status="approved", **common, **approved
             )
         dep.serving_revision_id = first.pk if first else None
         if dep.state not in RUNNING and dep.reserved_gpus:

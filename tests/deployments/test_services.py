@@ -3,7 +3,7 @@ import threading
 import pytest
 from django.db import close_old_connections, connection
 
-from core.exceptions import Forbidden, QuotaExceeded, TransitionError
+from core.exceptions import ConflictError, Forbidden, QuotaExceeded, TransitionError
 from core.models import AuditEvent
 from deployments import services
 from deployments.choices import State
@@ -94,9 +94,10 @@ class TestApproveReject:
             services.deployment_approve(
                 deployment_id=dep.pk, revision=dep.proposed_number, approver=world.users["tenant_admin"]
             )
+        admin = world.users["platform_admin"]
         with pytest.raises(Exception, match="reason"):
-            services.deployment_reject(deployment_id=dep.pk, approver=world.users["platform_admin"], reason="")
-        services.deployment_reject(deployment_id=dep.pk, approver=world.users["platform_admin"], reason="Use 8B")
+            services.deployment_reject(deployment_id=dep.pk, approver=admin, revision=1, reason="")
+        services.deployment_reject(deployment_id=dep.pk, approver=admin, revision=1, reason="Use 8B")
         dep.refresh_from_db()
         assert dep.state == State.REJECTED and dep.decision_reason == "Use 8B"
 
@@ -106,9 +107,7 @@ class TestApproveReject:
             services.deployment_stop(deployment_id=dep.pk, user=world.users["member"])
         services.deployment_cancel(deployment_id=dep.pk, user=world.users["member"])
         with pytest.raises(TransitionError):
-            services.deployment_approve(
-                deployment_id=dep.pk, revision=dep.proposed_number, approver=world.users["platform_admin"]
-            )
+            services.deployment_approve(deployment_id=dep.pk, revision=1, approver=world.users["platform_admin"])
 
 
 class TestLifecycleQuota:
@@ -120,11 +119,12 @@ class TestLifecycleQuota:
         dep.refresh_from_db()
         return dep
 
-    def test_scaling_up_goes_back_to_approval_keeping_the_old_reservation(self, world):
+    def test_scaling_up_proposes_a_revision_and_what_serves_keeps_its_reservation(self, world):
         dep = self.approved(world)
         services.deployment_scale(deployment_id=dep.pk, user=world.users["member"], min_replicas=1, max_replicas=6)
         dep.refresh_from_db()
-        assert (dep.state, dep.max_replicas, dep.generation, reserved(world)) == (State.PENDING_APPROVAL, 6, 2, 2)
+        assert (dep.state, dep.max_replicas, dep.generation, reserved(world)) == (State.APPROVED, 2, 1, 2)
+        assert (dep.proposed_number, dep.proposed_revision.spec["max_replicas"]) == (2, 6)
 
     def test_scaling_up_within_the_policy_rechecks_quota_and_resizes_the_reservation(self, world):
         dep = self.approved(world)
@@ -150,37 +150,40 @@ class TestLifecycleQuota:
         dep.refresh_from_db()
         assert (dep.state, dep.generation, reserved(world)) == (State.APPROVED, 2, 1)
 
-    def test_a_bigger_update_goes_back_to_approval_keeping_the_old_reservation(self, world):
+    def test_a_bigger_approved_change_resizes_the_one_reservation(self, world):
         dep = self.approved(world)
-        services.deployment_update(deployment_id=dep.pk, user=world.users["member"], data={"tensor_parallel_size": 2})
-        dep.refresh_from_db()
-        assert dep.state == State.PENDING_APPROVAL and dep.generation == 2
-        assert reserved(world) == 2
-        services.deployment_approve(
-            deployment_id=dep.pk, revision=dep.proposed_number, approver=world.users["platform_admin"]
-        )
+        services.deployment_scale(deployment_id=dep.pk, user=world.users["member"], min_replicas=1, max_replicas=4)
+        assert reserved(world) == 2  # the proposal reserves nothing until it is approved
+        services.deployment_approve(deployment_id=dep.pk, revision=2, approver=world.users["platform_admin"])
         assert reserved(world) == 4
         assert QuotaReservation.objects.filter(released__isnull=True).count() == 1
 
-    def test_stop_then_release_is_exactly_once_and_start_reserves_again(self, world):
+    def test_a_stop_releases_at_once_and_start_reserves_again(self, world):
         dep = self.approved(world)
         services.deployment_stop(deployment_id=dep.pk, user=world.users["member"])
-        assert services.deployment_release_quota(deployment_id=dep.pk, reason="gone") is True
-        assert services.deployment_release_quota(deployment_id=dep.pk, reason="gone") is False
         assert reserved(world) == 0
+        assert not QuotaReservation.objects.filter(released__isnull=True).exists()
         services.deployment_start(deployment_id=dep.pk, user=world.users["member"])
-        assert reserved(world) == 2
+        dep.refresh_from_db()
+        assert (dep.state, dep.reserved_gpus, reserved(world)) == (State.APPROVED, 2, 2)
 
-    def test_delete_of_a_running_deployment_waits_for_the_cluster(self, world):
+    def test_delete_of_a_running_deployment_releases_at_once_and_waits_for_the_cluster(self, world):
         dep = self.approved(world)
         services.deployment_delete(deployment_id=dep.pk, user=world.users["member"])
         dep.refresh_from_db()
-        assert dep.state == State.DELETING and reserved(world) == 2
+        assert (dep.state, dep.reserved_gpus, reserved(world)) == (State.DELETING, 0, 0)
         assert services.deployment_mark_deleted(deployment_id=dep.pk) is True
         assert services.deployment_mark_deleted(deployment_id=dep.pk) is False
-        assert reserved(world) == 0
         reasons = list(dep.events.order_by("created", "id").values_list("reason", flat=True))
         assert reasons == ["Requested", "Approved", "Deleting", "Deleted"]
+
+    def test_a_failure_observed_releases_at_once(self, world):
+        dep = self.approved(world)
+        changed = services.deployment_observe(
+            deployment_id=dep.pk, generation=dep.generation, state=State.FAILED, conditions=[], reason="Failed"
+        )
+        dep.refresh_from_db()
+        assert (changed, dep.state, dep.reserved_gpus, reserved(world)) == (True, State.FAILED, 0, 0)
 
     def test_observations_for_an_old_generation_are_ignored(self, world):
         dep = self.approved(world)
@@ -204,6 +207,7 @@ class TestLifecycleQuota:
 class TestConcurrentDecisions:
     def test_two_admins_approving_at_once_exactly_one_wins(self, tx_world):
         dep = create(tx_world)
+        number = dep.proposed_number  # what both admins reviewed
         admin2 = type(tx_world.users["platform_admin"]).objects.create(username="admin2", is_staff=True)
         outcomes = []
         barrier = threading.Barrier(2)
@@ -212,10 +216,10 @@ class TestConcurrentDecisions:
             close_old_connections()
             try:
                 barrier.wait(timeout=10)
-                services.deployment_approve(deployment_id=dep.pk, revision=dep.proposed_number, approver=user)
+                services.deployment_approve(deployment_id=dep.pk, revision=number, approver=user)
                 outcomes.append("ok")
-            except TransitionError:
-                outcomes.append("conflict")
+            except ConflictError as error:
+                outcomes.append(error.code)
             finally:
                 connection.close()
 
@@ -224,6 +228,6 @@ class TestConcurrentDecisions:
             t.start()
         for t in threads:
             t.join(30)
-        assert sorted(outcomes) == ["conflict", "ok"]
+        assert sorted(outcomes) == ["ok", "stale_revision"]
         assert reserved(tx_world) == 2
         assert dep.events.filter(reason="Approved").count() == 1
