@@ -41,7 +41,7 @@ _CHOICES = {"quantization": Quantization, "dtype": Dtype, "serving_profile": Ser
 
 def _flavor_names(*specs: dict | None) -> dict[int, str]:
     ids = {s.get("flavor") for s in specs if s}
-    return {f.pk: f"{f.display_name} ({f.name})" for f in GpuFlavor.objects.filter(pk__in=ids)}
+    return {f.pk: str(f) for f in GpuFlavor.objects.filter(pk__in=ids)}  # "<gpu_model> (<name>)"
 
 
 def shown(field: str, value, flavors: dict[int, str]) -> str:
