@@ -56,10 +56,15 @@ def seed_base():
 
 
 def add_deployments(flavor, tenants, users, count: int, start: int) -> None:
-    """`count` more deployments, spread round-robin over the tenants, in mixed states."""
+    """`count` more deployments, spread round-robin over the tenants, in mixed states, each with
+    its revisions as the services leave them: revision 1 serving (proposed while nothing was
+    approved), and every fifth approved one with a change waiting as revision 2."""
+    from deployments.choices import State
     from deployments.models import ModelDeployment
 
-    states = ["ready", "ready", "ready", "queued", "provisioning", "pending_approval", "stopped", "degraded"]
+    # A mix (not a set) of states, weighted like a busy platform: mostly serving.
+    S = State
+    states = [S.READY, S.READY, S.READY, S.QUEUED, S.PROVISIONING, S.PENDING_APPROVAL, S.STOPPED, S.DEGRADED]
     conditions = [
         {
             "type": "Ready",
@@ -102,6 +107,32 @@ def add_deployments(flavor, tenants, users, count: int, start: int) -> None:
             )
         )
     ModelDeployment.objects.bulk_create(rows, batch_size=500)
+    add_revisions(rows)
+
+
+def add_revisions(deployments) -> None:
+    """Revision 1 for each bulk-created deployment (serving once approved) and a proposed
+    revision 2 beside every fifth serving one, as the revision services would have written them."""
+    from deployments.choices import RevisionStatus
+    from deployments.models import DeploymentRevision, ModelDeployment
+    from deployments.services.common import spec_gpus, spec_of
+    from deployments.states import REQUESTED
+
+    revisions = []
+    for k, dep in enumerate(deployments):
+        spec = spec_of(dep)
+        requested = dep.state in REQUESTED
+        status = RevisionStatus.PROPOSED if requested else RevisionStatus.APPROVED
+        revisions.append(DeploymentRevision(deployment=dep, number=1, spec=spec, gpus=spec_gpus(spec), status=status))
+        if not requested and k % 5 == 0:
+            change = spec | {"max_model_len": 16384}
+            revisions.append(DeploymentRevision(deployment=dep, number=2, spec=change, gpus=spec_gpus(change)))
+    DeploymentRevision.objects.bulk_create(revisions, batch_size=500)
+    for rev in revisions:
+        if rev.status == RevisionStatus.APPROVED:
+            rev.deployment.serving_revision = rev
+    serving = [dep for dep in deployments if dep.serving_revision is not None]
+    ModelDeployment.objects.bulk_update(serving, ["serving_revision"], batch_size=500)
 
 
 def count_queries(token: str) -> tuple[int, int, list[str]]:

@@ -125,3 +125,20 @@ class TestStatic:
         compressed = hashed.with_name(name + ".gz")
         assert hashed.exists() and compressed.exists()
         assert compressed.stat().st_size < hashed.stat().st_size / 3
+
+
+class TestDemo:
+    def test_the_demo_runs_twice_and_shows_a_change_waiting_beside_what_serves(self, db):
+        from io import StringIO
+
+        from django.core.management import call_command
+
+        from deployments.models import ModelDeployment
+
+        for _ in range(2):  # idempotent: the second run adds nothing
+            call_command("demo", stdout=StringIO())
+        shown = {
+            d.name: (d.state, d.serving_revision.number if d.serving_revision else None, d.proposed_number)
+            for d in ModelDeployment.objects.all()
+        }
+        assert shown == {"llama3-70b-chat": ("approved", 1, 2), "qwen-7b-rerank": ("pending_approval", None, 1)}

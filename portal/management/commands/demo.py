@@ -10,7 +10,6 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from deployments import services
-from deployments.choices import State
 from deployments.models import ModelDeployment
 from quotas.models import PLATFORM_ADMIN_GROUP, GpuFlavor, Membership, Tenant, TenantQuota
 
@@ -108,7 +107,8 @@ class Command(BaseCommand):
         return user
 
     def _samples(self, admin: User) -> None:
-        """A few requests so lists, the inbox and the quota bars are not empty."""
+        """A few requests so lists, the inbox and the quota bars are not empty: one serving with a
+        change waiting for approval, one request waiting for its first decision."""
         search = Tenant.objects.get(slug="search")
         member = User.objects.get(username="search-member")
         samples = [
@@ -121,6 +121,7 @@ class Command(BaseCommand):
                 max_replicas=2,
                 max_model_len=8192,
                 approve=True,
+                change={"max_replicas": 3, "gpu_memory_utilization": 0.92},
             ),
             dict(
                 name="qwen-7b-rerank",
@@ -133,9 +134,10 @@ class Command(BaseCommand):
             ),
         ]
         for sample in samples:
-            if ModelDeployment.objects.filter(tenant=search, name=sample["name"]).exclude(state=State.DELETED).exists():
+            if ModelDeployment.objects.filter(tenant=search, name=sample["name"]).live().exists():
                 continue
             approve = sample.pop("approve")
+            change = sample.pop("change", None)
             data = {
                 "backend": settings.RUNTIME_DEFAULT_BACKEND
                 if "kuberay" not in settings.RUNTIME_BACKENDS
@@ -152,3 +154,5 @@ class Command(BaseCommand):
                     approver=admin,
                     reason="Demo: approved by the platform team.",
                 )
+            if change:  # a proposed revision beside the serving one: the approvals page shows its diff
+                services.deployment_update(deployment_id=dep.pk, user=member, data=change)

@@ -17,8 +17,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from deployments import services
-from deployments.choices import State
 from deployments.models import ModelDeployment
+from deployments.states import REQUESTED
 from quotas.models import GpuFlavor, Tenant
 
 NAME = "tiny-llama-local"
@@ -36,7 +36,7 @@ class Command(BaseCommand):
         if not (model_dir / "config.json").exists():
             call_command("make_tiny_model", output=model_dir)
         tenant = Tenant.objects.get(slug="search")
-        if ModelDeployment.objects.filter(tenant=tenant, name=NAME).exclude(state=State.DELETED).exists():
+        if ModelDeployment.objects.filter(tenant=tenant, name=NAME).live().exists():
             self.stdout.write(f"{NAME} already exists.")
             return
         with transaction.atomic():
@@ -56,7 +56,7 @@ class Command(BaseCommand):
                     "quantization": "",
                 },
             )
-            if dep.state == State.PENDING_APPROVAL:
+            if dep.state in REQUESTED:  # the tenant's policy did not approve it on its own
                 services.deployment_approve(
                     deployment_id=dep.pk,
                     revision=dep.proposed_number,
