@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from core.models import AuditEvent
-from deployments.choices import State
+from deployments import services
+from deployments.choices import RevisionStatus, State
 from deployments.models import ModelDeployment
 from quotas.models import TenantQuota
 from tests.support.factories import api_draft
@@ -36,8 +37,9 @@ def request_one(world, **overrides) -> dict:
 
 
 def approve(world, body: dict) -> dict:
+    """Approve the revision the admin reviewed: the one the deployment says is waiting."""
     response = world.client("platform_admin").post(
-        f"{API}/{body['id']}/approve/", {"generation": body["generation"]}, format="json"
+        f"{API}/{body['id']}/approve/", {"revision": body["pending_revision"]}, format="json"
     )
     assert response.status_code == 200, response.content
     return response.json()
@@ -54,20 +56,26 @@ class TestNoSelfApproval:
 
     def test_a_tenant_admin_cannot_approve_either(self, world):
         body = request_one(world)
-        response = world.client("tenant_admin").post(f"{API}/{body['id']}/approve/", {"generation": 1}, format="json")
+        response = world.client("tenant_admin").post(f"{API}/{body['id']}/approve/", {"revision": 1}, format="json")
         assert response.status_code == 403 and reserved(world) == 0
 
-    def test_start_does_not_revive_a_failed_deployment_behind_approval(self, world):
+    def test_starting_a_failed_deployment_runs_its_approved_revision_not_the_waiting_change(self, world):
         body = approve(world, request_one(world))
-        ModelDeployment.objects.filter(pk=body["id"]).update(state=State.FAILED)
-        assert world.client("member").post(f"{API}/{body['id']}/start/").status_code == 409
+        services.deployment_observe(deployment_id=body["id"], generation=1, state=State.FAILED, conditions=[])
+        member = world.client("member")
+        member.patch(f"{API}/{body['id']}/", {"model_source": "org/unreviewed"}, format="json")
+        assert member.post(f"{API}/{body['id']}/start/").status_code == 200
+        row = ModelDeployment.objects.get(pk=body["id"])
+        assert (row.state, row.model_source, row.reserved_gpus) == (State.APPROVED, body["model_source"], 2)
+        assert row.proposed_revision.spec["model_source"] == "org/unreviewed"
 
 
 class TestRejectedIsFinal:
     def test_a_rejected_request_cannot_be_edited_back_to_pending_nor_started(self, world):
         body = request_one(world)
         admin = world.client("platform_admin")
-        assert admin.post(f"{API}/{body['id']}/reject/", {"reason": "too big"}, format="json").status_code == 200
+        rejected = admin.post(f"{API}/{body['id']}/reject/", {"revision": 1, "reason": "too big"}, format="json")
+        assert rejected.status_code == 200
         member = world.client("member")
         edit = member.patch(f"{API}/{body['id']}/", {"model_source": "org/other-model"}, format="json")
         assert edit.status_code == 409 and "final" in edit.json()["detail"]
@@ -78,38 +86,41 @@ class TestRejectedIsFinal:
 
     def test_the_detail_page_says_so(self, world):
         body = request_one(world)
-        world.client("platform_admin").post(f"{API}/{body['id']}/reject/", {"reason": "no"}, format="json")
+        world.client("platform_admin").post(
+            f"{API}/{body['id']}/reject/", {"revision": 1, "reason": "no"}, format="json"
+        )
         page = world.browser("member").get(f"/deployments/{body['id']}/").content.decode()
         assert "Rejected requests are final" in page
 
 
-class TestApprovalBindsTheReviewedGeneration:
-    def test_an_approval_of_a_stale_generation_is_409_and_changes_nothing(self, world):
+class TestApprovalBindsTheReviewedRevision:
+    def test_an_approval_of_a_stale_revision_is_409_and_changes_nothing(self, world):
         body = request_one(world)
         world.client("member").patch(f"{API}/{body['id']}/", {"max_model_len": 2048}, format="json")
-        response = world.client("platform_admin").post(f"{API}/{body['id']}/approve/", {"generation": 1}, format="json")
+        response = world.client("platform_admin").post(f"{API}/{body['id']}/approve/", {"revision": 1}, format="json")
         assert response.status_code == 409
-        assert response.json() == {"generation": [response.json()["generation"][0]], "code": "stale_generation"}
+        assert response.json() == {"revision": [response.json()["revision"][0]], "code": "stale_revision"}
         row = ModelDeployment.objects.get(pk=body["id"])
-        assert (row.state, row.generation, row.reserved_gpus) == (State.PENDING_APPROVAL, 2, 0)
+        assert (row.state, row.proposed_number, row.reserved_gpus) == (State.PENDING_APPROVAL, 2, 0)
         assert ("deployment.approve", "platform-admin") not in audit_actions(body["id"])
 
-    def test_an_approval_without_a_generation_is_a_400_naming_it(self, world):
+    def test_an_approval_without_a_revision_is_a_400_naming_it(self, world):
         body = request_one(world)
         response = world.client("platform_admin").post(f"{API}/{body['id']}/approve/", {}, format="json")
-        assert response.status_code == 400 and "generation" in response.json()
+        assert response.status_code == 400 and "revision" in response.json()
 
-    def test_the_generation_field_is_documented_in_openapi(self, world):
+    def test_the_revision_field_is_documented_in_openapi(self, world):
         schema = world.client("member").get("/api/schema/", HTTP_ACCEPT="application/json").json()
         body = schema["components"]["schemas"]["ApproveRequest"]
-        assert "generation" in body["required"] and "409" in body["properties"]["generation"]["description"]
+        assert "revision" in body["required"] and "409" in body["properties"]["revision"]["description"]
 
-    def test_the_ui_approval_carries_the_generation_shown(self, world):
+    def test_the_ui_approval_carries_the_revision_shown(self, world):
         body = request_one(world)
         page = world.browser("platform_admin").get("/approvals/").content.decode()
-        assert 'name="generation" value="1"' in page
+        assert 'name="revision" value="1"' in page
         world.client("member").patch(f"{API}/{body['id']}/", {"max_model_len": 2048}, format="json")
-        world.browser("platform_admin").post(f"/deployments/{body['id']}/approve/", {"generation": 1})
+        response = world.browser("platform_admin").post(f"/deployments/{body['id']}/approve/", {"revision": 1})
+        assert response.status_code == 409
         assert ModelDeployment.objects.get(pk=body["id"]).state == State.PENDING_APPROVAL
 
 
@@ -127,23 +138,37 @@ class TestChangesToWhatRuns:
             {"enable_chunked_prefill": False},
         ],
     )
-    def test_go_back_to_approval_while_the_approved_version_keeps_its_gpus(self, world, change):
+    def test_wait_for_approval_while_the_approved_revision_runs_on_its_gpus(self, world, change):
         body = approve(world, request_one(world))
         response = world.client("member").patch(f"{API}/{body['id']}/", change, format="json")
         assert response.status_code == 200, response.content
-        assert (response.json()["state"], response.json()["reserved_gpus"]) == (State.PENDING_APPROVAL, 2)
+        got = response.json()
+        assert (got["state"], got["reserved_gpus"], got["generation"]) == (State.APPROVED, 2, 1)
+        assert (got["serving_revision"], got["pending_revision"]) == (1, 2)
 
-    def test_scaling_up_through_the_scale_action_goes_back_to_approval(self, world):
+    def test_scaling_up_through_the_scale_action_waits_for_approval(self, world):
         body = approve(world, request_one(world))
         response = world.client("member").post(
             f"{API}/{body['id']}/scale/", {"min_replicas": 1, "max_replicas": 4}, format="json"
         )
-        assert (response.json()["state"], reserved(world)) == (State.PENDING_APPROVAL, 2)
+        got = response.json()
+        assert (got["state"], got["max_replicas"], got["pending_revision"], reserved(world)) == (
+            State.APPROVED,
+            2,
+            2,
+            2,
+        )
 
-    def test_cosmetic_changes_stay_approved(self, world):
+    def test_cosmetic_changes_serve_at_once(self, world):
         body = approve(world, request_one(world))
         response = world.client("member").patch(f"{API}/{body['id']}/", {"served_model_name": "chat"}, format="json")
-        assert response.json()["state"] == State.APPROVED and response.json()["generation"] == 2
+        got = response.json()
+        assert (got["state"], got["generation"], got["serving_revision"], got["pending_revision"]) == (
+            State.APPROVED,
+            2,
+            2,
+            None,
+        )
 
     def test_within_the_policy_the_change_is_approved_by_the_policy(self, world):
         world.alpha.auto_approve_max_gpus = 4
@@ -151,7 +176,7 @@ class TestChangesToWhatRuns:
         body = request_one(world)
         assert body["state"] == State.APPROVED  # the policy approved the request itself
         response = world.client("member").patch(f"{API}/{body['id']}/", {"max_model_len": 2048}, format="json")
-        assert response.json()["state"] == State.APPROVED
+        assert (response.json()["state"], response.json()["serving_revision"]) == (State.APPROVED, 2)
         assert audit_actions(body["id"]) == [
             ("deployment.request", "alpha-member"),
             ("deployment.approve", "policy"),
@@ -161,13 +186,15 @@ class TestChangesToWhatRuns:
         audit = world.client("platform_admin").get("/api/v1/audit/", {"object_id": body["id"]}).json()
         assert "policy" in [row["actor_name"] for row in audit["results"]]
 
-    def test_a_stopped_deployment_changed_needs_approval_before_it_can_start(self, world):
+    def test_a_stopped_deployment_changed_starts_on_its_approved_revision(self, world):
         body = approve(world, request_one(world))
         member = world.client("member")
         member.post(f"{API}/{body['id']}/stop/")
         member.patch(f"{API}/{body['id']}/", {"model_source": "org/unreviewed"}, format="json")
-        assert member.post(f"{API}/{body['id']}/start/").status_code == 409
-        assert ModelDeployment.objects.get(pk=body["id"]).state == State.PENDING_APPROVAL
+        assert member.post(f"{API}/{body['id']}/start/").status_code == 200
+        row = ModelDeployment.objects.get(pk=body["id"])
+        assert (row.state, row.model_source, row.reserved_gpus) == (State.APPROVED, body["model_source"], 2)
+        assert row.revisions.get(number=2).status == RevisionStatus.PROPOSED
 
 
 class TestBackendIsFixed:
@@ -229,7 +256,7 @@ class TestRedirectTargets:
     def test_an_on_site_target_is_followed(self, world):
         body = request_one(world)
         response = world.browser("platform_admin").post(
-            f"/deployments/{body['id']}/approve/", {"next": "/approvals/", "generation": 1}
+            f"/deployments/{body['id']}/approve/", {"next": "/approvals/", "revision": 1}
         )
         assert response["Location"] == "/approvals/"
 
@@ -255,8 +282,11 @@ def test_the_ui_says_when_scaling_up_waits_for_approval(world):
     response = world.browser("member").post(
         f"/deployments/{body['id']}/scale/", {"min_replicas": 1, "max_replicas": 4}, follow=True
     )
-    assert "Scaled: more GPUs need a platform admin" in response.content.decode()
-    assert ModelDeployment.objects.get(pk=body["id"]).state == State.PENDING_APPROVAL
+    assert "Revision 2 waits for a platform admin&#x27;s approval; revision 1 keeps running" in (
+        response.content.decode()
+    )
+    row = ModelDeployment.objects.get(pk=body["id"])
+    assert (row.state, row.max_replicas, row.proposed_number) == (State.APPROVED, 2, 2)
 
 
 def test_a_stopped_deployment_changed_within_the_policy_is_approved_by_the_policy(world):
@@ -296,6 +326,6 @@ class TestPlacementIsOneRule:
         world.h100.node_labels = {}
         world.h100.save()
         dep = ModelDeployment.objects.get(pk=body["id"])
-        assert reconcile(dep) == "error"
+        assert reconcile(dep).outcome == "error"
         dep.refresh_from_db()
         assert "Cannot render the workload" in dep.condition("Ready")["message"]

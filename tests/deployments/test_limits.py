@@ -37,7 +37,8 @@ def test_the_scale_forms_and_page_use_the_replica_limits(world):
         user=world.users["member"],
         data={"name": "lim", "model_source": "org/m", "flavor": world.h100, "max_model_len": 4096},
     )
-    ModelDeployment.objects.filter(pk=dep.pk).update(state="stopped")  # the scale form shows with stop/start
+    services.deployment_approve(deployment_id=dep.pk, approver=world.users["platform_admin"], revision=1)
+    services.deployment_stop(deployment_id=dep.pk, user=world.users["member"])  # the scale form shows stopped too
     page = world.browser("member").get(f"/deployments/{dep.pk}/").content.decode()
     assert 'name="max_replicas" min="1" max="100"' in page and 'name="min_replicas" min="0" max="100"' in page
     with pytest.raises(DomainError, match="1 ≤ max ≤ 100"):

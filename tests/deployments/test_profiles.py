@@ -263,9 +263,11 @@ class TestTheApi:
         spec = {name: getattr(dep, name) for name in PROFILE_FIELDS}
         label_only = member.patch(f"{D}/{dep.pk}/", {"serving_profile": "latency", **spec}, format="json")
         assert label_only.status_code == 200
-        assert (label_only.json()["state"], label_only.json()["serving_profile"]) == ("approved", "latency")
-        filled = member.patch(f"{D}/{dep.pk}/", {"serving_profile": "throughput"}, format="json")
-        assert filled.json()["state"] == "pending_approval"  # FP8 and a new batch budget change what runs
+        got = label_only.json()
+        assert (got["serving_profile"], got["serving_revision"], got["pending_revision"]) == ("latency", 2, None)
+        filled = member.patch(f"{D}/{dep.pk}/", {"serving_profile": "throughput"}, format="json").json()
+        # FP8 and a new batch budget change what runs: revision 3 waits, revision 2 serves on.
+        assert (filled["serving_profile"], filled["serving_revision"], filled["pending_revision"]) == ("latency", 2, 3)
 
     def test_the_presets_endpoint_answers_what_the_function_gives_and_hides_other_tenants(self, world):
         query = {"tenant": "alpha", "flavor": "h100-sxm5", "model_source": "meta-llama/Meta-Llama-3-70B-Instruct"}
