@@ -6,9 +6,8 @@ from django import forms
 
 from access.permissions import KeyAction, allowed
 from access.services import DEFAULT_DAYS, MAX_DAYS, NAME_MESSAGE
-from deployments.choices import State
 from deployments.models import ModelDeployment
-from deployments.states import actor_of
+from deployments.states import DELETED_OR_DELETING, actor_of
 from quotas.models import Tenant
 
 
@@ -37,7 +36,7 @@ class MintForm(forms.Form):
         self.fields["tenant"].queryset = Tenant.objects.filter(pk__in=tenants).order_by("slug")
         self.fields["deployment"].queryset = (
             ModelDeployment.objects.filter(tenant_id__in=tenants)
-            .exclude(state__in=[State.DELETING, State.DELETED])
+            .exclude(state__in=DELETED_OR_DELETING)
             .select_related("tenant")
             .order_by("tenant__slug", "name")
         )

@@ -87,7 +87,7 @@ def refresh_local_engines(key: ApiKey) -> int:
     from runtime.backends import names
 
     deps = ModelDeployment.objects.filter(
-        tenant_id=key.tenant_id, backend__in=names(on_cluster=False), state__in=list(RUNNING)
+        tenant_id=key.tenant_id, backend__in=names(on_cluster=False), state__in=RUNNING
     )
     if key.deployment_id:
         deps = deps.filter(pk=key.deployment_id)

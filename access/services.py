@@ -16,8 +16,8 @@ from access.models import ApiKey
 from access.permissions import authorize_mint, authorize_revoke
 from core.exceptions import ConflictError, DomainError
 from core.models import audit
-from deployments.choices import State
 from deployments.models import ModelDeployment
+from deployments.states import DELETED_OR_DELETING, GONE
 from quotas.models import Tenant
 
 KEY_PREFIX = "llmp_"
@@ -46,7 +46,7 @@ def _deployment_for(tenant: Tenant, deployment_id: int | None) -> ModelDeploymen
     dep = ModelDeployment.objects.select_for_update().filter(pk=deployment_id, tenant=tenant).first()
     if dep is None:
         raise DomainError("No such deployment in this tenant.", field="deployment")
-    if dep.state in (State.DELETING, State.DELETED):
+    if dep.state in DELETED_OR_DELETING:
         raise DomainError("The deployment is being deleted.", field="deployment")
     return dep
 
@@ -118,16 +118,14 @@ def keys_expire() -> list[int]:
     from access.tasks import withdraw_key_task
 
     now = timezone.now()
-    due = ApiKey.objects.filter(revoked_at__isnull=True).filter(
-        Q(expires_at__lte=now) | Q(deployment__state=State.DELETED)
-    )
+    due = ApiKey.objects.filter(revoked_at__isnull=True).filter(Q(expires_at__lte=now) | Q(deployment__state__in=GONE))
     ids = []
     for key in due.exclude(gateway_state="withdrawn").select_related("tenant", "deployment"):
         with transaction.atomic():
             live = ApiKey.objects.select_for_update().filter(pk=key.pk, revoked_at__isnull=True).first()
             if live is None or live.gateway_state == "withdrawn":
                 continue  # revoked or withdrawn meanwhile: its own withdrawal is under way
-            gone = key.deployment is not None and key.deployment.state == State.DELETED
+            gone = key.deployment is not None and key.deployment.state in GONE
             changes = {"prefix": key.prefix}
             if gone:
                 live.revoked_at = now

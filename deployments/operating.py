@@ -18,6 +18,7 @@ from django.utils import timezone
 from deployments.choices import State
 from deployments.models import DeploymentEvent, DeploymentPhase, ModelDeployment
 from deployments.specs import deployment_spec
+from deployments.states import STARTING as STARTING  # the phases panel reads operating.STARTING
 from deployments.states import Action, actor_of, authorize
 from runtime import k8s
 from runtime.backends import get_backend
@@ -29,8 +30,6 @@ log = logging.getLogger(__name__)
 EVENTS_CACHE_KEY = "deployment-cluster-events:{}"
 EVENTS_CACHE_SECONDS = 24 * 3600
 PORTAL_EVENTS_SHOWN = 200
-# While one of these, the reconciler records startup phases and the Kubernetes Events.
-STARTING = frozenset({State.APPROVED, State.QUEUED, State.PROVISIONING})
 
 
 # --- Kubernetes Events and the merged timeline ------------------------------------------------
@@ -58,7 +57,8 @@ def cluster_events(dep: ModelDeployment, *, refresh: bool = False) -> dict[str, 
 
 
 def _portal_row(event: DeploymentEvent) -> dict[str, Any]:
-    moved = f"{event.from_state or '—'} → {event.to_state}" if event.to_state else ""
+    before = State(event.from_state).label if event.from_state else "—"
+    moved = f"{before} → {State(event.to_state).label}" if event.to_state else ""
     return {
         "source": "portal",
         "type": event.type,

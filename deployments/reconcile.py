@@ -2,29 +2,38 @@
 
 `reconcile(dep)` can run any number of times, in any order, on any worker: every write it makes
 is idempotent (server-side apply, delete-if-present) and every database change goes through a
-service that re-checks state and generation under a row lock. Transient cluster errors propagate
-so Celery retries with backoff; permanent ones become a condition the user can read.
+service that re-checks state and generation under a row lock. Like controller-runtime's
+`Reconcile() (Result{RequeueAfter}, error)` it returns what should happen next instead of
+scheduling it: the task (deployments.tasks) turns `Result.requeue_after` into the follow-up.
+Transient cluster errors propagate so Celery retries with backoff; what retrying cannot fix (a
+permanent cluster refusal, a spec that no longer renders) is a `TerminalError`, recorded as a
+condition the user can read.
+
+The reconciler never reserves or releases GPUs: the services settle them (`settle_gpus`) in the
+transaction that moves the state, so a stop or a failure frees them before the workload is gone
+(Kueue holds whatever is admitted against them until the old Workload is removed).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import transaction
 
 from deployments import services
 from deployments.choices import State
 from deployments.models import ModelDeployment
-from deployments.operating import STARTING, record_startup
+from deployments.operating import record_startup
 from deployments.specs import deployment_spec
-from deployments.states import RUNNING
+from deployments.states import GONE, REQUESTED, RUNNING, SETTLED, STARTING, TEAR_DOWN
 from runtime import k8s
 from runtime.backends import get_backend, names, traits
 from runtime.backends.base import ClusterObjectBackend
 from runtime.manifests.common import ANNOTATION_SPEC_HASH
+from runtime.spec import RenderError
 from runtime.status import (
     absent_observation,
     cond,
@@ -36,8 +45,22 @@ from runtime.status import (
 
 log = logging.getLogger(__name__)
 
-TEAR_DOWN = (State.STOPPED, State.FAILED, State.REJECTED, State.CANCELLED)
-SETTLED = (State.READY,)
+# A failed workload is torn down by the very next reconcile, not after a backoff.
+FAILED_REQUEUE_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a reconcile did (`outcome`, counted by the task per backend) and when to look again
+    (`requeue_after` seconds; None: nothing to wait for, the next change or sweep enqueues it)."""
+
+    outcome: str  # "converged"-like observed states ("ready", "queued"...), "removed", "deleted"...
+    requeue_after: float | None = None
+
+
+class TerminalError(Exception):
+    """Retrying cannot help (a spec that no longer renders, a permanent cluster refusal): the
+    reconcile records it as a condition on the deployment instead of failing the task."""
 
 
 def _carry_queue(previous: list[dict], current: list[dict]) -> list[dict]:
@@ -74,15 +97,6 @@ def _record(dep: ModelDeployment, obs, *, spec_generation: int) -> bool:
     )
 
 
-def _requeue(dep_id: int, seconds: float | None = None) -> None:
-    """Check back later, at most one pending follow-up per deployment."""
-    from deployments.tasks import reconcile_deployment_task
-
-    delay = seconds if seconds is not None else settings.RECONCILE_REQUEUE_SECONDS
-    if cache.add(f"reconcile-requeue:{dep_id}", 1, timeout=max(1, int(delay))):
-        reconcile_deployment_task.apply_async((dep_id,), countdown=delay)
-
-
 def _record_error(dep: ModelDeployment, error: Exception) -> None:
     conditions = merge_conditions(
         dep.conditions,
@@ -93,52 +107,57 @@ def _record_error(dep: ModelDeployment, error: Exception) -> None:
     )
 
 
-def reconcile(dep: ModelDeployment) -> str:
-    """Converge one deployment; returns what it did (for logs and tests)."""
-    backend = get_backend_or_none(dep)
-    if backend is None:
-        return "no-backend"
-    spec = deployment_spec(dep)
+def reconcile(dep: ModelDeployment) -> Result:
+    """Converge one deployment; returns what it did and when to look again."""
     try:
+        backend = get_backend(dep.backend)
+    except k8s.PermanentClusterError as error:  # no cluster configured: say what to configure
+        _record_error(dep, error)
+        return Result("no-backend")
+    try:
+        return _converge(dep, backend)
+    except k8s.TransientClusterError:
+        raise  # Celery retries with backoff (bounded)
+    except TerminalError as error:
+        log.warning("reconcile %s: %s", dep.pk, error)
+        _record_error(dep, error)
+        return Result("error")
+
+
+def _converge(dep: ModelDeployment, backend) -> Result:
+    """One pass by the deployment's state; what retrying cannot fix leaves as TerminalError."""
+    try:
+        spec = deployment_spec(dep)
         if dep.state in RUNNING:
             if dep.observed_generation != dep.generation:  # a new spec: the moment strays could appear
                 _remove_strays(dep, spec)
             return _converge_running(dep, backend, spec)
-        if dep.state == State.DELETING:
-            if _remove_strays(dep, spec) and backend.remove(spec):
-                services.deployment_mark_deleted(deployment_id=dep.pk)
-                return "deleted"
-            _requeue(dep.pk)
-            return "deleting"
-        if dep.state in TEAR_DOWN or (dep.state == State.PENDING_APPROVAL and dep.reserved_gpus == 0):
-            if _remove_strays(dep, spec) and backend.remove(spec):
-                if dep.reserved_gpus or dep.state in TEAR_DOWN:
-                    services.deployment_release_quota(
-                        deployment_id=dep.pk,
-                        reason=(f"Workload removed ({dep.get_state_display().lower()}); GPUs released."),
-                    )
-                if dep.observed_generation or dep.conditions:
-                    obs = absent_observation(
-                        reason=dep.get_state_display().replace(" ", ""),
-                        message=f"Not running: {dep.get_state_display().lower()}.",
-                    )
-                    _record(dep, obs, spec_generation=dep.generation)
-                return "removed"
-            _requeue(dep.pk)
-            return "removing"
-        return "nothing"
-    except k8s.TransientClusterError:
-        raise  # Celery retries with backoff (bounded)
+        if dep.state in TEAR_DOWN:
+            return _tear_down(dep, backend, spec)
+        return Result("nothing")
     except k8s.PermanentClusterError as error:
-        log.warning("reconcile %s: permanent cluster error: %s", dep.pk, error)
-        _record_error(dep, error)
-        return "error"
-    except ValueError as error:
+        raise TerminalError(str(error)) from error
+    except RenderError as error:
         # The spec cannot be rendered (e.g. its flavor lost its node labels or its node size since
         # approval): nothing to retry, so say why on the deployment instead of failing the task.
-        log.warning("reconcile %s: cannot render: %s", dep.pk, error)
-        _record_error(dep, ValueError(f"Cannot render the workload: {error}"))
-        return "error"
+        raise TerminalError(f"Cannot render the workload: {error}") from error
+
+
+def _tear_down(dep: ModelDeployment, backend, spec) -> Result:
+    """Remove the workload (and strays on other backends); then say so once, or finish a
+    deletion. The GPUs were released by the service that moved the state."""
+    if not (_remove_strays(dep, spec) and backend.remove(spec)):
+        return Result("deleting" if dep.state == State.DELETING else "removing", settings.RECONCILE_REQUEUE_SECONDS)
+    if dep.state == State.DELETING:
+        services.deployment_mark_deleted(deployment_id=dep.pk)
+        return Result("deleted")
+    obs = absent_observation(
+        reason=dep.get_state_display().replace(" ", ""), message=f"Not running: {dep.get_state_display().lower()}."
+    )
+    # Once: a request that never ran has nothing to say, and a repeat would rewrite nothing.
+    if (dep.observed_generation or dep.conditions) and conditions_changed(dep.conditions, obs.conditions):
+        _record(dep, obs, spec_generation=dep.generation)
+    return Result("removed")
 
 
 def _remove_strays(dep: ModelDeployment, spec) -> bool:
@@ -160,26 +179,18 @@ def _remove_strays(dep: ModelDeployment, spec) -> bool:
     return gone
 
 
-def get_backend_or_none(dep: ModelDeployment):
-    try:
-        return get_backend(dep.backend)
-    except k8s.PermanentClusterError as error:
-        _record_error(dep, error)
-        return None
-
-
-def _converge_running(dep: ModelDeployment, backend, spec) -> str:
+def _converge_running(dep: ModelDeployment, backend, spec) -> Result:
     obs = backend.ensure(spec)
     _record(dep, obs, spec_generation=spec.generation)
     if dep.state in STARTING or obs.state in STARTING:  # phases and Events while it starts
         record_startup(dep, backend, spec)
+    outcome = obs.state or "unknown"
     if obs.state == State.FAILED:
-        # Failed for good: tear the workload down and release the GPUs right away.
-        _requeue(dep.pk, seconds=0.1)
-        return "failed"
+        # Failed for good (its GPUs were released with the move): tear the workload down now.
+        return Result(outcome, FAILED_REQUEUE_SECONDS)
     if obs.state not in SETTLED or not obs.converged:
-        _requeue(dep.pk, _backoff(dep))
-    return obs.state or "unknown"
+        return Result(outcome, _backoff(dep))
+    return Result(outcome)
 
 
 def _backoff(dep: ModelDeployment) -> float:
@@ -196,19 +207,35 @@ def _backoff(dep: ModelDeployment) -> float:
     return min(max(settings.RECONCILE_REQUEUE_SECONDS, quiet / 4), settings.RECONCILE_REQUEUE_MAX_SECONDS)
 
 
-def _drifted(dep: ModelDeployment, backend: ClusterObjectBackend, obj: dict | None, workloads: dict) -> bool:
-    """Would a reconcile change anything? Decided from listed objects only (no extra calls)."""
+# --- drift: would a reconcile change anything? ---------------------------------------------------
+
+
+def drifted(dep: ModelDeployment, *, state: str | None, converged: bool, exists: bool) -> bool:
+    """The one drift rule, for the cluster sweep (listed objects) and the local one (state files).
+
+    `state` is what the workload of the deployment's current spec reports (None: nothing reports
+    one: no workload, or one rendered from another spec), `converged` whether it runs that spec,
+    `exists` whether any workload of the deployment is there. A running deployment drifted when
+    the workload says another state or converged without being recorded; one being torn down
+    while something is left (a deletion, until the row is marked deleted).
+    """
     if dep.state in RUNNING:
-        if obj is None:
-            return True
-        want = backend.desired(deployment_spec(dep))["metadata"]["annotations"][ANNOTATION_SPEC_HASH]
-        if ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPEC_HASH) != want:
-            return True
-        obs = backend.sweep_observation(deployment_spec(dep), obj, workloads)
-        return obs.state != dep.state or (obs.converged and dep.observed_generation != dep.generation)
-    if dep.state == State.DELETING or dep.state in TEAR_DOWN:
-        return obj is not None or dep.reserved_gpus > 0
-    return False
+        return state != dep.state or (converged and dep.observed_generation != dep.generation)
+    if dep.state == State.DELETING:
+        return True
+    return dep.state in TEAR_DOWN and exists
+
+
+def _cluster_drifted(dep: ModelDeployment, backend: ClusterObjectBackend, obj: dict | None, workloads: dict) -> bool:
+    """`drifted` from the objects the sweep listed (no extra calls)."""
+    if obj is None or dep.state not in RUNNING:
+        return drifted(dep, state=None, converged=False, exists=obj is not None)
+    spec = deployment_spec(dep)
+    want = backend.desired(spec)["metadata"]["annotations"][ANNOTATION_SPEC_HASH]
+    if ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPEC_HASH) != want:
+        return drifted(dep, state=None, converged=False, exists=True)  # an object of another spec
+    obs = backend.sweep_observation(spec, obj, workloads)
+    return drifted(dep, state=obs.state, converged=obs.converged, exists=True)
 
 
 def _sweep_local(report: dict) -> None:
@@ -217,8 +244,7 @@ def _sweep_local(report: dict) -> None:
 
     deps = (
         ModelDeployment.objects.filter(backend__in=names(on_cluster=False))
-        .exclude(state=State.DELETED)
-        .exclude(state=State.PENDING_APPROVAL)
+        .exclude(state__in=GONE | REQUESTED)
         .select_related("tenant", "flavor")
     )
     if not deps:
@@ -226,11 +252,9 @@ def _sweep_local(report: dict) -> None:
     for dep in deps:
         report["checked"] += 1
         obs = get_backend(dep.backend).observe(deployment_spec(dep))
-        if dep.state in RUNNING:
-            drifted = obs.state != dep.state or (obs.converged and dep.observed_generation != dep.generation)
-        else:
-            drifted = obs.exists or dep.reserved_gpus > 0
-        if drifted:
+        # An engine started from an older spec reports nothing about the current one.
+        state = obs.state if obs.converged else None
+        if drifted(dep, state=state, converged=obs.converged, exists=obs.exists):
             reconcile_deployment_task.delay(dep.pk)
             report["enqueued"] += 1
 
@@ -250,7 +274,7 @@ def sweep() -> dict:
 
     groups: dict[tuple[str, str], list[ModelDeployment]] = defaultdict(list)
     live = (
-        ModelDeployment.objects.exclude(state=State.DELETED)
+        ModelDeployment.objects.exclude(state__in=GONE)
         .filter(backend__in=names(on_cluster=True))
         .select_related("tenant", "flavor")
     )
@@ -281,7 +305,7 @@ def sweep() -> dict:
         for dep in deps:
             report["checked"] += 1
             obj = objects[dep.pk] = owned.pop(dep.pk, None)
-            if _drifted(dep, backend, obj, workloads_by_ns[namespace]):
+            if _cluster_drifted(dep, backend, obj, workloads_by_ns[namespace]):
                 reconcile_deployment_task.delay(dep.pk)
                 report["enqueued"] += 1
         for dep_id, obj in owned.items():
@@ -421,25 +445,10 @@ def _position(
 
 
 def _record_queue(dep: ModelDeployment, queue: dict | None) -> None:
-    """Store (or clear) the queue position on the Admitted condition, under the row lock so a
-    reconcile recording at the same moment is not overwritten. `updated` is left alone: the
-    position moving is not the deployment changing (the requeue backoff reads `updated`)."""
-    admitted = dep.condition("Admitted") or {}
-    if queue is None and "queue" not in admitted:
+    """Store (or clear) the queue position through the service; nothing to clear, no lock."""
+    if queue is None and "queue" not in (dep.condition("Admitted") or {}):
         return
-    with transaction.atomic():
-        row = ModelDeployment.objects.select_for_update().filter(pk=dep.pk).first()
-        if row is None:
-            return
-        conditions = []
-        for c in row.conditions or []:
-            if c.get("type") == "Admitted":
-                c = {k: v for k, v in c.items() if k != "queue"}
-                if queue is not None and c.get("status") != "True":
-                    c["queue"] = queue
-            conditions.append(c)
-        if conditions != row.conditions:
-            ModelDeployment.objects.filter(pk=dep.pk).update(conditions=conditions)
+    services.deployment_record_queue(deployment_id=dep.pk, queue=queue)
 
 
 def last_orphans() -> list[dict]:
@@ -476,7 +485,7 @@ def orphan_delete(*, actor, backend: str, namespace: str, name: str) -> bool:
         kind = k8s.WORKLOAD
     else:
         claimed = (
-            ModelDeployment.objects.exclude(state=State.DELETED)
+            ModelDeployment.objects.exclude(state__in=GONE)
             .filter(pk=found["deployment_id"], backend=backend, tenant=tenant)
             .exists()
         )

@@ -33,9 +33,12 @@ RUNNING = frozenset({S.APPROVED, S.QUEUED, S.PROVISIONING, S.READY, S.DEGRADED})
 STARTING = frozenset({S.APPROVED, S.QUEUED, S.PROVISIONING})
 # Answering requests: the usage ledger counts serving time from these.
 SERVING = frozenset({S.READY, S.DEGRADED})
+# Settled: the reconciler stops looking again on its own (the beat sweep still notices drift);
+# a degraded deployment is still watched, so its recovery shows without waiting for the sweep.
+SETTLED = frozenset({S.READY})
 # Worth scraping for engine metrics (an engine that is provisioning may already report).
 SCRAPED = frozenset({S.PROVISIONING, S.READY, S.DEGRADED})
-# The workload must go away (the reconciler removes it, then releases the GPUs).
+# The workload must go away: the reconciler removes it (the GPUs went with the state change).
 TEAR_DOWN = frozenset({S.STOPPED, S.FAILED, S.REJECTED, S.CANCELLED, S.DELETING})
 # Holds a GPU reservation: exactly the running states. `services.common.settle_gpus` is the one
 # function that reserves and releases, and it reads this set (the README states the rule).
@@ -54,8 +57,10 @@ OBSERVED = frozenset({S.QUEUED, S.PROVISIONING, S.READY, S.DEGRADED, S.FAILED})
 FINAL = frozenset({S.REJECTED, S.CANCELLED, S.DELETED})
 # Not shown in lists of what a tenant has (the deployment is gone).
 GONE = frozenset({S.DELETED})
+# Deleted or on its way: nothing new may point at it (an API key, an exposure).
+DELETED_OR_DELETING = frozenset({S.DELETING, S.DELETED})
 # A deployment in these states may be deleted by a person.
-DELETABLE = frozenset(State.values) - {S.DELETING, S.DELETED}
+DELETABLE = frozenset(State.values) - DELETED_OR_DELETING
 
 # Every named set, for the test that classifies every state in each of them.
 STATE_SETS: dict[str, frozenset[str]] = {
@@ -63,6 +68,7 @@ STATE_SETS: dict[str, frozenset[str]] = {
     "running": RUNNING,
     "starting": STARTING,
     "serving": SERVING,
+    "settled": SETTLED,
     "scraped": SCRAPED,
     "tear_down": TEAR_DOWN,
     "holds_gpus": HOLDS_GPUS,
@@ -73,6 +79,7 @@ STATE_SETS: dict[str, frozenset[str]] = {
     "observed": OBSERVED,
     "final": FINAL,
     "gone": GONE,
+    "deleted_or_deleting": DELETED_OR_DELETING,
     "deletable": DELETABLE,
 }
 

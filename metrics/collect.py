@@ -29,8 +29,8 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from core.observability import SCRAPE_FAILURES
-from deployments.choices import State
 from deployments.models import ModelDeployment
+from deployments.states import SCRAPED
 from metrics.models import MetricSample, ScrapeState
 from metrics.store import new_sample
 from runtime import k8s
@@ -44,7 +44,6 @@ from runtime.exposition.sources import scrape_many
 from runtime.manifests.common import LABEL_DEPLOYMENT_ID, LABEL_MANAGED_BY, MANAGED_BY, PORT_METRICS
 
 log = logging.getLogger(__name__)
-SCRAPED_STATES = (State.READY, State.DEGRADED, State.PROVISIONING)
 LABEL_RAY_NODE_TYPE = "ray.io/node-type"  # set by KubeRay on every pod: head or worker
 # rate() needs at least two samples in its window; Prometheus's guidance is a range of four
 # scrape intervals or more, and 30 s is a common interval. A cycle longer than this uses its own.
@@ -149,7 +148,7 @@ def _direct_many(deps: list[ModelDeployment]) -> dict[int, Snapshot | ScrapeErro
 
 
 def _scraped() -> QuerySet[ModelDeployment]:
-    deps = ModelDeployment.objects.filter(state__in=SCRAPED_STATES)
+    deps = ModelDeployment.objects.filter(state__in=SCRAPED)
     if not settings.PROMETHEUS_URL:
         # Without Prometheus only direct endpoints can be read: a URL, or a Ray cluster's pods.
         pod_backends = [name for name in backend_names() if _from_pods(name)]

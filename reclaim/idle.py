@@ -34,7 +34,7 @@ from core.models import audit
 from deployments.choices import EventType
 from deployments.models import DeploymentEvent, ModelDeployment
 from deployments.policy_actions import POLICY, deployment_policy_stop
-from deployments.states import RUNNING
+from deployments.states import RUNNING, STOPPABLE_BY_POLICY
 from metrics.models import MetricSample, Resolution
 from quotas.models import Tenant
 from quotas.notify import notify_tenant_admins
@@ -145,7 +145,7 @@ def _utc(at: datetime) -> str:
 
 def plan_for(dep: ModelDeployment, *, now: datetime) -> IdlePlan:
     """The idle policy's plan for one deployment as things stand (no lock, no change)."""
-    if dep.state not in RUNNING:
+    if dep.state not in STOPPABLE_BY_POLICY:
         return IdlePlan("none")
     clock = idle_clock(dep.pk, now=now)
     return idle_plan(dep.tenant, clock, warned_at=_warned_at(dep.pk, clock.idle_since), now=now)
@@ -213,7 +213,7 @@ def idle_candidates() -> list[int]:
     """Serving deployments of tenants with an idle policy."""
     policy = Q(tenant__idle_warn_hours__gt=0) | Q(tenant__idle_stop_hours__gt=0)
     return list(
-        ModelDeployment.objects.filter(policy, state__in=RUNNING, tenant__archived_at__isnull=True)
+        ModelDeployment.objects.filter(policy, state__in=STOPPABLE_BY_POLICY, tenant__archived_at__isnull=True)
         .order_by("pk")
         .values_list("pk", flat=True)
     )

@@ -29,7 +29,7 @@ from core.models import audit
 from deployments.choices import EventType, State
 from deployments.models import DeploymentEvent, ModelDeployment
 from deployments.policy_actions import POLICY, deployment_policy_start, deployment_policy_stop
-from deployments.states import RUNNING
+from deployments.states import STOPPABLE_BY_POLICY
 from quotas.models import Tenant
 from quotas.notify import notify_tenant_admins
 from quotas.schedule import Schedule, ScheduleError, parse_schedule
@@ -83,7 +83,7 @@ def _lock(deployment_id: int) -> ModelDeployment | None:
 def schedule_stop(deployment_id: int, *, now: datetime) -> bool:
     """Stop one running deployment whose tenant's schedule is closed (re-checked under the lock)."""
     dep = _lock(deployment_id)
-    if dep is None or dep.state not in RUNNING or dep.tenant.archived:
+    if dep is None or dep.state not in STOPPABLE_BY_POLICY or dep.tenant.archived:
         return False
     schedule = tenant_schedule(dep.tenant)
     if schedule is None or schedule.is_open(now):
@@ -151,7 +151,9 @@ def schedule_sweep(*, now: datetime | None = None) -> dict[str, int]:
         if schedule is None or schedule.is_open(now):
             continue
         for pk in (
-            ModelDeployment.objects.filter(tenant=tenant, state__in=RUNNING).order_by("pk").values_list("pk", flat=True)
+            ModelDeployment.objects.filter(tenant=tenant, state__in=STOPPABLE_BY_POLICY)
+            .order_by("pk")
+            .values_list("pk", flat=True)
         ):
             counts["stopped"] += schedule_stop(pk, now=now)
     for pk in stopped_by_schedule().filter(tenant__in=live).order_by("pk").values_list("pk", flat=True):

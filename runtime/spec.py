@@ -12,6 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+class RenderError(ValueError):
+    """A spec the runtime cannot turn into a workload: a name the controller would refuse, a
+    replica wider than a node, a flavor without node labels, a model source it cannot mount.
+    Retrying cannot help (the spec or its flavor must change), so the reconciler records it as
+    a condition. A ValueError, so the previews and the validation that catch those still do."""
+
+
 @dataclass(frozen=True)
 class Toleration:
     """A Kubernetes toleration on a GPU flavor's nodes."""

@@ -22,7 +22,7 @@ from core.exceptions import DomainError
 from core.models import audit
 from deployments.models import ModelDeployment
 from deployments.policy_actions import POLICY, deployment_policy_stop
-from deployments.states import RUNNING
+from deployments.states import STOPPABLE_BY_POLICY
 from quotas.models import Tenant
 from quotas.notify import notify_tenant_admins
 from usage.models import BudgetNotice
@@ -85,7 +85,9 @@ def _stop(tenant: Tenant, now: datetime, month_start: datetime, status: BudgetSt
             tenant.budget_stopped_at = now
             audit(actor=POLICY, action="tenant.budget_stop", obj=tenant, tenant=tenant, reason=reason)
     stopped = 0
-    for dep_id in ModelDeployment.objects.filter(tenant=tenant, state__in=RUNNING).values_list("pk", flat=True):
+    for dep_id in ModelDeployment.objects.filter(tenant=tenant, state__in=STOPPABLE_BY_POLICY).values_list(
+        "pk", flat=True
+    ):
         try:
             deployment_policy_stop(deployment_id=dep_id, reason=reason, cause=CAUSE)
             stopped += 1

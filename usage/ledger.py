@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from decimal import Decimal
 
-SERVING_STATES = frozenset({"ready", "degraded"})
+from deployments.states import SERVING
+
 HOURS = Decimal(3600)
 SIX_PLACES = Decimal("0.000001")
 
@@ -120,15 +121,16 @@ def serving_intervals(
     transitions: Iterable[tuple[datetime, str]], *, until: datetime
 ) -> list[tuple[datetime, datetime]]:
     """When the deployment was serving, from its state transitions (time, new state) in time
-    order: from each move into Ready/Degraded until the next move out (or `until`)."""
+    order: from each move into a serving state (states.SERVING: Ready, Degraded) until the next
+    move out (or `until`). The states are plain strings; a State member equals its string."""
     out: list[tuple[datetime, datetime]] = []
     since: datetime | None = None
     for at, state in transitions:
         if at >= until:
             break
-        if state in SERVING_STATES and since is None:
+        if state in SERVING and since is None:
             since = at
-        elif state not in SERVING_STATES and since is not None:
+        elif state not in SERVING and since is not None:
             out.append((since, at))
             since = None
     if since is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from runtime.spec import DeploymentSpec, FlavorSpec, PlatformSpec, Toleration
+from runtime.spec import DeploymentSpec, FlavorSpec, PlatformSpec, RenderError, Toleration
 
 # ---------------------------------------------------------------------------------------------
 # Labels and annotations
@@ -79,7 +79,7 @@ def gpu_pod_resources(flavor: FlavorSpec, gpus: int) -> dict[str, Any]:
 
 
 def gpu_node_selector(flavor: FlavorSpec) -> dict[str, str]:
-    """The nodeSelector that pins a GPU pod to `flavor`, or ValueError for an unlabelled flavor.
+    """The nodeSelector that pins a GPU pod to `flavor`, or RenderError for an unlabelled flavor.
 
     Kueue charges a pod set to the first flavor of the ClusterQueue (listed by name) that has
     room and whose node labels the pod does not rule out, so a pod that selects nothing may be
@@ -90,7 +90,7 @@ def gpu_node_selector(flavor: FlavorSpec) -> dict[str, str]:
     without node labels matches every pod and cannot be pinned, so it is refused here.
     """
     if not flavor.node_labels:
-        raise ValueError(
+        raise RenderError(
             f"GPU flavor {flavor.name!r} has no node labels; on a cluster backend Kueue could "
             "charge its pods to another flavor. Give the flavor the labels of its nodes "
             '(e.g. {"node.kubernetes.io/instance-type": "p5.48xlarge"})'
@@ -158,12 +158,12 @@ def parse_pvc_source(model_source: str) -> tuple[str, str]:
     """`pvc://claim/some/path` → ("claim", "some/path"); the path may be empty."""
     claim, _, path = model_source.removeprefix("pvc://").partition("/")
     if not DNS1123_LABEL.match(claim):
-        raise ValueError(f"model source {model_source!r} does not name a valid PVC")
+        raise RenderError(f"model source {model_source!r} does not name a valid PVC")
     path = path.strip("/")
     # Defence in depth (deployments.validation refuses these first): the path must stay inside the
     # claim's mount, so no "..", ".", empty segments, backslashes or encodings that hide them.
     if (path and any(part in ("", ".", "..") for part in path.split("/"))) or any(c in path for c in "\\%\x00"):
-        raise ValueError(f"model source {model_source!r} leaves its volume")
+        raise RenderError(f"model source {model_source!r} leaves its volume")
     return claim, path
 
 

@@ -57,7 +57,7 @@ from runtime.manifests.common import (
     shm_volume,
 )
 from runtime.manifests.topology import single_pod_annotations
-from runtime.spec import DeploymentSpec, PlatformSpec
+from runtime.spec import DeploymentSpec, PlatformSpec, RenderError
 
 KSERVE_API_VERSION = "serving.kserve.io/v1beta1"
 
@@ -92,14 +92,14 @@ _DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
 def inferenceservice_name(deployment_name: str) -> str:
-    """The InferenceService name for a deployment, or ValueError when KServe would refuse it."""
+    """The InferenceService name for a deployment, or RenderError when KServe would refuse it."""
     if len(deployment_name) > INFERENCESERVICE_NAME_MAX:
-        raise ValueError(
+        raise RenderError(
             f"InferenceService name {deployment_name!r} is {len(deployment_name)} characters; "
             f"KServe's Knative revision names allow at most {INFERENCESERVICE_NAME_MAX}"
         )
     if not _DNS1035_LABEL.match(deployment_name):
-        raise ValueError(
+        raise RenderError(
             f"InferenceService name {deployment_name!r} is not a DNS-1035 label "
             "(lowercase letters, digits and '-', starting with a letter)"
         )
@@ -107,7 +107,7 @@ def inferenceservice_name(deployment_name: str) -> str:
 
 
 def kserve_gpus_per_pod(spec: DeploymentSpec) -> int:
-    """GPUs the single predictor pod needs (TP x PP), or ValueError when no node has them."""
+    """GPUs the single predictor pod needs (TP x PP), or RenderError when no node has them."""
     problem = placement_error(
         tensor_parallel_size=spec.tensor_parallel_size,
         pipeline_parallel_size=spec.pipeline_parallel_size,
@@ -116,7 +116,7 @@ def kserve_gpus_per_pod(spec: DeploymentSpec) -> int:
         whole_node_pods=False,
     )
     if problem:
-        raise ValueError(problem)
+        raise RenderError(problem)
     gpus = spec.gpus_per_replica
     return gpus
 
@@ -130,7 +130,7 @@ def _storage_uri(spec: DeploymentSpec) -> str | None:
     if source.startswith("s3://"):
         return source
     if "://" in source:
-        raise ValueError(f"model source {source!r}: only s3://, pvc:// or a Hugging Face id")
+        raise RenderError(f"model source {source!r}: only s3://, pvc:// or a Hugging Face id")
     return None
 
 
@@ -218,12 +218,12 @@ def render_inferenceservice(spec: DeploymentSpec, platform: PlatformSpec) -> dic
     """The InferenceService for `spec`: one vLLM pod per replica, scaled by Knative.
 
     `min_replicas == 0` scales to zero when idle (see the module docstring for why the
-    portal keeps the GPUs reserved). Raises ValueError for a replica larger than one node,
+    portal keeps the GPUs reserved). Raises RenderError for a replica larger than one node,
     a name KServe would refuse, or an unsupported model source.
     """
     name = inferenceservice_name(spec.name)
     if spec.max_replicas < max(spec.min_replicas, 1):
-        raise ValueError(
+        raise RenderError(
             f"max_replicas {spec.max_replicas} must be at least 1 and at least min_replicas {spec.min_replicas}"
         )
     volumes, _ = _volumes(spec, platform)

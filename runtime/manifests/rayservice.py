@@ -34,7 +34,7 @@ from runtime.manifests.common import (
     shm_volume,
 )
 from runtime.manifests.topology import slice_annotations
-from runtime.spec import DeploymentSpec, PlatformSpec
+from runtime.spec import DeploymentSpec, PlatformSpec, RenderError
 
 RAY_API_VERSION = "ray.io/v1"
 
@@ -59,19 +59,19 @@ RAYSERVICE_NAME_MAX = 47
 
 
 def rayservice_name(deployment_name: str) -> str:
-    """The RayService name for a deployment, or ValueError when KubeRay would refuse it.
+    """The RayService name for a deployment, or RenderError when KubeRay would refuse it.
 
     KubeRay derives Service and pod names (`<name>-head-svc`, `<name>-serve-svc`, worker pod
     names) from the RayService name, so it rejects names over 47 characters. Refusing here
     gives the user a clear message before anything reaches the cluster.
     """
     if len(deployment_name) > RAYSERVICE_NAME_MAX:
-        raise ValueError(
+        raise RenderError(
             f"RayService name {deployment_name!r} is {len(deployment_name)} characters; "
             f"KubeRay allows at most {RAYSERVICE_NAME_MAX}"
         )
     if not DNS1123_LABEL.match(deployment_name):
-        raise ValueError(
+        raise RenderError(
             f"RayService name {deployment_name!r} is not a DNS-1123 label "
             "(lowercase letters, digits and '-', starting and ending with an alphanumeric)"
         )
@@ -95,7 +95,7 @@ def pods_per_replica(spec: DeploymentSpec) -> int:
         whole_node_pods=True,
     )
     if problem:
-        raise ValueError(problem)
+        raise RenderError(problem)
     if gpus <= per_node:
         return 1
     return gpus // per_node
@@ -257,7 +257,7 @@ def _worker_group(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str, Any
     gpus = gpus_per_pod(spec)
     pods = pods_per_replica(spec)
     resources = gpu_pod_resources(spec.flavor, gpus)
-    node_selector = gpu_node_selector(spec.flavor)  # ValueError for a flavor that cannot be pinned
+    node_selector = gpu_node_selector(spec.flavor)  # RenderError for a flavor that cannot be pinned
     volumes, mounts = _worker_volumes(spec, platform)
     env = [
         {"name": "HF_HOME", "value": platform.hf_cache_path},
@@ -324,7 +324,7 @@ def render_rayservice(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str,
     out by deleting and recreating the RayService.
     """
     if spec.max_replicas < max(spec.min_replicas, 1):  # the kserve renderer refuses the same shapes
-        raise ValueError(
+        raise RenderError(
             f"max_replicas {spec.max_replicas} must be at least 1 and at least min_replicas {spec.min_replicas}"
         )
     name = rayservice_name(spec.name)

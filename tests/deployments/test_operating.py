@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from deployments import operating, services
+from deployments.choices import State
 from deployments.models import DeploymentPhase
 from deployments.reconcile import reconcile
 from quotas.kueue import sync_kueue
@@ -92,18 +93,16 @@ class TestPhases:
         later = cluster_api.proxied_requests()[len(before) :]
         assert not [p for _, p in later if "/events" in p or "/pods" in p]
 
-    def test_a_new_approval_starts_a_new_set(self, world, cluster_api):
+    def test_a_start_after_a_stop_starts_a_new_set(self, world, cluster_api):
         dep = start(world, cluster_api)
         first = DeploymentPhase.objects.get(deployment=dep, name="approved").at
-        member, admin = world.users["member"], world.users["platform_admin"]
+        member = world.users["member"]
         services.deployment_stop(deployment_id=dep.pk, user=member)
         dep.refresh_from_db()
         reconcile(dep)
-        services.deployment_start(deployment_id=dep.pk, user=member)
+        services.deployment_start(deployment_id=dep.pk, user=member)  # no approval: it was approved
         dep.refresh_from_db()
-        if dep.state == "pending_approval":
-            services.deployment_approve(deployment_id=dep.pk, revision=dep.proposed_number, approver=admin)
-            dep.refresh_from_db()
+        assert dep.state == State.APPROVED
         reconcile(dep)
         assert DeploymentPhase.objects.get(deployment=dep, name="approved").at > first
         assert DeploymentPhase.objects.filter(deployment=dep).count() >= 1

@@ -8,9 +8,11 @@ import pytest
 from deployments import services
 from deployments.choices import State
 from deployments.models import DeploymentEvent
-from deployments.reconcile import reconcile, sweep
+from deployments.reconcile import FAILED_REQUEUE_SECONDS, Result, reconcile, sweep
 from quotas.models import TenantQuota
 from runtime import k8s
+from runtime.manifests.common import ANNOTATION_SPEC_HASH
+from runtime.spec import RenderError
 from tests.support import operators
 from tests.support.factories import draft
 
@@ -97,7 +99,7 @@ class TestLifecycle:
         assert rayservice(cluster_api, dep) is not None
 
     @pytest.mark.parametrize("fail", ["deploy_failed", "validation"])
-    def test_failures_are_read_then_torn_down_and_quota_released(self, world, cluster_api, fail):
+    def test_a_failure_releases_the_gpus_at_once_then_the_workload_is_torn_down(self, world, cluster_api, fail):
         dep = approved(world)
         run(dep)
         if fail == "deploy_failed":
@@ -108,15 +110,15 @@ class TestLifecycle:
             operators.rayservice_not_ready(
                 cluster_api, "alpha", dep.resource_name, "ValidationFailed", "spec.rayClusterConfig invalid"
             )
-        run(dep)
+        assert run(dep) == Result("failed", FAILED_REQUEUE_SECONDS)  # tear down right away
         assert dep.state == State.FAILED
         assert dep.condition("Degraded")["status"] == "True"
-        assert reserved(world) == 2
-        run(dep)  # the follow-up reconcile tears down
+        assert reserved(world) == 0 and dep.reserved_gpus == 0  # released with the move to failed
+        assert rayservice(cluster_api, dep) is not None
+        assert run(dep) == Result("removed")  # the follow-up reconcile tears down
         assert rayservice(cluster_api, dep) is None
-        assert reserved(world) == 0
-        run(dep)
-        assert dep.events.filter(reason="QuotaReleased").count() == 1
+        assert dep.condition("Ready")["reason"] == "Failed"
+        assert dep.condition("Degraded")["status"] == "False"
 
     def test_unhealthy_app_is_degraded_and_recovers(self, world, cluster_api):
         dep = approved(world)
@@ -149,22 +151,26 @@ class TestLifecycle:
         assert dep.state == State.QUEUED
         assert dep.events.filter(reason="Evicted").exists()
 
-    def test_delete_removes_the_object_then_releases_quota_once(self, world, cluster_api):
+    def test_delete_releases_the_gpus_at_once_and_the_reconcile_finishes_it(self, world, cluster_api):
         dep = approved(world)
         run(dep)
         services.deployment_delete(deployment_id=dep.pk, user=world.users["member"])
-        run(dep)
+        assert reserved(world) == 0  # before the workload is gone: the service settles the GPUs
+        assert run(dep) == Result("deleted")
         assert dep.state == State.DELETED
         assert rayservice(cluster_api, dep) is None
-        assert reserved(world) == 0
 
-    def test_stop_removes_the_object_and_releases(self, world, cluster_api):
+    def test_a_person_stopping_releases_the_gpus_at_once_and_the_reconcile_removes_the_object(self, world, cluster_api):
         dep = approved(world)
         run(dep)
         services.deployment_stop(deployment_id=dep.pk, user=world.users["member"])
-        run(dep)
+        assert reserved(world) == 0 and rayservice(cluster_api, dep) is not None
+        assert run(dep) == Result("removed")
         assert rayservice(cluster_api, dep) is None and reserved(world) == 0
         assert dep.condition("Ready")["status"] == "False"
+        ready = dep.condition("Ready")
+        assert run(dep) == Result("removed")  # the absent observation is recorded once
+        assert dep.condition("Ready") == ready
 
     def test_scale_updates_in_place_and_a_tp_change_recreates(self, world, cluster_api):
         dep = approved(world)
@@ -200,7 +206,7 @@ class TestFaultsAndErrors:
     def test_permanent_errors_become_a_readable_condition(self, world, cluster_api):
         dep = approved(world)
         cluster_api.fail_always(403)
-        assert run(dep) == "error"
+        assert run(dep) == Result("error")
         assert dep.condition("Ready")["reason"] == "ClusterError"
         assert dep.state == State.APPROVED
 
@@ -270,14 +276,15 @@ class TestKServeBackend:
         assert self.isvc(cluster_api, dep)["metadata"]["resourceVersion"] == version
         assert dep.events.count() == events
         services.deployment_stop(deployment_id=dep.pk, user=world.users["member"])
+        assert reserved(world) == 0
         run(dep)
-        assert self.isvc(cluster_api, dep) is None and reserved(world) == 0
+        assert self.isvc(cluster_api, dep) is None
         services.deployment_delete(deployment_id=dep.pk, user=world.users["member"])
         run(dep)
         assert dep.state == State.DELETED
 
     @pytest.mark.parametrize("kind", ["revision", "model"])
-    def test_failures_fail_the_deployment_and_release_quota(self, world, cluster_api, kind):
+    def test_failures_fail_the_deployment_and_release_the_gpus(self, world, cluster_api, kind):
         dep = approved(world, backend="kserve", name="kserve-bad")
         run(dep)
         if kind == "revision":
@@ -293,9 +300,9 @@ class TestKServeBackend:
                 cluster_api, "alpha", dep.resource_name, ready=False, model_failed="Repository not found"
             )
         run(dep)
-        assert dep.state == State.FAILED
+        assert dep.state == State.FAILED and reserved(world) == 0
         run(dep)
-        assert self.isvc(cluster_api, dep) is None and reserved(world) == 0
+        assert self.isvc(cluster_api, dep) is None
 
     def test_scale_to_zero_shows_in_the_badge_and_keeps_gpus(self, world, cluster_api):
         from deployments.queries import derived_badge
@@ -375,7 +382,7 @@ class TestStrayBackends:
         assert rayservice(cluster_api, dep) is None
         assert cluster_api.get_object(k8s.INFERENCESERVICE, dep.resource_name, "alpha") is not None
 
-    def test_delete_removes_objects_of_every_backend_before_releasing_the_gpus(self, world, cluster_api):
+    def test_delete_removes_objects_of_every_backend_before_it_is_marked_deleted(self, world, cluster_api):
         dep = approved(world, max_replicas=1)
         run(dep)
         type(dep).objects.filter(pk=dep.pk).update(backend="kserve")  # the stray RayService stays
@@ -385,3 +392,178 @@ class TestStrayBackends:
         assert dep.state == State.DELETED and reserved(world) == 0
         assert rayservice(cluster_api, dep) is None
         assert cluster_api.get_object(k8s.INFERENCESERVICE, dep.resource_name, "alpha") is None
+
+    def test_a_stop_removes_the_stray_too(self, world, cluster_api):
+        dep = approved(world, max_replicas=1)
+        run(dep)
+        type(dep).objects.filter(pk=dep.pk).update(backend="kserve")  # the stray RayService stays
+        services.deployment_stop(deployment_id=dep.pk, user=world.users["member"])
+        assert run(dep) == Result("removed")
+        assert rayservice(cluster_api, dep) is None
+
+
+class TestResult:
+    """Like controller-runtime's Reconcile(), reconcile returns what should happen next; the task
+    turns it into the follow-up."""
+
+    def test_a_deployment_that_waits_is_looked_at_again_after_the_backoff(self, world, cluster_api, settings):
+        settings.RECONCILE_REQUEUE_SECONDS = 7
+        dep = approved(world)
+        assert run(dep) == Result("queued", 7)
+
+    def test_a_ready_and_converged_deployment_asks_for_nothing(self, world, cluster_api):
+        dep = approved(world)
+        run(dep)
+        operators.workload_for(cluster_api, rayservice(cluster_api, dep), {"QuotaReserved": True, "Admitted": True})
+        operators.rayservice_ready(cluster_api, "alpha", dep.resource_name)
+        assert run(dep) == Result("ready")
+
+    def test_a_degraded_deployment_is_still_watched(self, world, cluster_api, settings):
+        settings.RECONCILE_REQUEUE_SECONDS = 7
+        dep = approved(world)
+        run(dep)
+        operators.rayservice_ready(cluster_api, "alpha", dep.resource_name)
+        run(dep)
+        operators.rayservice_app_status(cluster_api, "alpha", dep.resource_name, "llm", "UNHEALTHY", "replica died")
+        assert run(dep) == Result("degraded", 7)
+
+    def test_a_request_waiting_for_approval_has_nothing_to_converge(self, world, cluster_api):
+        dep = services.deployment_create(tenant=world.alpha, user=world.users["member"], data=draft(world))
+        assert run(dep) == Result("nothing")
+        assert rayservice(cluster_api, dep) is None
+
+
+class TestTerminalErrors:
+    def test_a_spec_that_no_longer_renders_is_a_condition_not_a_retry(self, world, cluster_api):
+        dep = approved(world)
+        world.h100.node_labels = {}  # since approval the flavor lost what pins pods to it
+        world.h100.save()
+        assert run(dep) == Result("error")
+        ready = dep.condition("Ready")
+        assert (ready["status"], ready["reason"]) == ("False", "ClusterError")
+        assert ready["message"].startswith("Cannot render the workload: GPU flavor 'h100-sxm5' has no node labels")
+        assert dep.state == State.APPROVED and rayservice(cluster_api, dep) is None
+        assert dep.status_message == ready["message"]
+
+    def test_a_value_error_that_is_no_render_error_is_not_swallowed(self, world, cluster_api):
+        dep = approved(world)
+        type(dep).objects.filter(pk=dep.pk).update(backend="no-such-backend")
+        with pytest.raises(ValueError, match="unknown backend") as raised:
+            run(dep)
+        assert not isinstance(raised.value, RenderError)
+        assert dep.conditions == []  # nothing recorded: a bug fails the task loudly
+
+    def test_a_permanent_refusal_while_tearing_down_is_recorded_too(self, world, cluster_api):
+        dep = approved(world)
+        run(dep)
+        services.deployment_stop(deployment_id=dep.pk, user=world.users["member"])
+        cluster_api.fail_always(403)
+        assert run(dep) == Result("error")
+        assert dep.condition("Ready")["reason"] == "ClusterError" and dep.state == State.STOPPED
+
+
+def follow_ups(deployment_id: int, *, since: list[dict] = ()) -> list[dict]:
+    """Headers of the reconcile messages for this deployment waiting in the broker (no worker
+    consumes them in these tests), less those in `since` (the broker outlives a test database
+    whose ids start again)."""
+    import json
+
+    import redis
+    from django.conf import settings
+
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    headers = [json.loads(raw)["headers"] for raw in broker.lrange("celery", 0, -1)]
+    seen = {h["id"] for h in since}
+    return [
+        h
+        for h in headers
+        if h.get("task") == "deployments.tasks.reconcile_deployment_task"
+        and h.get("argsrepr") == f"({deployment_id},)"
+        and h["id"] not in seen
+    ]
+
+
+class TestTask:
+    def reconciles(self, outcome: str) -> float:
+        from core.observability import RECONCILES
+
+        return RECONCILES.labels("kuberay", outcome)._value.get()
+
+    def test_it_requeues_what_the_result_asks_for_once_and_counts_the_outcome(self, world, cluster_api):
+        from deployments.tasks import reconcile_deployment_task
+
+        dep = approved(world)
+        before, earlier = self.reconciles("queued"), follow_ups(dep.pk)
+        assert reconcile_deployment_task(dep.pk) == "queued"
+        assert self.reconciles("queued") == before + 1
+        [message] = follow_ups(dep.pk, since=earlier)
+        assert message["eta"] is not None  # sent with a countdown: the backoff
+        assert reconcile_deployment_task(dep.pk) == "queued"  # one follow-up is pending already
+        assert len(follow_ups(dep.pk, since=earlier)) == 1
+
+    def test_a_settled_deployment_gets_no_follow_up(self, world, cluster_api):
+        from deployments.tasks import reconcile_deployment_task
+
+        dep = approved(world)
+        run(dep)
+        operators.workload_for(cluster_api, rayservice(cluster_api, dep), {"QuotaReserved": True, "Admitted": True})
+        operators.rayservice_ready(cluster_api, "alpha", dep.resource_name)
+        earlier = follow_ups(dep.pk)
+        assert reconcile_deployment_task(dep.pk) == "ready"
+        assert follow_ups(dep.pk, since=earlier) == []
+
+    def test_a_deployment_gone_from_the_database_is_skipped(self, world):
+        from deployments.tasks import reconcile_deployment_task
+
+        assert reconcile_deployment_task(987654321) is None
+
+
+class TestDriftRule:
+    """One rule decides drift for the cluster sweep (listed objects) and the local one."""
+
+    @pytest.mark.parametrize(
+        ("state", "observed", "converged", "exists", "generations", "drift"),
+        [
+            (State.READY, State.READY, True, True, (1, 1), False),
+            (State.READY, State.DEGRADED, True, True, (1, 1), True),  # the workload says otherwise
+            (State.READY, None, False, False, (1, 1), True),  # gone: recreate it
+            (State.READY, None, False, True, (1, 1), True),  # an object of another spec
+            (State.READY, State.READY, True, True, (2, 1), True),  # converged, not yet recorded
+            (State.READY, State.READY, False, True, (2, 1), False),  # still rolling out: requeued
+            (State.QUEUED, State.QUEUED, False, True, (1, 0), False),
+            (State.STOPPED, None, False, True, (1, 1), True),  # left to remove
+            (State.STOPPED, None, False, False, (1, 1), False),
+            (State.FAILED, State.FAILED, True, True, (1, 1), True),
+            (State.DELETING, None, False, False, (1, 1), True),  # the row must still become deleted
+            (State.PENDING_APPROVAL, None, False, False, (1, 0), False),
+            (State.DELETED, None, False, False, (1, 1), False),
+        ],
+    )
+    def test_the_rule(self, state, observed, converged, exists, generations, drift):
+        from deployments.models import ModelDeployment
+        from deployments.reconcile import drifted
+
+        dep = ModelDeployment(state=state, generation=generations[0], observed_generation=generations[1])
+        assert drifted(dep, state=observed, converged=converged, exists=exists) is drift
+
+    def test_the_cluster_sweep_finishes_a_deletion_whose_object_is_already_gone(self, world, cluster_api):
+        dep = approved(world, max_replicas=1)
+        run(dep)
+        services.deployment_delete(deployment_id=dep.pk, user=world.users["member"])
+        cluster_api.delete_object(k8s.RAYSERVICE, dep.resource_name, "alpha")
+        earlier = follow_ups(dep.pk)
+        assert sweep()["enqueued"] == 1
+        [message] = follow_ups(dep.pk, since=earlier)
+        assert message["eta"] is None  # enqueued now, not as a follow-up
+
+    def test_the_cluster_sweep_reapplies_an_object_of_an_older_spec(self, world, cluster_api):
+        dep = approved(world, max_replicas=1)
+        run(dep)
+        operators.workload_for(cluster_api, rayservice(cluster_api, dep), {"QuotaReserved": True, "Admitted": True})
+        operators.rayservice_ready(cluster_api, "alpha", dep.resource_name)
+        run(dep)
+        assert sweep()["enqueued"] == 0
+        obj = rayservice(cluster_api, dep)  # edited by hand, or a reconcile of a change was lost
+        obj["metadata"]["annotations"][ANNOTATION_SPEC_HASH] = "0000000000000000"
+        cluster_api.put(k8s.RAYSERVICE, obj)
+        assert sweep()["enqueued"] == 1

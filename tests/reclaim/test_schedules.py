@@ -15,6 +15,7 @@ from deployments import services
 from deployments.choices import State
 from deployments.models import DeploymentEvent, ModelDeployment
 from deployments.policy_actions import deployment_policy_stop
+from deployments.reconcile import Result, reconcile
 from quotas.models import TenantQuota
 from reclaim.schedules import SCHEDULE_STARTED, SCHEDULE_STOPPED, START_FAILED, schedule_sweep
 from tests.reclaim.support import give_emails, serving
@@ -107,16 +108,20 @@ class TestStopAndStart:
         assert schedule_sweep(now=MONDAY_NIGHT)["stopped"] == 0 and state(dep) == State.READY
 
 
-class TestStaleRelease:
-    def test_a_late_release_for_the_stopped_run_keeps_the_new_starts_gpus(self, world):
-        """The reconciler read the deployment stopped, removed the workload, and asks to release
-        after the schedule started it again: the new reservation stays."""
+class TestLateReconcile:
+    def test_a_late_reconcile_of_the_stopped_run_keeps_the_new_starts_gpus(self, world, cluster_api):
+        """The reconciler read the deployment stopped and tears its workload down after the
+        schedule started it again: the reconciler never touches GPUs (the services settle them
+        with the state), so the new reservation stays."""
         schedule(world.alpha, OFFICE)
         dep = serving(world, since=MONDAY_NOON)
         schedule_sweep(now=MONDAY_NIGHT)
+        assert reserved(world) == 0  # released by the stop itself, before any reconcile
+        stale = ModelDeployment.objects.select_related("tenant", "flavor").get(pk=dep.pk)
         schedule_sweep(now=TUESDAY_NOON)
-        assert services.deployment_release_quota(deployment_id=dep.pk, reason="Workload removed") is False
+        assert reconcile(stale) == Result("removed")
         assert reserved(world) == 2 and ModelDeployment.objects.get(pk=dep.pk).reserved_gpus == 2
+        assert state(dep) == State.APPROVED
 
 
 class TestRefusedStart:

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from deployments.models import ModelDeployment
 from runtime.manifests import kserve, rayservice
 from runtime.manifests.common import GPU_RESOURCE
-from runtime.spec import DeploymentSpec
+from runtime.spec import DeploymentSpec, RenderError
 from tests.runtime.test_manifests import L4, PLATFORM, small_spec
 
 NODE_SIZES = (1, 2, 3, 4, 6, 8)
@@ -301,5 +301,5 @@ def test_impossible_replica_bounds_are_refused_not_rendered(backend: str, low: i
     if 1 <= high and low <= high:
         render(spec)  # renders, and reads back consistent (the arithmetic is the property above)
         return
-    with pytest.raises(ValueError, match="replicas"):
+    with pytest.raises(RenderError, match="replicas"):
         render_object(spec)

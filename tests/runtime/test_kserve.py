@@ -22,6 +22,7 @@ from runtime.spec import (
     EngineOptions,
     FlavorSpec,
     PlatformSpec,
+    RenderError,
     Toleration,
 )
 from tests.support.crd import SchemaError, assert_valid
@@ -251,7 +252,7 @@ class TestVllmArgs:
 
     @pytest.mark.parametrize("source", ["gs://bucket/model", "pvc://Bad_Claim/x"])
     def test_unsupported_or_invalid_sources_are_refused(self, source: str) -> None:
-        with pytest.raises(ValueError, match=r"model source"):
+        with pytest.raises(RenderError, match=r"model source"):
             render(small_spec(model_source=source))
 
     def test_runs_the_platform_vllm_image_as_the_openai_server(self) -> None:
@@ -279,13 +280,13 @@ class TestLabelsAndScheduling:
             assert field not in pred
 
     def test_a_gpu_flavor_without_node_labels_is_refused(self) -> None:
-        with pytest.raises(ValueError, match="'l4' has no node labels"):
+        with pytest.raises(RenderError, match="'l4' has no node labels"):
             render(small_spec(flavor=replace(L4, node_labels=())))
 
     def test_name_kserve_would_refuse_is_refused(self) -> None:
-        with pytest.raises(ValueError, match="at most 47"):
+        with pytest.raises(RenderError, match="at most 47"):
             render(small_spec(name="m" * 48))
-        with pytest.raises(ValueError, match="DNS-1035"):
+        with pytest.raises(RenderError, match="DNS-1035"):
             render(small_spec(name="7b-model"))
         assert render(small_spec(name="m" * 47))["metadata"]["name"] == "m" * 47
 
@@ -297,9 +298,9 @@ class TestResources:
         assert resources == {"requests": expected, "limits": expected}
 
     def test_replica_larger_than_a_node_needs_the_kuberay_backend(self) -> None:
-        with pytest.raises(ValueError, match=r"16 GPUs per replica.*h100-sxm.*8.*kuberay"):
+        with pytest.raises(RenderError, match=r"16 GPUs per replica.*h100-sxm.*8.*kuberay"):
             render(large_spec(tensor_parallel_size=8, pipeline_parallel_size=2))
-        with pytest.raises(ValueError, match="tensor_parallel_size 8 does not fit in one l4 node"):
+        with pytest.raises(RenderError, match="tensor_parallel_size 8 does not fit in one l4 node"):
             render(small_spec(tensor_parallel_size=8))
 
     def test_shared_memory_is_a_memory_backed_dev_shm(self) -> None:
@@ -335,7 +336,7 @@ class TestScalingAndMetrics:
 
     @pytest.mark.parametrize(("low", "high"), [(2, 1), (0, 0)])
     def test_impossible_replica_bounds_are_refused(self, low: int, high: int) -> None:
-        with pytest.raises(ValueError, match="max_replicas"):
+        with pytest.raises(RenderError, match="max_replicas"):
             render(small_spec(min_replicas=low, max_replicas=high))
 
     def test_prometheus_scrapes_the_port_vllm_serves_metrics_on(self) -> None:

@@ -29,6 +29,7 @@ from runtime.spec import (
     FlavorQuotaSpec,
     FlavorSpec,
     PlatformSpec,
+    RenderError,
     TenantQueueSpec,
     Toleration,
 )
@@ -384,7 +385,7 @@ class TestRenderRayService:
         assert "nodeSelector" not in unlabelled["headGroupSpec"]["template"]["spec"]
 
     def test_a_gpu_flavor_without_node_labels_is_refused(self) -> None:
-        with pytest.raises(ValueError, match="'l4' has no node labels"):
+        with pytest.raises(RenderError, match="'l4' has no node labels"):
             manifests.render_rayservice(small_spec(flavor=replace(L4, node_labels=())), PLATFORM)
 
     def test_head_takes_no_gpu_and_exposes_ray_ports(self) -> None:
@@ -422,21 +423,21 @@ class TestRenderRayService:
         assert resources["limits"] == {"nvidia.com/gpu": 8, "cpu": 96, "memory": "960Gi"}
 
     def test_tensor_parallel_wider_than_a_node_is_refused(self) -> None:
-        with pytest.raises(ValueError, match="tensor_parallel_size 8 does not fit"):
+        with pytest.raises(RenderError, match="tensor_parallel_size 8 does not fit"):
             manifests.render_rayservice(small_spec(tensor_parallel_size=8), PLATFORM)
 
     def test_uneven_split_across_nodes_is_refused(self) -> None:
-        with pytest.raises(ValueError, match="whole 4-GPU nodes"):
+        with pytest.raises(RenderError, match="whole 4-GPU nodes"):
             manifests.render_rayservice(small_spec(tensor_parallel_size=2, pipeline_parallel_size=3), PLATFORM)
 
     def test_name_over_47_characters_is_refused(self) -> None:
         name = "a" * 48
-        with pytest.raises(ValueError, match="at most 47"):
+        with pytest.raises(RenderError, match="at most 47"):
             manifests.render_rayservice(small_spec(name=name), PLATFORM)
         assert manifests.render_rayservice(small_spec(name="a" * 47), PLATFORM)["metadata"]["name"] == "a" * 47
 
     def test_name_that_is_not_dns_1123_is_refused(self) -> None:
-        with pytest.raises(ValueError, match="DNS-1123"):
+        with pytest.raises(RenderError, match="DNS-1123"):
             manifests.rayservice_name("Qwen_Small")
 
     def test_hf_token_env_only_when_a_secret_is_given(self) -> None:
@@ -491,7 +492,7 @@ class TestRenderRayService:
         assert mount == {"name": "model-source", "mountPath": "/models/weights", "readOnly": True}
 
     def test_an_invalid_pvc_claim_is_refused(self) -> None:
-        with pytest.raises(ValueError, match="valid PVC"):
+        with pytest.raises(RenderError, match="valid PVC"):
             manifests.llm_config(small_spec(model_source="pvc:///no-claim"))
 
     def test_cluster_uses_the_platform_ray_version_and_image(self) -> None:
@@ -656,7 +657,7 @@ def test_a_pvc_path_that_leaves_its_volume_is_never_rendered(source):
     """Validation refuses these first; the renderer refuses them again (rows saved before it)."""
     from runtime.manifests.common import pvc_model_path
 
-    with pytest.raises(ValueError, match="leaves its volume"):
+    with pytest.raises(RenderError, match="leaves its volume"):
         pvc_model_path(source)
 
 
@@ -664,3 +665,11 @@ def test_a_pvc_path_inside_its_volume_is_mounted_under_the_model_root():
     from runtime.manifests.common import pvc_model_path
 
     assert pvc_model_path("pvc://models/llama/3-8b/") == "/models/models/llama/3-8b"
+
+
+def test_a_render_error_is_a_value_error_so_previews_still_catch_it() -> None:
+    """The reconciler tells a spec that cannot render (RenderError: recorded, not retried) from
+    any other ValueError (a bug: the task fails); a preview catching ValueError sees both."""
+    with pytest.raises(ValueError, match="at most 47") as raised:
+        manifests.render_rayservice(small_spec(name="a" * 48), PLATFORM)
+    assert type(raised.value) is RenderError

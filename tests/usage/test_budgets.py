@@ -110,7 +110,7 @@ class TestHardStop:
         started = member.post(f"/api/v1/deployments/{spender.pk}/start/")
         assert started.status_code == 409
         assert "spent its monthly budget" in started.json()["tenant"][0]
-        approved = admin.post(f"/api/v1/deployments/{pending.pk}/approve/", {"generation": pending.generation})
+        approved = admin.post(f"/api/v1/deployments/{pending.pk}/approve/", {"revision": pending.proposed_number})
         assert approved.status_code == 409 and approved.json()["code"] == "budget_stopped"
         created = member.post("/api/v1/deployments/", api_draft(world, name="new-one", max_replicas=1))
         assert created.status_code == 400 and "spent its monthly budget" in created.json()["tenant"][0]
