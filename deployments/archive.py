@@ -20,8 +20,9 @@ from quotas.tenants import tenant_mark_archived
 @transaction.atomic
 def tenant_archive(*, tenant_id: int, actor, confirm: str, reason: str) -> Tenant:
     """Archive a tenant after the admin typed its slug to confirm: pending requests are cancelled,
-    running and failed deployments stopped with their GPUs released at once (the reconciler
-    removes the workloads), every quota goes to zero and the ClusterQueue follows on commit."""
+    running deployments stopped with their GPUs released at once (failed ones hold none already;
+    the reconciler removes the workloads), every quota goes to zero and the ClusterQueue follows
+    on commit."""
     if not is_platform_admin(actor):
         raise Forbidden("Only platform admins archive tenants.")
     tenant = Tenant.objects.get(pk=tenant_id)
