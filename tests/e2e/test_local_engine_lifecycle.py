@@ -76,7 +76,11 @@ def test_local_deployment_serves_tokens_and_reports_metrics(tx_world, tmp_path, 
 
         state_file = runtime_dir / str(dep_id) / "state.json"
         pid = json.loads(state_file.read_text())["pid"]
-        assert member.post(f"/api/v1/deployments/{dep_id}/stop/", {}, format="json").status_code == 200
+        quota = lambda: TenantQuota.objects.get(tenant=tx_world.alpha, flavor__name="cpu-local").reserved_gpus  # noqa: E731
+        assert quota() == 1
+        stopped = member.post(f"/api/v1/deployments/{dep_id}/stop/", {}, format="json")
+        assert stopped.status_code == 200 and stopped.json()["state"] == "stopped"
+        assert quota() == 0  # released with the stop, before the engine is gone (settle_gpus)
 
         def gone():
             try:
@@ -86,6 +90,5 @@ def test_local_deployment_serves_tokens_and_reports_metrics(tx_world, tmp_path, 
                 return True
 
         wait_for(gone, timeout=60, what="the engine process to exit")
-        quota = lambda: TenantQuota.objects.get(tenant=tx_world.alpha, flavor__name="cpu-local").reserved_gpus  # noqa: E731
-        wait_for(lambda: quota() == 0, timeout=60, what="the engine slot to be released")
+        assert quota() == 0
         assert not state_file.exists()

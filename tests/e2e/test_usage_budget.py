@@ -28,7 +28,7 @@ def test_over_budget_with_the_hard_stop_through_a_real_worker(tx_world, k8s_api,
         created = member.post("/api/v1/deployments/", api_draft(tx_world, max_replicas=1), format="json")
         assert created.status_code == 201, created.content
         dep_id, name = created.json()["id"], created.json()["resource_name"]
-        assert admin.post(f"/api/v1/deployments/{dep_id}/approve/", {"generation": 1}, format="json").status_code == 200
+        assert admin.post(f"/api/v1/deployments/{dep_id}/approve/", {"revision": 1}, format="json").status_code == 200
         wait_for(lambda: k8s_api.get_object(k8s.RAYSERVICE, name, "alpha"), timeout=60, what="the RayService")
 
         refresh_usage_task.delay()

@@ -1,5 +1,6 @@
 """End to end: API approval → real Celery worker (Redis) → RayService in the API test server →
-simulated KubeRay/Kueue mark it ready → the API says ready. Then delete → GPUs released."""
+simulated KubeRay/Kueue mark it ready → the API says ready. Then delete → GPUs released at once,
+the RayService removed."""
 
 import pytest
 
@@ -20,7 +21,7 @@ def test_approve_to_ready_to_deleted_through_a_real_worker(tx_world, k8s_api, tm
         created = member.post("/api/v1/deployments/", api_draft(tx_world), format="json")
         assert created.status_code == 201, created.content
         dep_id = created.json()["id"]
-        assert admin.post(f"/api/v1/deployments/{dep_id}/approve/", {"generation": 1}, format="json").status_code == 200
+        assert admin.post(f"/api/v1/deployments/{dep_id}/approve/", {"revision": 1}, format="json").status_code == 200
         name = created.json()["resource_name"]
 
         obj = wait_for(
@@ -35,12 +36,16 @@ def test_approve_to_ready_to_deleted_through_a_real_worker(tx_world, k8s_api, tm
         assert body["observed_generation"] == body["generation"]
         assert {c["type"]: c["status"] for c in body["conditions"]}["Ready"] == "True"
 
-        assert member.delete(f"/api/v1/deployments/{dep_id}/").status_code == 202
+        quota = lambda: TenantQuota.objects.get(tenant=tx_world.alpha, flavor=tx_world.h100)  # noqa: E731
+        assert quota().reserved_gpus == 2
+        deleted = member.delete(f"/api/v1/deployments/{dep_id}/")
+        assert deleted.status_code == 202 and deleted.json()["state"] == "deleting"
+        # Released with the deletion, before the workload is gone (settle_gpus; Kueue keeps a
+        # successor queued until the old Workload is removed).
+        assert quota().reserved_gpus == 0 and deleted.json()["reserved_gpus"] == 0
         wait_for(
             lambda: k8s_api.get_object(k8s.RAYSERVICE, name, "alpha") is None,
             timeout=60,
             what="the RayService to be deleted",
         )
-        quota = lambda: TenantQuota.objects.get(tenant=tx_world.alpha, flavor=tx_world.h100)  # noqa: E731
-        wait_for(lambda: quota().reserved_gpus == 0, timeout=30, what="GPUs released")
         assert member.get(f"/api/v1/deployments/{dep_id}/").status_code == 404  # deleted drops out

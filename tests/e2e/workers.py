@@ -45,7 +45,7 @@ def local_cpu_model(world, tmp_path, settings):
 
 def request_and_approve_local(world, model, name: str) -> int:
     """A member requests the tiny model on the local backend over the API, a platform admin
-    approves generation 1; returns the deployment's id."""
+    approves revision 1; returns the deployment's id."""
     member, admin = world.client("member"), world.client("platform_admin")
     created = member.post(
         "/api/v1/deployments/",
@@ -63,5 +63,5 @@ def request_and_approve_local(world, model, name: str) -> int:
     )
     assert created.status_code == 201, created.content
     dep_id = created.json()["id"]
-    assert admin.post(f"/api/v1/deployments/{dep_id}/approve/", {"generation": 1}, format="json").status_code == 200
+    assert admin.post(f"/api/v1/deployments/{dep_id}/approve/", {"revision": 1}, format="json").status_code == 200
     return dep_id

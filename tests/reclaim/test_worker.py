@@ -32,7 +32,7 @@ def test_idle_stop_then_schedule_stop_and_start_through_a_real_worker(tx_world, 
         created = member.post("/api/v1/deployments/", api_draft(tx_world), format="json")
         assert created.status_code == 201, created.content
         dep_id, name = created.json()["id"], created.json()["resource_name"]
-        assert admin.post(f"/api/v1/deployments/{dep_id}/approve/", {"generation": 1}, format="json").status_code == 200
+        assert admin.post(f"/api/v1/deployments/{dep_id}/approve/", {"revision": 1}, format="json").status_code == 200
         rayservice = lambda: k8s_api.get_object(k8s.RAYSERVICE, name, "alpha")  # noqa: E731
         obj = wait_for(rayservice, timeout=60, what="the RayService to appear")
         state = lambda: member.get(f"/api/v1/deployments/{dep_id}/").json()["state"]  # noqa: E731
@@ -75,6 +75,7 @@ def test_idle_stop_then_schedule_stop_and_start_through_a_real_worker(tx_world, 
         assert reserved() == 2
         wait_for(rayservice, timeout=60, what="the RayService after the schedule start")
         # The stop's reconcile may finish after the start (it read the deployment stopped): the
-        # start's GPUs stay reserved (deployments.services.deployment_release_quota).
+        # start's GPUs stay reserved, since the reconciler never releases GPUs (only the state
+        # does, deployments.services.common.settle_gpus).
         wait_for(lambda: state() == "queued", timeout=30, what="queued again")
         assert reserved() == 2
