@@ -62,6 +62,11 @@ DELETED_OR_DELETING = frozenset({S.DELETING, S.DELETED})
 # A deployment in these states may be deleted by a person.
 DELETABLE = frozenset(State.values) - DELETED_OR_DELETING
 
+# Ended or waiting before anything was approved: deleting one that never ran skips the teardown.
+NEVER_APPROVED = REQUESTED | frozenset({S.REJECTED, S.CANCELLED})
+# Something is wrong with what runs: the timeline marks a move into these as a warning.
+UNHEALTHY = frozenset({S.DEGRADED, S.FAILED})
+
 # Every named set, for the test that classifies every state in each of them.
 STATE_SETS: dict[str, frozenset[str]] = {
     "requested": REQUESTED,
@@ -81,6 +86,8 @@ STATE_SETS: dict[str, frozenset[str]] = {
     "gone": GONE,
     "deleted_or_deleting": DELETED_OR_DELETING,
     "deletable": DELETABLE,
+    "never_approved": NEVER_APPROVED,
+    "unhealthy": UNHEALTHY,
 }
 
 # Only the first approval leaves PENDING_APPROVAL for APPROVED. STOPPED and FAILED go back to

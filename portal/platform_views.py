@@ -17,6 +17,7 @@ from django.views.decorators.http import require_POST
 from core.exceptions import DomainError
 from core.models import AuditEvent
 from deployments.archive import tenant_archive
+from deployments.states import REQUESTED, STOPPABLE_BY_POLICY
 from quotas import flavors, members, services, tenants
 from quotas.forms import (
     ArchiveForm,
@@ -145,7 +146,8 @@ def tenant_archive_confirm(request, slug: str):
         else:
             messages.success(request, f"Tenant {tenant.slug} archived: its deployments are stopping.")
             return redirect("platform")
-    live = tenant.deployments.exclude(state__in=("deleted", "stopped", "rejected", "cancelled"))
+    # What the archive acts on: requests it cancels and running deployments it stops.
+    live = tenant.deployments.filter(state__in=REQUESTED | STOPPABLE_BY_POLICY)
     return render(request, "platform/tenant_archive.html", {"tenant": tenant, "form": form, "live": live})
 
 

@@ -15,7 +15,7 @@ from core.models import audit
 from deployments.choices import EventType, RevisionStatus, State
 from deployments.models import ModelDeployment
 from deployments.services.common import POLICY, authorized, enqueue_reconcile, event, lock, settle_gpus, transition
-from deployments.states import REQUESTED, RUNNING, Action, Actor
+from deployments.states import NEVER_APPROVED, RUNNING, UNHEALTHY, Action, Actor
 
 EVENT_ACTOR = {Actor.POLICY: None}  # the timeline shows no person for the policy
 
@@ -68,7 +68,7 @@ def deployment_delete(*, deployment_id: int, user) -> ModelDeployment:
     authorized(dep, user, Action.DELETE)
     if (pending := _pending(dep)) is not None:
         _close(pending, RevisionStatus.WITHDRAWN, by=user, reason="The deployment was deleted.")
-    never_ran = dep.state in REQUESTED | {State.REJECTED, State.CANCELLED} and dep.observed_generation == 0
+    never_ran = dep.state in NEVER_APPROVED and dep.observed_generation == 0
     if never_ran:
         transition(dep, State.DELETED, actor=user, reason="Deleted")
     else:
@@ -110,7 +110,7 @@ def deployment_observe(
     for type_, ev_reason, ev_message in events:  # what the runtime did comes before what it saw
         event(dep, reason=ev_reason, message=ev_message, type_=type_)
     if moves:
-        type_ = EventType.WARNING if state in (State.FAILED, State.DEGRADED) else EventType.NORMAL
+        type_ = EventType.WARNING if state in UNHEALTHY else EventType.NORMAL
         transition(dep, state, reason=reason or "Observed", message=message, type_=type_)
         settle_gpus(dep)
         changed = True
