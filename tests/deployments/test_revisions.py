@@ -345,3 +345,21 @@ class TestStopStartDelete:
         services.deployment_delete(deployment_id=dep.pk, user=world.users["member"])
         assert runs(dep) == (State.DELETING, 0, 2, 8192, 1)
         assert statuses(dep) == {1: R.APPROVED, 2: R.WITHDRAWN}
+
+
+class TestArchiveWithdrawsWaitingChanges:
+    def test_archiving_a_tenant_withdraws_the_change_waiting_beside_its_serving_revision(self, world):
+        from deployments.archive import tenant_archive
+
+        admin = world.users["platform_admin"]
+        dep = services.deployment_create(tenant=world.alpha, user=world.users["member"], data=draft(world))
+        services.deployment_approve(deployment_id=dep.pk, approver=admin, revision=1)
+        services.deployment_update(deployment_id=dep.pk, user=world.users["member"], data={"max_model_len": 4096})
+        assert dep.revisions.get(number=2).status == R.PROPOSED
+
+        tenant_archive(tenant_id=world.alpha.pk, actor=admin, confirm=world.alpha.slug, reason="team gone")
+
+        dep.refresh_from_db()
+        assert dep.state == State.STOPPED and dep.reserved_gpus == 0
+        assert dep.revisions.get(number=2).status == R.WITHDRAWN
+        assert dep.serving_revision.number == 1
