@@ -189,6 +189,19 @@ class DeploymentForm(forms.Form):
         return DeploymentForm(user=self.user, initial=values)
 
 
+def editing_spec(deployment) -> dict:
+    """What the edit form starts from: the change waiting for approval, if one waits (an edit
+    replaces it, so submitting the form untouched changes nothing), else the serving spec.
+    The flavor as its row (None if it is gone)."""
+    from deployments.models import SPEC_FIELDS
+
+    pending = deployment.proposed_revision
+    if pending is None:
+        return {k: getattr(deployment, k) for k in SPEC_FIELDS}
+    spec = {k: pending.spec.get(k) for k in SPEC_FIELDS}
+    return spec | {"flavor": GpuFlavor.objects.filter(pk=spec["flavor"]).first()}
+
+
 class DeploymentEditForm(DeploymentForm):
     """The spec of an existing deployment: what PATCH deployments/<id>/ takes. The tenant, the
     name and the backend are fixed at creation."""
@@ -196,15 +209,14 @@ class DeploymentEditForm(DeploymentForm):
     FIXED = ("tenant", "name", "backend")
 
     def __init__(self, *args, deployment, user, **kwargs):
-        from deployments.models import SPEC_FIELDS
-
-        initial = {k: getattr(deployment, k) for k in SPEC_FIELDS if k not in self.FIXED}
-        initial["flavor"] = deployment.flavor_id
-        initial["profile_applied"] = deployment.serving_profile
+        self.base = editing_spec(deployment)
+        initial = {k: v for k, v in self.base.items() if k not in self.FIXED}
+        initial["flavor"] = getattr(self.base["flavor"], "pk", None)
+        initial["profile_applied"] = self.base["serving_profile"]
         initial.update(kwargs.pop("initial", None) or {})
         super().__init__(*args, user=user, initial=initial, **kwargs)
         self.deployment = deployment
-        self.offer_flavors_of(deployment.tenant, keep=deployment.flavor_id)
+        self.offer_flavors_of(deployment.tenant, keep=initial["flavor"])
         for name in self.FIXED:
             del self.fields[name]
 
@@ -215,9 +227,7 @@ class DeploymentEditForm(DeploymentForm):
         return self.check_context({})
 
     def profile_base(self) -> dict:
-        from deployments.models import SPEC_FIELDS
-
-        return {k: getattr(self.deployment, k) for k in SPEC_FIELDS}
+        return dict(self.base)
 
     def fresh(self, values: dict) -> DeploymentForm:
         return DeploymentEditForm(deployment=self.deployment, user=self.user, initial=values)
@@ -246,10 +256,30 @@ def form_error_text(form: forms.Form) -> str:
     return "; ".join(f"{label_of(form, f)}: {' '.join(errors)}" for f, errors in form.errors.items())
 
 
-class ReasonForm(forms.Form):
-    reason = forms.CharField(max_length=2000, required=False, widget=forms.Textarea(attrs={"rows": 2}))
-    # The generation the admin reviewed; an approval of anything else is refused (409 in the API).
-    generation = forms.IntegerField(min_value=1, max_value=2_147_483_647, required=False, widget=forms.HiddenInput)
+class RevisionForm(forms.Form):
+    """An action on one revision (approve, reject, withdraw, roll back): the number the person saw.
+    Acting on a revision that is no longer the one named is refused (409 stale_revision), never
+    applied to another."""
+
+    revision = forms.IntegerField(min_value=1, max_value=2_147_483_647, widget=forms.HiddenInput)
+    reason = forms.CharField(max_length=2000, required=False)
+
+
+class ApprovalDecisionForm(RevisionForm):
+    """The approvals page's forms: which deployment, which revision, which decision."""
+
+    deployment = forms.IntegerField(min_value=1, max_value=2_147_483_647, widget=forms.HiddenInput)
+    decision = forms.ChoiceField(choices=[("approve", "Approve"), ("reject", "Reject")], widget=forms.HiddenInput)
+
+
+class RevisionDiffForm(forms.Form):
+    """Two revisions of one deployment to compare (?from=a&to=b); anything else is a form error."""
+
+    def __init__(self, data=None, *, numbers: list[int], **kwargs):
+        super().__init__(data, **kwargs)
+        choices = [(n, f"Revision {n}") for n in numbers]
+        self.fields["from"] = forms.TypedChoiceField(choices=choices, coerce=int, label="From revision")
+        self.fields["to"] = forms.TypedChoiceField(choices=choices, coerce=int, label="To revision")
 
 
 class ScaleForm(forms.Form):

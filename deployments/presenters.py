@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 from datetime import UTC
+from decimal import Decimal
 
 from django.utils.dateparse import parse_datetime
 
-from deployments.choices import State
+from deployments.changes import ChangeSummary, change_summary, history
+from deployments.choices import RevisionStatus
 from deployments.limits import LIMITS
-from deployments.models import ModelDeployment
+from deployments.models import DeploymentRevision, ModelDeployment
 from deployments.panels import extra_detail_context
 from deployments.queries import derived_badge
 from deployments.specs import deployment_spec
+from deployments.states import REQUESTED, RUNNING, SERVING, STARTING, Action, actor_of, revision_actions_for
 from runtime.backends import traits as backend_traits
 
 CONDITION_WORDS = {
@@ -54,7 +57,9 @@ def kueue_story(dep: ModelDeployment) -> str:
     if not backend_traits(dep.backend).on_cluster:
         return "Runs on this machine; Kueue is not involved."
     if admitted is None:
-        return "Not submitted to the cluster yet." if dep.state in (State.PENDING_APPROVAL, State.APPROVED) else ""
+        if dep.state in REQUESTED:
+            return "Not submitted to the cluster until a revision is approved."
+        return "Submitted; Kueue has not reported on it yet." if dep.state in STARTING else ""
     if admitted.get("status") == "True":
         return (
             f"Admitted by Kueue through LocalQueue {dep.tenant.local_queue} → ClusterQueue "
@@ -148,12 +153,15 @@ def endpoint_note(dep: ModelDeployment) -> str:
 def detail_context(request, dep: ModelDeployment) -> dict:
     """The detail page's (and its polled status partial's) context: the deployment's own parts,
     then what the apps above add through deployments.panels (metrics: advice and charts)."""
-    from deployments.states import Action, actions_for, actor_of
+    from deployments.states import actions_for
     from deployments.views import allowed_actions
 
+    allowed = actions_for(actor_of(dep.tenant, request.user), dep.state)
     return {
         "dep": dep,
-        "can_edit": Action.UPDATE in actions_for(actor_of(dep.tenant, request.user), dep.state),
+        "can_edit": Action.UPDATE in allowed,
+        "can_scale": Action.SCALE in allowed,
+        "serving_now": dep.state in SERVING,
         "preview_title": PREVIEW_TITLES[backend_traits(dep.backend).on_cluster],
         "badge": derived_badge(dep),
         "conditions": plain_conditions(dep),
@@ -164,3 +172,193 @@ def detail_context(request, dep: ModelDeployment) -> dict:
         "limits": LIMITS,
         **extra_detail_context(request, dep),
     }
+
+
+# --- revisions: the proposed change, the history ---------------------------------------------------
+
+HOW_LABELS = {
+    "start": "Starts the deployment",
+    "in_place": "In place",
+    "rolling": "Rolling update",
+    "recreate": "Recreates the workload",
+    "next_start": "At the next start",
+}
+
+
+def signed(value: int) -> str:
+    """A GPU delta as the pages write it: "+2", "−1", "no change"."""
+    return "no change" if not value else ("+" if value > 0 else "−") + str(abs(value))
+
+
+def hourly(value: Decimal | None, *, sign: bool = False) -> str:
+    """A cost per hour: "$7.80/h", or with `sign` a delta: "+$3.90/h", "−$3.90/h", "no change"."""
+    if value is None:
+        return "—"
+    text = f"${abs(value):.2f}/h"
+    if not sign:
+        return text
+    if not value:
+        return "no change"
+    return ("+" if value > 0 else "−") + text
+
+
+def swap_note(summary: ChangeSummary) -> str:
+    """The GPUs applying the change takes, said plainly (empty when nothing is swapped)."""
+    if summary.how == "recreate":
+        return f"The cluster needs {summary.swap_gpus} GPUs for the swap."
+    if summary.how == "rolling":
+        return f"The cluster needs up to {summary.swap_gpus} GPUs during the swap (now {summary.gpus_before})."
+    if summary.how == "start":
+        return f"Approving it starts the deployment on {summary.gpus_after} GPUs."
+    return ""
+
+
+def change_view(dep: ModelDeployment, rev: DeploymentRevision) -> dict:
+    """A proposed revision as the detail, approvals and confirmation pages show it: the diff
+    against what serves, the GPU and hourly cost delta, and how it is applied."""
+    summary = change_summary(dep, rev)
+    if summary.cost_delta is None:
+        cost = "No GPU-hour price is set for this hardware."
+    else:
+        before, after = hourly(summary.cost_before), hourly(summary.cost_after)
+        cost = f"{before} → {after} ({hourly(summary.cost_delta, sign=True)})"
+    return {
+        "revision": rev,
+        "first": dep.serving_revision_id is None,
+        "summary": summary,
+        "rows": summary.rows,
+        "gpus": f"{summary.gpus_before} → {summary.gpus_after} ({signed(summary.gpu_delta)})",
+        "cost": cost,
+        "how_label": HOW_LABELS[summary.how],
+        "swap": swap_note(summary),
+    }
+
+
+def revision_context(request, dep: ModelDeployment, decision_form=None) -> dict:
+    """The detail page's revision parts: the serving revision, the waiting one with its change,
+    and what this user may do with it (states.revision_actions_for)."""
+    actor = actor_of(dep.tenant, request.user)
+    pending = dep.revisions.filter(status=RevisionStatus.PROPOSED).select_related("proposed_by").first()
+    serving = None
+    if dep.serving_revision_id:
+        serving = DeploymentRevision.objects.select_related("decided_by").get(pk=dep.serving_revision_id)
+    return {
+        "serving_rev": serving,
+        "running_now": dep.state in RUNNING,
+        "proposal": change_view(dep, pending) if pending else None,
+        "proposal_actions": [a.value for a in revision_actions_for(actor, dep.state, RevisionStatus.PROPOSED)]
+        if pending
+        else [],
+        "decision_form": decision_form,
+        "revision_count": dep.revisions.count(),
+    }
+
+
+def history_rows(request, dep: ModelDeployment) -> list[dict]:
+    """Every revision, newest first (deployments.changes.history), with its status label and
+    whether this user may roll back to it (an approved revision that is not the serving one)."""
+    actor = actor_of(dep.tenant, request.user)
+    rows = history(dep)
+    for row in rows:
+        rev = row["revision"]
+        row["first"] = rev.number == 1  # its "changes" are its whole spec: the request itself
+        row["can_rollback"] = not row["serving"] and Action.ROLLBACK in revision_actions_for(
+            actor, dep.state, rev.status
+        )
+    return rows
+
+
+def revision_snapshot(dep: ModelDeployment) -> dict:
+    """The revision numbers before a change, so the next page can say what the change became."""
+    serving = dep.serving_revision if dep.serving_revision_id else None
+    return {
+        "serving": dep.serving_revision_id,
+        "serving_spec": serving.spec if serving else None,
+        "proposed": dep.proposed_number,
+        "last": dep.revisions.order_by("-number").values_list("number", flat=True).first() or 0,
+    }
+
+
+def _keeps(dep: ModelDeployment) -> str:
+    number = dep.serving_revision.number
+    return f"revision {number} keeps running" if dep.state in RUNNING else f"revision {number} stays the serving one"
+
+
+def proposal_outcome(dep: ModelDeployment, before: dict) -> str:
+    """What an edit, a scale or a roll back became, in words: serving at once (it needs no
+    approval, or the tenant's policy approved it), or waiting for approval while the serving
+    revision runs on. Never "the approved version keeps serving" for what was never approved."""
+    from deployments.models import SPEC_FIELDS
+    from deployments.services import needs_approval
+    from deployments.services.common import spec_gpus
+
+    dep.refresh_from_db()
+    last = dep.revisions.order_by("-number").values_list("number", flat=True).first() or 0
+    if last == before["last"]:
+        if before["proposed"] and dep.proposed_number is None:
+            return f"That is what serves already: the waiting revision {before['proposed']} was withdrawn."
+        return "Nothing changed."
+    if dep.serving_revision_id != before["serving"]:
+        old, new = before["serving_spec"], dep.serving_revision.spec
+        changed = [k for k in SPEC_FIELDS if old is None or old.get(k) != new.get(k)]
+        needed = old is None or needs_approval(changed, old_gpus=spec_gpus(old), new_gpus=spec_gpus(new))
+        why = "approved by your tenant's policy" if needed else "it needs no approval"
+        text = f"Revision {dep.serving_revision.number} is serving now: {why}."
+        if dep.proposed_number and dep.proposed_number != before["proposed"]:
+            text += f" The change still waiting for approval is now revision {dep.proposed_number}."
+        return text
+    if dep.serving_revision_id is None:
+        return (
+            f"Revision {dep.proposed_number} replaces your request and waits for a platform admin's approval; "
+            "nothing runs until then."
+        )
+    return f"Revision {dep.proposed_number} waits for a platform admin's approval; {_keeps(dep)} meanwhile."
+
+
+def revision_done(dep: ModelDeployment, action: str, number: int, before: dict) -> str:
+    """The message after approving, rejecting, withdrawing or rolling back to a revision."""
+    if action == "rollback":
+        return f"Roll back to revision {number}: " + proposal_outcome(dep, before)
+    dep.refresh_from_db()
+    if action == "approve":
+        return f"Approved revision {number}: it is the serving revision now."
+    if dep.serving_revision_id is None:
+        return f"Rejected revision {number}: the request is final."
+    verb = "Rejected" if action == "reject" else "Withdrew"
+    return f"{verb} revision {number}; {_keeps(dep)}, untouched."
+
+
+def confirm_context(dep: ModelDeployment, action: str, rev: DeploymentRevision | None) -> dict:
+    """The confirmation page of a cancel or a withdrawal: what happens, and the two buttons."""
+    if action == "cancel":
+        return {
+            "dep": dep,
+            "action": action,
+            "title": f"Cancel the request for {dep.name}?",
+            "explanation": "Nothing of this deployment was ever approved and nothing of it runs. Cancelling "
+            "ends the request for good: to try again, request a new deployment.",
+            "confirm_label": "Yes, cancel the request",
+            "keep_label": "Keep the request",
+        }
+    return {
+        "dep": dep,
+        "action": action,
+        "revision": rev.number,
+        "change": change_view(dep, rev),
+        "title": f"Withdraw revision {rev.number} of {dep.name}?",
+        "explanation": f"The proposed change below is dropped and never applied; {_keeps(dep)} as it is: "
+        "nothing restarts and its GPUs stay reserved.",
+        "confirm_label": f"Yes, withdraw revision {rev.number}",
+        "keep_label": "Keep the change",
+    }
+
+
+def default_pair(dep: ModelDeployment, numbers: list[int]) -> dict:
+    """The diff page's first comparison: the newest revision against the serving one (or the one
+    before it when the newest is the serving one)."""
+    if not numbers:
+        return {}
+    newest = numbers[0]
+    serving = dep.serving_revision.number if dep.serving_revision_id else None
+    older = serving if serving and serving != newest else (numbers[1] if len(numbers) > 1 else newest)
+    return {"from": older, "to": newest}

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from deployments.choices import State
 from deployments.models import ModelDeployment
+from deployments.states import SERVING
 
 
 def derived_badge(dep: ModelDeployment) -> str:
     """The one-word badge: the state, or 'updating' while a newer spec is not yet converged."""
-    if dep.state in (State.READY, State.DEGRADED) and dep.observed_generation < dep.generation:
+    if dep.state in SERVING and dep.observed_generation < dep.generation:
         return "updating"
     ready = dep.condition("Ready")
     if dep.state == State.READY and ready and ready.get("reason") == "ScaledToZero":

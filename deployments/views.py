@@ -8,18 +8,36 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseNotAllowed, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
-from core.exceptions import DomainError
+from core.exceptions import DomainError, Forbidden
 from core.redirects import safe_next
 from deployments import services
-from deployments.choices import Backend, ServingProfile, State
+from deployments.changes import revision_pair_diff
+from deployments.choices import Backend, ServingProfile
 from deployments.filtersets import DeploymentFilterSet
-from deployments.forms import DeploymentEditForm, DeploymentForm, ReasonForm, ScaleForm, TryForm, form_error_text
+from deployments.forms import (
+    DeploymentEditForm,
+    DeploymentForm,
+    RevisionDiffForm,
+    RevisionForm,
+    ScaleForm,
+    TryForm,
+    form_error_text,
+)
 from deployments.models import ModelDeployment
 from deployments.panels import extra_list_context
-from deployments.presenters import detail_context
-from deployments.states import READ_ACTIONS, Action, actions_for, actor_of
+from deployments.presenters import (
+    confirm_context,
+    default_pair,
+    detail_context,
+    history_rows,
+    proposal_outcome,
+    revision_context,
+    revision_done,
+    revision_snapshot,
+)
+from deployments.states import READ_ACTIONS, Action, actions_for, actor_of, authorize
 
 
 def _visible(request, pk: int) -> ModelDeployment:
@@ -63,7 +81,7 @@ def deployment_new(request):
                 f"Requested {dep.name}: "
                 + (
                     "approved automatically by your tenant's policy."
-                    if dep.state == State.APPROVED
+                    if dep.serving_revision_id
                     else "waiting for a platform admin's approval."
                 ),
             )
@@ -79,7 +97,10 @@ def _show_applied(request, form: DeploymentForm, dep: ModelDeployment | None = N
     else:
         label = ServingProfile(form.preset.profile).label
         messages.info(request, f"Applied the {label} profile: check the values (each is yours to edit), then submit.")
-    return render(request, "deployments/deployment_form.html", {"form": form, "backends": Backend, "dep": dep})
+    context = {"form": form, "backends": Backend, "dep": dep}
+    if dep is not None:
+        context |= {"serving_rev": dep.serving_revision, "waiting": dep.proposed_number}
+    return render(request, "deployments/deployment_form.html", context)
 
 
 def _draft_form(request) -> DeploymentForm:
@@ -114,8 +135,8 @@ def deployment_preview(request):
 
 @login_required
 def deployment_detail(request, pk: int):
-    dep = _visible(request, pk)
-    return render(request, "deployments/deployment_detail.html", detail_context(request, dep))
+    """The deployment: what serves (its revision), the change waiting for approval, status, metrics."""
+    return _detail_page(request, _visible(request, pk))
 
 
 @login_required
@@ -167,11 +188,30 @@ def deployment_try(request, pk: int):
     return render(request, "deployments/_try_result.html", try_prompt(dep, **form.cleaned_data))
 
 
+def _detail_page(request, dep: ModelDeployment, *, decision_form=None, status: int = 200):
+    context = detail_context(request, dep) | revision_context(request, dep, decision_form)
+    return render(request, "deployments/deployment_detail.html", context, status=status)
+
+
+def _propose(form, call) -> bool:
+    """Run a service that proposes a change; its refusals become the form's errors."""
+    try:
+        call()
+    except services.DraftInvalid as error:
+        for field, message in error.errors.items():
+            form.add_error(field if field in form.fields else None, message)
+    except DomainError as error:
+        form.add_error(error.field if error.field in form.fields else None, error.message)
+    else:
+        return True
+    return False
+
+
 @login_required
 def deployment_edit(request, pk: int):
-    """Change a deployment's spec: the API's PATCH deployments/<id>/, as a form. A change to what
-    runs goes back to approval unless the tenant's policy covers it; the approved version keeps
-    serving meanwhile (the service decides, as for the API)."""
+    """Propose a change to the spec: the API's PATCH deployments/<id>/, as a form. The service
+    decides whether it serves at once (no approval needed, or the tenant's policy) or waits for
+    a platform admin while the serving revision runs on; the detail page then says which."""
     dep = _visible(request, pk)
     if Action.UPDATE not in actions_for(actor_of(dep.tenant, request.user), dep.state):
         raise PermissionDenied("Only members of the tenant may change a deployment, and not in this state.")
@@ -181,84 +221,169 @@ def deployment_edit(request, pk: int):
     if request.method == "POST" and form.is_valid():
         data = dict(form.cleaned_data, quantization=form.cleaned_data.get("quantization") or "")
         data["served_model_name"] = data.get("served_model_name") or dep.name
-        try:
-            updated = services.deployment_update(deployment_id=dep.pk, user=request.user, data=data)
-        except services.DraftInvalid as error:
-            for field, message in error.errors.items():
-                form.add_error(field if field in form.fields else None, message)
-        except DomainError as error:
-            form.add_error(error.field if error.field in form.fields else None, error.message)
-        else:
-            if updated.generation == dep.generation:
-                messages.info(request, "Nothing changed.")
-            elif updated.state == State.PENDING_APPROVAL:
-                messages.success(
-                    request,
-                    f"Saved as generation {updated.generation}: it waits for a platform admin's approval; "
-                    "the approved version keeps serving.",
-                )
-            else:
-                messages.success(request, f"Saved as generation {updated.generation}.")
+        before = revision_snapshot(dep)
+        if _propose(form, lambda: services.deployment_update(deployment_id=dep.pk, user=request.user, data=data)):
+            messages.success(request, proposal_outcome(dep, before))
             return redirect("deployment-detail", pk=dep.pk)
-    return render(request, "deployments/deployment_form.html", {"form": form, "dep": dep})
+    context = {"form": form, "dep": dep, "serving_rev": dep.serving_revision, "waiting": dep.proposed_number}
+    return render(request, "deployments/deployment_form.html", context)
 
 
-def _approve(dep, user, form):
-    if form.get("generation") is None:
-        raise DomainError("Reload the page and review the request again before approving.")
-    return services.deployment_approve(
-        deployment_id=dep.pk, approver=user, generation=form["generation"], reason=form.get("reason", "")
-    )
-
-
-ACTIONS = {
-    "approve": (_approve, "Approved."),
-    "reject": (
-        lambda dep, user, form: services.deployment_reject(
-            deployment_id=dep.pk, approver=user, reason=form.get("reason", "")
-        ),
-        "Rejected.",
+LIFECYCLE = {
+    "cancel": (
+        lambda dep, user: services.deployment_cancel(deployment_id=dep.pk, user=user),
+        "Cancelled the request: nothing of it ever ran, and a cancelled request is final.",
     ),
-    "cancel": (lambda dep, user, form: services.deployment_cancel(deployment_id=dep.pk, user=user), "Cancelled."),
-    "stop": (lambda dep, user, form: services.deployment_stop(deployment_id=dep.pk, user=user), "Stopping."),
-    "start": (lambda dep, user, form: services.deployment_start(deployment_id=dep.pk, user=user), "Starting."),
-    "delete": (lambda dep, user, form: services.deployment_delete(deployment_id=dep.pk, user=user), "Deleting."),
+    "stop": (lambda dep, user: services.deployment_stop(deployment_id=dep.pk, user=user), "Stopping."),
+    "start": (lambda dep, user: services.deployment_start(deployment_id=dep.pk, user=user), "Starting."),
+    "delete": (lambda dep, user: services.deployment_delete(deployment_id=dep.pk, user=user), "Deleting."),
 }
+# The actions on one revision, bound to the number the form names (RevisionForm).
+ON_REVISION = {
+    "approve": lambda dep, user, data: services.deployment_approve(
+        deployment_id=dep.pk, approver=user, revision=data["revision"], reason=data["reason"]
+    ),
+    "reject": lambda dep, user, data: services.deployment_reject(
+        deployment_id=dep.pk, approver=user, revision=data["revision"], reason=data["reason"]
+    ),
+    "withdraw": lambda dep, user, data: services.deployment_withdraw(
+        deployment_id=dep.pk, user=user, revision=data["revision"]
+    ),
+    "rollback": lambda dep, user, data: services.deployment_rollback(
+        deployment_id=dep.pk, user=user, revision=data["revision"]
+    ),
+}
+# An admin's decision refused about its revision (stale, unknown, a rejection without a reason) is
+# a form error on the page they decided on; the others come back as a message on the detail page.
+DECISIONS = ("approve", "reject")
 
 
 @login_required
 @require_POST
 def deployment_action(request, pk: int, action: str):
-    """One POST endpoint per lifecycle action; errors come back as a message on the page."""
+    """One POST endpoint per action; errors come back as a message on the page."""
     dep = _visible(request, pk)
     if action == "scale":
-        form = ScaleForm(request.POST)
-        if not form.is_valid():
-            messages.error(request, "Scale: " + form_error_text(form))
-            return redirect(safe_next(request, "deployment-detail", pk=pk))
-        call, done = (
-            lambda d, u, f: services.deployment_scale(deployment_id=d.pk, user=u, **form.cleaned_data),
-            "Scaled.",
-        )
-    elif action in ACTIONS:
-        call, done = ACTIONS[action]
-    else:
+        return _scale(request, dep)
+    if action in ON_REVISION:
+        return _revision_action(request, dep, action)
+    if action not in LIFECYCLE:
         raise Http404("unknown action")
-    reason = ReasonForm(request.POST)
-    reason.is_valid()
+    call, done = LIFECYCLE[action]
     try:
-        result = call(dep, request.user, reason.cleaned_data)
+        call(dep, request.user)
     except DomainError as error:
         messages.error(request, error.message)
     else:
-        if action == "scale" and result.state == State.PENDING_APPROVAL:
-            done = "Scaled: more GPUs need a platform admin's approval; the approved version keeps serving."
         messages.success(request, done)
     return redirect(safe_next(request, "deployment-detail", pk=pk))
 
 
+def _scale(request, dep: ModelDeployment):
+    form = ScaleForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Scale: " + form_error_text(form))
+        return redirect(safe_next(request, "deployment-detail", pk=dep.pk))
+    before = revision_snapshot(dep)
+    try:
+        services.deployment_scale(deployment_id=dep.pk, user=request.user, **form.cleaned_data)
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, proposal_outcome(dep, before))
+    return redirect(safe_next(request, "deployment-detail", pk=dep.pk))
+
+
+def revision_decide(request, dep: ModelDeployment, action: str, form) -> DomainError | None:
+    """Run `action` on the revision a valid `form` names (None: done, with its message queued).
+    A refusal about the form's own fields is added to it and returned; the approvals page
+    (portal.views) decides through this function as well."""
+    before = revision_snapshot(dep)
+    try:
+        ON_REVISION[action](dep, request.user, form.cleaned_data)
+    except DomainError as error:
+        if error.field in form.fields:
+            form.add_error(error.field, error.message)
+        return error
+    messages.success(request, revision_done(dep, action, form.cleaned_data["revision"], before))
+    return None
+
+
+def _revision_action(request, dep: ModelDeployment, action: str):
+    back = redirect(safe_next(request, "deployment-detail", pk=dep.pk))
+    try:  # who may, in this state, before what they sent: a refusal reads the same with any body
+        authorize(actor_of(dep.tenant, request.user), dep.state, Action(action))
+    except DomainError as error:
+        messages.error(request, error.message)
+        return back
+    form = RevisionForm(request.POST)
+    if not form.is_valid():
+        return _detail_page(request, dep, decision_form=form, status=400)
+    error = revision_decide(request, dep, action, form)
+    if error is None:
+        return back
+    if action not in DECISIONS or error.field not in form.fields:
+        messages.error(request, error.message)
+        return back
+    dep = _visible(request, dep.pk)
+    return _detail_page(request, dep, decision_form=form, status=error.status_code)
+
+
+# Actions that ask first: GET shows what would happen and a button that POSTs (no script needed).
+CONFIRMED = {"cancel": Action.CANCEL, "withdraw": Action.WITHDRAW}
+
+
+@login_required
+@require_http_methods(["GET", "HEAD", "POST"])
+def deployment_confirm(request, pk: int, action: str):
+    """Cancel a request, or withdraw a proposed change, after a confirmation page."""
+    if request.method == "POST":
+        return deployment_action(request, pk=pk, action=action)
+    dep = _visible(request, pk)
+    rev = dep.proposed_revision if action == "withdraw" else None
+    try:
+        authorize(actor_of(dep.tenant, request.user), dep.state, CONFIRMED[action])
+        asked = request.GET.get("revision", "")
+        if action == "withdraw" and (rev is None or asked not in ("", str(rev.number))):
+            gone = f"Revision {asked} is not waiting for approval any more." if asked.isdigit() else ""
+            raise DomainError(gone or "Nothing is waiting for approval.")
+    except Forbidden as error:
+        raise PermissionDenied(error.message) from None
+    except DomainError as error:
+        messages.error(request, error.message)
+        return redirect("deployment-detail", pk=dep.pk)
+    return render(request, "deployments/deployment_confirm.html", confirm_context(dep, action, rev))
+
+
+@login_required
+def deployment_revisions(request, pk: int):
+    """Every revision: who proposed and decided it, when and why, what it changed."""
+    dep = _visible(request, pk)
+    context = {"dep": dep, "rows": history_rows(request, dep)}
+    return render(request, "deployments/deployment_revisions.html", context)
+
+
+@login_required
+def deployment_revision_diff(request, pk: int):
+    """The field-by-field diff between any two revisions (?from=a&to=b); bad input is a form error."""
+    dep = _visible(request, pk)
+    revisions = {r.number: r for r in dep.revisions.select_related("proposed_by", "decided_by")}
+    numbers = sorted(revisions, reverse=True)
+    asked = "from" in request.GET or "to" in request.GET
+    form = RevisionDiffForm(request.GET if asked else None, numbers=numbers, initial=default_pair(dep, numbers))
+    if asked:
+        pair = (form.cleaned_data["from"], form.cleaned_data["to"]) if form.is_valid() else None
+    else:
+        pair = (form.initial["from"], form.initial["to"]) if numbers else None
+    context = {"dep": dep, "form": form, "pair": pair, "revisions": revisions}
+    if pair:
+        context |= {"rows": revision_pair_diff(dep, *pair), "a": revisions[pair[0]], "b": revisions[pair[1]]}
+    return render(request, "deployments/revision_diff.html", context, status=400 if asked and not pair else 200)
+
+
 def allowed_actions(user, dep: ModelDeployment) -> list[str]:
     """The lifecycle buttons this user sees: the permission table's cells for their role and the
-    deployment's state (scale and update have their own forms)."""
+    deployment's state (scale and update have their own forms; revision actions sit beside the
+    revision, in the proposed change and the history)."""
     actor = actor_of(dep.tenant, user)
     return [a.value for a in actions_for(actor, dep.state) if a not in (Action.SCALE, Action.UPDATE, *READ_ACTIONS)]

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 
 def pending_counts() -> dict[str, int]:
-    from deployments.choices import State
-    from deployments.models import ModelDeployment
+    """Proposed revisions (first requests and changes to approved deployments) and quota changes."""
+    from deployments.choices import RevisionStatus
+    from deployments.models import DeploymentRevision
+    from deployments.states import GONE
     from quotas.choices import QuotaChangeStatus
     from quotas.models import QuotaChangeRequest
 
-    deployments = ModelDeployment.objects.filter(state=State.PENDING_APPROVAL).count()
+    deployments = (
+        DeploymentRevision.objects.filter(status=RevisionStatus.PROPOSED).exclude(deployment__state__in=GONE).count()
+    )
     quotas = QuotaChangeRequest.objects.filter(status=QuotaChangeStatus.PENDING).count()
     return {"deployments": deployments, "quotas": quotas, "total": deployments + quotas}

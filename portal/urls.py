@@ -48,6 +48,7 @@ urlpatterns = [
     path("api/v1/", include("portal.api_urls")),
     path("accounts/login/", ThrottledLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", include("deployments.urls")),  # revisions, confirmations: before ui_urls' action catch-all
     path("", include("portal.ui_urls")),
 ]
 if settings.OIDC_ENABLED:

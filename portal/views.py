@@ -11,14 +11,18 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from deployments.choices import State
-from deployments.models import ModelDeployment
+from deployments.choices import RevisionStatus
+from deployments.forms import ApprovalDecisionForm
+from deployments.models import DeploymentRevision, ModelDeployment
+from deployments.presenters import change_view
 from deployments.reconcile import last_orphans, last_pending_workloads, orphan_delete
+from deployments.states import GONE
+from deployments.views import revision_decide
 from metrics.presenters import busiest as metrics_busiest
 from metrics.presenters import latest_samples
 from portal.api import ApiToken, token_create, token_revoke
 from quotas.choices import QuotaChangeStatus
-from quotas.models import QuotaChangeRequest, Tenant, TenantQuota, is_platform_admin
+from quotas.models import GpuFlavor, QuotaChangeRequest, Tenant, TenantQuota, is_platform_admin
 from quotas.presenters import quota_rows
 from runtime.k8s import ClusterError
 from usage.presenters import overview_usage
@@ -47,29 +51,62 @@ def home(request):
 
 @login_required
 def approvals(request):
-    """Platform admins: deployments and quota changes waiting for a decision."""
+    """Platform admins: every proposed revision (first requests and changes to approved
+    deployments) with the change being approved, and the quota changes waiting. A decision is
+    POSTed here, bound to the revision shown: a stale one is an error on that proposal's form and
+    nothing changes."""
     if not is_platform_admin(request.user):
         raise PermissionDenied
-    pending = (
-        ModelDeployment.objects.filter(state=State.PENDING_APPROVAL)
-        .select_related("tenant", "flavor", "created_by")
-        .order_by("created")
-    )
+    failed, status = None, 200
+    if request.method == "POST":
+        failed = _decide(request)
+        if failed is None:
+            return redirect("approvals")
+        status = failed["status"]
     quota_requests = (
         QuotaChangeRequest.objects.filter(status=QuotaChangeStatus.PENDING)
         .select_related("tenant", "flavor", "requested_by")
         .order_by("created")
     )
+    pending = _proposals()
+    if failed is not None:  # beside its proposal's forms, or on top when that proposal is gone
+        failed["shown"] = any(row["dep"].pk == failed["deployment"] for row in pending)
+    context = {"pending": pending, "quota_requests": quota_requests, "failed": failed}
+    return render(request, "portal/approvals.html", context, status=status)
+
+
+def _decide(request) -> dict | None:
+    """Approve or reject the revision an approvals form names (deployments.views.revision_decide).
+    None when done; else {"deployment", "errors", "status"} for the page to show beside the form."""
+    form = ApprovalDecisionForm(request.POST)
+    if not form.is_valid():
+        return {"deployment": None, "errors": [f"{k}: {' '.join(v)}" for k, v in form.errors.items()], "status": 400}
+    dep = get_object_or_404(ModelDeployment.objects.live(), pk=form.cleaned_data["deployment"])
+    error = revision_decide(request, dep, form.cleaned_data["decision"], form)
+    if error is None:
+        return None
+    return {"deployment": dep.pk, "errors": [error.message], "status": error.status_code}
+
+
+def _proposals() -> list[dict]:
+    """Each proposed revision with its change (deployments.presenters.change_view: diff, GPU and
+    cost delta, how it is applied) and whether its GPUs fit the tenant's quota."""
     from quotas.services import quota_preview
 
-    rows = [
-        {
-            "dep": d,
-            "fit": quota_preview(tenant=d.tenant, flavor=d.flavor, gpus=d.gpus_needed, credit_gpus=d.reserved_gpus),
-        }
-        for d in pending
-    ]
-    return render(request, "portal/approvals.html", {"pending": rows, "quota_requests": quota_requests})
+    revisions = (
+        DeploymentRevision.objects.filter(status=RevisionStatus.PROPOSED)
+        .exclude(deployment__state__in=GONE)
+        .select_related("deployment__tenant", "deployment__flavor", "deployment__serving_revision", "proposed_by")
+        .order_by("proposed_at", "pk")
+    )
+    rows = []
+    for rev in revisions:
+        dep = rev.deployment
+        flavor = GpuFlavor.objects.filter(pk=rev.spec.get("flavor")).first() or dep.flavor
+        credit = dep.reserved_gpus if flavor.pk == dep.flavor_id else 0  # GPUs it holds on that flavor
+        fit = quota_preview(tenant=dep.tenant, flavor=flavor, gpus=rev.gpus, credit_gpus=credit)
+        rows.append({"dep": dep, "rev": rev, "change": change_view(dep, rev), "fit": fit, "flavor": flavor})
+    return rows
 
 
 @login_required

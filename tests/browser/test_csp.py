@@ -118,6 +118,8 @@ class TestNoViolationOnAnyPage:
         member.goto(f"/deployments/{dep.pk}/")
         expect()(member.page.locator("#chart-note")).to_contain_text("points")
         expect()(member.page.locator("#chart-tokens .main-svg").first).to_be_attached(timeout=30_000)
+        # The pointer can only hover what is in the window (the waiting request's panel sits above).
+        member.page.locator("#chart-tokens").scroll_into_view_if_needed()
         box = member.page.locator("#chart-tokens .nsewdrag").first.bounding_box()
         for step in range(1, 6):  # a unified hover label is drawn as the pointer moves over the plot
             member.page.mouse.move(box["x"] + box["width"] * step / 6, box["y"] + box["height"] / 2)

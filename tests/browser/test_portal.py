@@ -123,12 +123,12 @@ class TestRequestApproveAndWatch:
         nav_link = admin.get_by_role("navigation", name="Main").get_by_role("link", name=re.compile("Approvals"))
         expect()(nav_link).to_contain_text("1")
         nav_link.click()
-        row = admin.locator(f"tr[data-deployment='{dep.pk}']")
+        row = admin.locator(f"article[data-deployment='{dep.pk}']")
         expect()(row).to_contain_text("chat-8b")
         screenshot(admin, "approvals")
         row.get_by_role("button", name="Approve").click()
         expect()(admin.locator(".messages")).to_contain_text("Approved")
-        expect()(admin.locator(f"tr[data-deployment='{dep.pk}']")).to_have_count(0)
+        expect()(admin.locator(f"article[data-deployment='{dep.pk}']")).to_have_count(0)
         dep.refresh_from_db()
         assert dep.state == "approved" and dep.reserved_gpus == 2
 

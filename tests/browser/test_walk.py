@@ -174,6 +174,9 @@ def seed(portal) -> dict[str, str]:
     world = portal.world
     dep = create_deployment(world)
     store_samples(dep)
+    # Serving revision 1 with revision 2 waiting: the proposed change, the history, the diff, the
+    # withdraw confirmation and the approvals page all have something to show.
+    serve_and_propose(dep, world)
     quota_services.quota_change_request_create(
         tenant=world.alpha,
         user=world.users["tenant_admin"],
@@ -187,6 +190,21 @@ def seed(portal) -> dict[str, str]:
 
     key_mint(user=world.users["member"], tenant=world.alpha, name="walk", deployment_id=dep.pk)  # a row on /keys/
     return {"pk": str(dep.pk), "slug": world.alpha.slug, "deployments:pk": str(dep.pk), "quotas:slug": world.alpha.slug}
+
+
+def serve_and_propose(dep, world) -> None:
+    from deployments import services
+
+    services.deployment_approve(deployment_id=dep.pk, approver=world.users["platform_admin"], revision=1)
+    dep.refresh_from_db()
+    services.deployment_observe(
+        deployment_id=dep.pk,
+        generation=dep.generation,
+        state="ready",
+        conditions=[{"type": "Ready", "status": "True", "reason": "ServeRunning"}],
+        observed_generation=dep.generation,
+    )
+    services.deployment_update(deployment_id=dep.pk, user=world.users["member"], data={"max_model_len": 4096})
 
 
 class TestEveryPageAsEveryRole:

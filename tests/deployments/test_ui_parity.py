@@ -45,16 +45,17 @@ def form_data(dep, **changes) -> dict:
 
 
 class TestSpecEditInTheUi:
-    def test_the_form_is_prefilled_and_a_change_is_one_new_generation(self, world, dep):
+    def test_the_form_is_prefilled_and_a_change_is_a_new_revision(self, world, dep):
         client = world.browser("member")
         page = client.get(f"/deployments/{dep.pk}/edit/").content.decode()
         assert 'name="max_model_len"' in page and 'value="8192"' in page
         assert 'name="tenant"' not in page and 'name="name"' not in page and 'name="backend"' not in page
         response = client.post(f"/deployments/{dep.pk}/edit/", form_data(dep, max_model_len=4096), follow=True)
         dep.refresh_from_db()
-        assert dep.max_model_len == 4096 and dep.generation == 2
-        assert "Saved as generation 2" in response.content.decode()
-        assert dep.events.filter(reason="SpecUpdated").count() == 1
+        # Nothing was approved yet: the request itself now reads 4096, as revision 2.
+        assert dep.max_model_len == 4096 and dep.generation == 2 and dep.proposed_number == 2
+        assert "Revision 2 replaces your request" in response.content.decode()
+        assert dep.events.filter(reason="RevisionProposed").count() == 1
 
     def test_the_same_rules_as_the_api_with_field_labels_and_nothing_written(self, world, dep):
         client = world.browser("member")

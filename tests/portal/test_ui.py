@@ -102,6 +102,31 @@ def pages(dep):
             "other_member": 403,
         },
         "/tokens/": {"anonymous": LOGIN, **{r: 200 for r in ROLES if r != "anonymous"}},
+        f"/deployments/{dep.pk}/revisions/": {
+            "anonymous": LOGIN,
+            "viewer": 200,
+            "member": 200,
+            "tenant_admin": 200,
+            "platform_admin": 200,
+            "other_member": 404,
+        },
+        f"/deployments/{dep.pk}/revisions/diff/": {
+            "anonymous": LOGIN,
+            "viewer": 200,
+            "member": 200,
+            "tenant_admin": 200,
+            "platform_admin": 200,
+            "other_member": 404,
+        },
+        # A confirmation page: for those who may cancel this request (it was never approved).
+        f"/deployments/{dep.pk}/cancel/": {
+            "anonymous": LOGIN,
+            "viewer": 403,
+            "member": 200,
+            "tenant_admin": 200,
+            "platform_admin": 200,
+            "other_member": 404,
+        },
     }
 
 
@@ -166,9 +191,16 @@ class TestApprovalsAndQuotaFlows:
     def test_admin_approves_from_the_inbox(self, world, dep):
         client = world.browser("platform_admin")
         assert dep.name in client.get("/approvals/").content.decode()
-        client.post(f"/deployments/{dep.pk}/approve/", {"next": "/approvals/", "generation": 1})
+        response = client.post("/approvals/", {"deployment": dep.pk, "revision": 1, "decision": "approve"})
+        assert response.status_code == 302 and response["Location"] == "/approvals/"
         dep.refresh_from_db()
-        assert dep.state == "approved"
+        assert dep.state == "approved" and dep.serving_revision.number == 1
+
+    def test_an_action_with_next_goes_back_there(self, world, dep):
+        response = world.browser("platform_admin").post(
+            f"/deployments/{dep.pk}/approve/", {"next": "/approvals/", "revision": 1}
+        )
+        assert response.status_code == 302 and response["Location"] == "/approvals/"
 
     def test_quota_request_then_reject_with_reason_is_visible_to_the_tenant_admin(self, world):
         admin_client = world.browser("tenant_admin")
