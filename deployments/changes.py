@@ -8,33 +8,14 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from deployments.choices import Dtype, Quantization, ServingProfile
-from deployments.models import SPEC_FIELDS, DeploymentRevision, ModelDeployment
+from deployments.models import SPEC_FIELDS, SPEC_LABELS, DeploymentRevision, ModelDeployment
 from deployments.services.common import apply_spec, spec_gpus, spec_of
 from deployments.specs import deployment_spec
 from deployments.states import RUNNING
 from quotas.models import GpuFlavor
 from runtime.backends import traits as backend_traits
 
-LABELS = {
-    "model_source": "Model source",
-    "served_model_name": "Served model name",
-    "hf_token_secret": "Hugging Face token secret",
-    "flavor": "Hardware (GPU flavor)",
-    "backend": "Backend",
-    "tensor_parallel_size": "Tensor parallel",
-    "pipeline_parallel_size": "Pipeline parallel",
-    "min_replicas": "Minimum replicas",
-    "max_replicas": "Maximum replicas",
-    "target_ongoing_requests": "Target ongoing requests per replica",
-    "max_model_len": "Max model length",
-    "gpu_memory_utilization": "GPU memory utilization",
-    "enable_chunked_prefill": "Chunked prefill",
-    "max_num_batched_tokens": "Max batched tokens",
-    "quantization": "Quantization",
-    "dtype": "Weights dtype",
-    "parameter_count_b": "Parameters (billions)",
-    "serving_profile": "Serving profile",
-}
+LABELS = SPEC_LABELS
 assert set(LABELS) == set(SPEC_FIELDS), "every spec field needs a readable label"
 _CHOICES = {"quantization": Quantization, "dtype": Dtype, "serving_profile": ServingProfile}
 

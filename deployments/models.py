@@ -34,6 +34,29 @@ SPEC_FIELDS = (
 )
 
 
+# How each spec field reads on pages, in diffs and in revision messages.
+SPEC_LABELS = {
+    "model_source": "Model source",
+    "served_model_name": "Served model name",
+    "hf_token_secret": "Hugging Face token secret",
+    "flavor": "Hardware (GPU flavor)",
+    "backend": "Backend",
+    "tensor_parallel_size": "Tensor parallel",
+    "pipeline_parallel_size": "Pipeline parallel",
+    "min_replicas": "Minimum replicas",
+    "max_replicas": "Maximum replicas",
+    "target_ongoing_requests": "Target ongoing requests per replica",
+    "max_model_len": "Max model length",
+    "gpu_memory_utilization": "GPU memory utilization",
+    "enable_chunked_prefill": "Chunked prefill",
+    "max_num_batched_tokens": "Max batched tokens",
+    "quantization": "Quantization",
+    "dtype": "Weights dtype",
+    "parameter_count_b": "Parameters (billions)",
+    "serving_profile": "Serving profile",
+}
+
+
 class DeploymentQuerySet(TenantOwnedQuerySet):
     def live(self):
         from deployments.states import GONE

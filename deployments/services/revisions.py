@@ -18,7 +18,7 @@ from core.exceptions import ConflictError, DomainError, Forbidden
 from core.models import audit
 from deployments.choices import EventType, RevisionStatus, State
 from deployments.limits import LIMITS
-from deployments.models import SPEC_FIELDS, DeploymentRevision, ModelDeployment
+from deployments.models import SPEC_FIELDS, SPEC_LABELS, DeploymentRevision, ModelDeployment
 from deployments.profiles import profile_note
 from deployments.services.common import (
     DraftInvalid,
@@ -376,7 +376,7 @@ def deployment_update(*, deployment_id: int, user, data: dict) -> ModelDeploymen
     pending = _pending(dep)
     base = dict(pending.spec) if pending is not None else spec_of(dep)
     merged = base | spec_from_draft({k: v for k, v in data.items() if k in SPEC_FIELDS})
-    changed = ", ".join(_changed(base, merged)) or "nothing"
+    changed = ", ".join(SPEC_LABELS[k] for k in _changed(base, merged)) or "nothing"
     return submit(dep, merged, user=user, action="deployment.update", message=f"Changed {changed}.")
 
 

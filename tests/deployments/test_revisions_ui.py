@@ -90,7 +90,7 @@ class TestDetailPage:
         assert "Minimum replicas" not in panel  # only what changes
         assert "2 → 3 (+1)" in panel and "$7.80/h → $11.70/h (+$3.90/h)" in panel
         assert "Revision 1 keeps running meanwhile, untouched" in panel
-        assert "Proposed by alpha-member" in panel and "Changed max_model_len, max_replicas." in panel
+        assert "Proposed by alpha-member" in panel and "Changed Max model length, Maximum replicas." in panel
 
     def test_a_recreate_says_so_and_how_many_gpus_the_swap_needs(self, world, serving):
         dep = propose(world, serving, tensor_parallel_size=2)
