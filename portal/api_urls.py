@@ -41,6 +41,7 @@ urlpatterns = [
     path("", include(router.urls)),
     path("", include("metrics.api.urls")),  # deployments/<id>/metrics/, summary/, advice/
     path("", include("deployments.api.operating_urls")),  # deployments/<id>/timeline/, phases/, logs/
+    path("", include("deployments.api.revision_urls")),  # deployments/<id>/revisions/…
     path("", include("usage.api.urls")),  # usage/, usage/csv/, usage/budgets/
     path("", include("access.api.urls")),  # keys/: API keys for deployment endpoints
 ]

@@ -253,7 +253,10 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": r"/api/v1",
     # Deployment state and event from/to states share one choice set: one enum, not three names.
-    "ENUM_NAME_OVERRIDES": {"DeploymentStateEnum": "deployments.choices.State"},
+    "ENUM_NAME_OVERRIDES": {
+        "DeploymentStateEnum": "deployments.choices.State",
+        "RevisionStatusEnum": "deployments.choices.RevisionStatus",
+    },
     # Swagger UI and Redoc come from the pinned drf-spectacular-sidecar package: no CDN, works offline.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

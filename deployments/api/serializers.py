@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from deployments.api.revision_serializers import NUMBER_MAX, ProposedRevisionSerializer, proposal
 from deployments.choices import Backend, Dtype, Quantization, ServingProfile
 from deployments.limits import LIMITS
 from deployments.models import SPEC_FIELDS, DeploymentEvent, ModelDeployment
@@ -95,6 +97,20 @@ class AnnotatedOrRelated(serializers.CharField):
         return super().get_attribute(instance)
 
 
+class AnnotatedNumber(serializers.IntegerField):
+    """A revision number, read from the queryset's annotation when it is there (the list: one
+    statement for the page), else through the relation or property named by `source`."""
+
+    def __init__(self, annotation: str, **kwargs):
+        self.annotation = annotation
+        super().__init__(read_only=True, allow_null=True, **kwargs)
+
+    def get_attribute(self, instance):
+        if self.annotation in instance.__dict__:
+            return instance.__dict__[self.annotation]
+        return super().get_attribute(instance)
+
+
 class DeploymentSerializer(serializers.ModelSerializer):
     tenant = AnnotatedOrRelated("tenant_slug", source="tenant.slug", help_text=Tenant._meta.get_field("slug").help_text)
     flavor = AnnotatedOrRelated("flavor_name", source="flavor.name")
@@ -103,6 +119,17 @@ class DeploymentSerializer(serializers.ModelSerializer):
     gpus_needed = serializers.IntegerField(read_only=True)
     resource_name = serializers.CharField(read_only=True)
     badge = serializers.SerializerMethodField()
+    serving_revision = AnnotatedNumber(
+        "serving_number",
+        source="serving_revision.number",
+        help_text="The number of the revision that runs (the last approved); null until the first approval.",
+    )
+    pending_revision = AnnotatedNumber(
+        "pending_number",
+        source="proposed_number",
+        help_text="The number of the revision waiting for a decision, if any: what approve, reject and "
+        "withdraw name. Its diff and cost are in `proposed_revision` on the deployment itself.",
+    )
 
     class Meta:
         model = ModelDeployment
@@ -122,6 +149,8 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "status_message",
             "endpoint_url",
             "reserved_gpus",
+            "serving_revision",
+            "pending_revision",
             "created_by",
             "decision_reason",
             "created",
@@ -131,6 +160,22 @@ class DeploymentSerializer(serializers.ModelSerializer):
 
     def get_badge(self, obj) -> str:
         return derived_badge(obj)
+
+
+class DeploymentDetailSerializer(DeploymentSerializer):
+    """One deployment, with the change waiting for a decision (the list leaves it out: its diff,
+    cost and impact take a few queries per deployment)."""
+
+    proposed_revision = serializers.SerializerMethodField()
+
+    class Meta(DeploymentSerializer.Meta):
+        fields = [*DeploymentSerializer.Meta.fields, "proposed_revision"]
+        read_only_fields = fields
+
+    @extend_schema_field(ProposedRevisionSerializer(allow_null=True))
+    def get_proposed_revision(self, obj) -> dict | None:
+        data = proposal(obj)
+        return None if data is None else ProposedRevisionSerializer(data).data
 
 
 # Plain attributes copied as they are (ints, strings, booleans, JSON lists).
@@ -176,6 +221,8 @@ LIST_COLUMNS = (
     "tenant_slug",
     "flavor_name",
     "created_by_username",
+    "serving_number",
+    "pending_number",
     "gpu_memory_utilization",
     "parameter_count_b",
     "created",
@@ -212,6 +259,8 @@ def list_rows(values_rows) -> list[dict]:
             tenant=d.tenant_slug,
             flavor=d.flavor_name,
             created_by=d.created_by_username,
+            serving_revision=d.serving_number,
+            pending_revision=d.pending_number,
             resource_name=d.resource_name,
             gpus_per_replica=d.gpus_per_replica,
             gpus_needed=d.gpus_needed,
@@ -229,13 +278,31 @@ class ReasonSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
-class ApproveSerializer(ReasonSerializer):
-    generation = serializers.IntegerField(
+class RejectReasonSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000, help_text="Why: the requester sees it.")
+
+
+def _revision_field(verb: str) -> serializers.IntegerField:
+    return serializers.IntegerField(
         min_value=1,
-        max_value=2_147_483_647,
-        help_text="The deployment's `generation` as shown when you reviewed it. The approval applies to that "
-        "spec only: if the request changed since, the answer is 409 and nothing changes.",
+        max_value=NUMBER_MAX,
+        help_text=f"The number of the revision you reviewed (the deployment's `pending_revision`). The {verb} "
+        "applies to that revision only: if it is no longer the one waiting (a newer change replaced it, or "
+        "someone decided first), the answer is 409 with code `stale_revision` and nothing changes. An unknown "
+        "number is a 400 on this field.",
     )
+
+
+class ApproveSerializer(ReasonSerializer):
+    revision = _revision_field("approval")
+
+
+class RejectSerializer(RejectReasonSerializer):
+    revision = _revision_field("rejection")
+
+
+class WithdrawSerializer(serializers.Serializer):
+    revision = _revision_field("withdrawal")
 
 
 class ScaleSerializer(serializers.Serializer):

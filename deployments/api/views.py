@@ -1,12 +1,13 @@
-"""Deployment API: CRUD plus approve / reject / cancel / stop / start / scale / preview / events /
-manifest / try.
+"""Deployment API: CRUD plus approve / reject / withdraw / cancel / stop / start / scale / preview /
+events / manifest / try. A deployment's revisions (history, diff, decisions on one revision,
+rollback) are under revisions/ (deployments/api/revisions.py).
 
 The metrics of a deployment (metrics/, summary/, advice/ under the same URLs) are served by the
 metrics app (metrics/api/views.py) over the same queryset: VisibleDeploymentsMixin."""
 
 from __future__ import annotations
 
-from django.db.models import F
+from django.db.models import F, OuterRef, Subquery
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -18,20 +19,24 @@ from deployments.api.serializers import (
     LIST_COLUMNS,
     ApproveSerializer,
     DeploymentCreateSerializer,
+    DeploymentDetailSerializer,
     DeploymentEventSerializer,
     DeploymentSerializer,
     DeploymentUpdateSerializer,
     ManifestSerializer,
     PreviewSerializer,
-    ReasonSerializer,
+    RejectSerializer,
     ScaleSerializer,
     TryResultSerializer,
     TrySerializer,
+    WithdrawSerializer,
     list_rows,
 )
+from deployments.choices import RevisionStatus
 from deployments.filtersets import DeploymentFilterSet
-from deployments.models import SPEC_FIELDS, ModelDeployment
+from deployments.models import SPEC_FIELDS, DeploymentRevision, ModelDeployment
 from deployments.profiles import apply_profile
+from deployments.services.common import spec_draft
 from deployments.validation import check_draft
 
 
@@ -57,6 +62,15 @@ class VisibleDeploymentsMixin:
         return super().filter_queryset(queryset)
 
 
+def with_revision_numbers(queryset):
+    """Annotate the serving and the waiting revision's numbers (DeploymentSerializer reads them):
+    a join and a subquery in the same statement, instead of two queries per deployment."""
+    waiting = DeploymentRevision.objects.filter(deployment=OuterRef("pk"), status=RevisionStatus.PROPOSED)
+    return queryset.annotate(
+        serving_number=F("serving_revision__number"), pending_number=Subquery(waiting.values("number")[:1])
+    )
+
+
 class DeploymentViewSet(
     VisibleDeploymentsMixin,
     mixins.CreateModelMixin,
@@ -64,17 +78,23 @@ class DeploymentViewSet(
     mixins.DestroyModelMixin,
     viewsets.ReadOnlyModelViewSet,
 ):
-    """Model deployments of the tenants you belong to. Other tenants' deployments are 404."""
+    """Model deployments of the tenants you belong to. Other tenants' deployments are 404.
 
-    serializer_class = DeploymentSerializer
+    A change to a deployment that was approved is a proposed revision: the deployment keeps its
+    state, its GPUs and what serves until a platform admin (or the tenant's policy) approves it."""
+
+    serializer_class = DeploymentDetailSerializer
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_serializer_class(self):
+        return DeploymentSerializer if self.action == "list" else DeploymentDetailSerializer
 
     def get_queryset(self):
         if self.action != "list":
-            return super().get_queryset()
+            return with_revision_numbers(super().get_queryset())
         # A page needs three names from the related rows, not the rows: annotating them
         # keeps the query at one statement and skips building 3 model instances per item.
-        return self.visible_deployments().annotate(
+        return with_revision_numbers(self.visible_deployments()).annotate(
             tenant_slug=F("tenant__slug"),
             flavor_name=F("flavor__name"),
             created_by_username=F("created_by__username"),
@@ -86,9 +106,9 @@ class DeploymentViewSet(
 
     def _respond(self, dep, code=status.HTTP_200_OK):
         dep.refresh_from_db()
-        return Response(DeploymentSerializer(dep, context=self.get_serializer_context()).data, status=code)
+        return Response(DeploymentDetailSerializer(dep, context=self.get_serializer_context()).data, status=code)
 
-    @extend_schema(request=DeploymentCreateSerializer, responses={201: DeploymentSerializer})
+    @extend_schema(request=DeploymentCreateSerializer, responses={201: DeploymentDetailSerializer})
     def create(self, request, *args, **kwargs):
         body = DeploymentCreateSerializer(data=request.data, context=self.get_serializer_context())
         body.is_valid(raise_exception=True)
@@ -98,12 +118,17 @@ class DeploymentViewSet(
         dep = services.deployment_create(tenant=tenant, user=request.user, data=data)
         return self._respond(dep, status.HTTP_201_CREATED)
 
-    @extend_schema(request=DeploymentUpdateSerializer, responses=DeploymentSerializer)
+    @extend_schema(request=DeploymentUpdateSerializer, responses=DeploymentDetailSerializer)
     def partial_update(self, request, *args, **kwargs):
+        """Propose a change: the fields sent, over the waiting proposal (or what serves). Once the
+        deployment was approved, it stays as it is; the change waits in `proposed_revision` unless it
+        needs no approval (fewer GPUs, names, autoscaling target) or the tenant's policy covers it."""
         dep = self.get_object()
         body = DeploymentUpdateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        spec = {k: getattr(dep, k) for k in SPEC_FIELDS}
+        # A change builds on the waiting proposal when there is one (deployment_update does too).
+        waiting = dep.proposed_revision
+        spec = spec_draft(waiting.spec) if waiting else {k: getattr(dep, k) for k in SPEC_FIELDS}
         data = apply_profile(
             dict(body.validated_data),
             sent=set(request.data),
@@ -116,7 +141,7 @@ class DeploymentViewSet(
     def update(self, request, *args, **kwargs):
         return self.partial_update(request, *args, **kwargs)
 
-    @extend_schema(responses={202: DeploymentSerializer})
+    @extend_schema(responses={202: DeploymentDetailSerializer})
     def destroy(self, request, *args, **kwargs):
         dep = self.get_object()
         return self._respond(
@@ -127,45 +152,56 @@ class DeploymentViewSet(
         dep = self.get_object()
         return self._respond(service(deployment_id=dep.pk, **kwargs))
 
-    def _decide(self, request, service, serializer_class):
-        """Approve or reject: a platform admin's decision with its (optional / required) reason."""
+    def _with_body(self, request, service, serializer_class, **kwargs):
         body = serializer_class(data=request.data)
         body.is_valid(raise_exception=True)
-        return self._act(service, approver=request.user, **body.validated_data)
+        return self._act(service, **kwargs, **body.validated_data)
 
-    @extend_schema(request=ApproveSerializer, responses={200: DeploymentSerializer, 409: dict})
+    @extend_schema(request=ApproveSerializer, responses={200: DeploymentDetailSerializer, 400: dict, 409: dict})
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
-        """Approve the generation you reviewed (platform admins only)."""
-        return self._decide(request, services.deployment_approve, ApproveSerializer)
+        """Approve the revision you reviewed (platform admins only): it becomes the serving revision
+        and its GPUs are reserved. A stale revision number is a 409 (`stale_revision`)."""
+        return self._with_body(request, services.deployment_approve, ApproveSerializer, approver=request.user)
 
-    @extend_schema(request=ReasonSerializer, responses=DeploymentSerializer)
+    @extend_schema(request=RejectSerializer, responses={200: DeploymentDetailSerializer, 400: dict, 409: dict})
     @action(detail=True, methods=["post"])
     def reject(self, request, pk=None):
-        """Reject with a reason (platform admins only). Final: a new request is a new deployment."""
-        return self._decide(request, services.deployment_reject, ReasonSerializer)
+        """Reject the revision you reviewed, with a reason (platform admins only). A rejected first
+        request is final; a rejected change leaves the serving revision running untouched."""
+        return self._with_body(request, services.deployment_reject, RejectSerializer, approver=request.user)
 
-    @extend_schema(request=None, responses=DeploymentSerializer)
+    @extend_schema(request=WithdrawSerializer, responses={200: DeploymentDetailSerializer, 400: dict, 409: dict})
+    @action(detail=True, methods=["post"])
+    def withdraw(self, request, pk=None):
+        """Withdraw the proposed change you name (members); the serving revision runs on untouched.
+        Before anything was approved, `cancel` withdraws the request instead."""
+        return self._with_body(request, services.deployment_withdraw, WithdrawSerializer, user=request.user)
+
+    @extend_schema(request=None, responses=DeploymentDetailSerializer)
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
+        """Cancel a request nothing of which was ever approved (pending approval only; final)."""
         return self._act(services.deployment_cancel, user=request.user)
 
-    @extend_schema(request=None, responses=DeploymentSerializer)
+    @extend_schema(request=None, responses=DeploymentDetailSerializer)
     @action(detail=True, methods=["post"])
     def stop(self, request, pk=None):
+        """Stop serving: the GPUs are released at once. A waiting change stays waiting."""
         return self._act(services.deployment_stop, user=request.user)
 
-    @extend_schema(request=None, responses=DeploymentSerializer)
+    @extend_schema(request=None, responses=DeploymentDetailSerializer)
     @action(detail=True, methods=["post"])
     def start(self, request, pk=None):
+        """Start a stopped or failed deployment on its serving revision (its GPUs are reserved again)."""
         return self._act(services.deployment_start, user=request.user)
 
-    @extend_schema(request=ScaleSerializer, responses=DeploymentSerializer)
+    @extend_schema(request=ScaleSerializer, responses=DeploymentDetailSerializer)
     @action(detail=True, methods=["post"])
     def scale(self, request, pk=None):
-        body = ScaleSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        return self._act(services.deployment_scale, user=request.user, **body.validated_data)
+        """Change the replica range. Within the approved GPUs it applies at once; beyond them it is a
+        proposed change (409 `change_pending` while another change waits)."""
+        return self._with_body(request, services.deployment_scale, ScaleSerializer, user=request.user)
 
     @extend_schema(responses=DeploymentEventSerializer(many=True))
     @action(detail=True, methods=["get"])

@@ -14,6 +14,20 @@ def dep(world):
     return services.deployment_create(tenant=world.alpha, user=world.users["member"], data=draft(world))
 
 
+def fresh(world, state: str = "pending_approval") -> ModelDeployment:
+    """A new one-GPU deployment of alpha in `state`, through the services: each role of a matrix
+    acts on its own, so one role's success does not decide the next role's answer."""
+    member = world.users["member"]
+    dep = services.deployment_create(
+        tenant=world.alpha, user=member, data=draft(world, name=f"d{ModelDeployment.objects.count()}", max_replicas=1)
+    )
+    if state != "pending_approval":
+        services.deployment_approve(deployment_id=dep.pk, approver=world.users["platform_admin"], revision=1)
+    if state == "stopped":
+        services.deployment_stop(deployment_id=dep.pk, user=member)
+    return dep
+
+
 ANY_MEMBER_READS = {
     "anonymous": 401,
     "viewer": 200,
@@ -53,7 +67,7 @@ class TestPermissionMatrix:
     def test_approve_is_for_platform_admins_only(self, world, dep):
         check_matrix(
             world,
-            lambda c: c.post(f"/api/v1/deployments/{dep.pk}/approve/", {"generation": 1}, format="json"),
+            lambda c: c.post(f"/api/v1/deployments/{dep.pk}/approve/", {"revision": 1}, format="json"),
             {
                 "anonymous": 401,
                 "viewer": 403,
@@ -67,24 +81,43 @@ class TestPermissionMatrix:
     def test_reject_needs_platform_admin_and_a_reason(self, world, dep):
         assert (
             world.client("member")
-            .post(f"/api/v1/deployments/{dep.pk}/reject/", {"reason": "x"}, format="json")
+            .post(f"/api/v1/deployments/{dep.pk}/reject/", {"revision": 1, "reason": "x"}, format="json")
             .status_code
             == 403
         )
         response = world.client("platform_admin").post(f"/api/v1/deployments/{dep.pk}/reject/", {}, format="json")
-        assert response.status_code == 400 and "reason" in response.json()
+        assert response.status_code == 400 and set(response.json()) == {"reason", "revision"}
 
-    @pytest.mark.parametrize("action", ["cancel", "stop", "start"])
-    def test_lifecycle_actions_need_member(self, world, dep, action):
+    @pytest.mark.parametrize("action, state", [("cancel", "pending_approval"), ("stop", "ready"), ("start", "stopped")])
+    def test_lifecycle_actions_need_member(self, world, action, state):
         check_matrix(
             world,
-            lambda c: c.post(f"/api/v1/deployments/{dep.pk}/{action}/", {}, format="json"),
+            lambda c: c.post(f"/api/v1/deployments/{fresh(world, state).pk}/{action}/", {}, format="json"),
             {
                 "anonymous": 401,
                 "viewer": 403,
-                "member": (200, 409),
-                "tenant_admin": (200, 409),
-                "platform_admin": (200, 409),
+                "member": 200,
+                "tenant_admin": 200,
+                "platform_admin": 200,
+                "other_member": 404,
+            },
+        )
+
+    def test_withdraw_is_for_members(self, world):
+        def withdraw(client):
+            dep = fresh(world, "ready")
+            services.deployment_update(deployment_id=dep.pk, user=world.users["member"], data={"max_model_len": 4096})
+            return client.post(f"/api/v1/deployments/{dep.pk}/withdraw/", {"revision": 2}, format="json")
+
+        check_matrix(
+            world,
+            withdraw,
+            {
+                "anonymous": 401,
+                "viewer": 403,
+                "member": 200,
+                "tenant_admin": 200,
+                "platform_admin": 200,
                 "other_member": 404,
             },
         )
@@ -105,8 +138,8 @@ class TestPermissionMatrix:
         )
         check_matrix(
             world,
-            lambda c: c.delete(f"/api/v1/deployments/{dep.pk}/"),
-            {**other, "member": (202, 404), "tenant_admin": (202, 404), "platform_admin": (202, 404)},
+            lambda c: c.delete(f"/api/v1/deployments/{fresh(world).pk}/"),
+            {**other, "member": 202, "tenant_admin": 202, "platform_admin": 202},
         )
 
 
@@ -118,12 +151,14 @@ class TestBehaviour:
         body = created.json()
         assert body["state"] == "pending_approval" and body["gpus_needed"] == 2
         assert body["resource_name"] == f"llama-chat-{body['id']}"
+        assert (body["serving_revision"], body["pending_revision"]) == (None, 1)
         approved = admin.post(
-            f"/api/v1/deployments/{body['id']}/approve/", {"reason": "ok", "generation": 1}, format="json"
+            f"/api/v1/deployments/{body['id']}/approve/", {"reason": "ok", "revision": 1}, format="json"
         )
         assert approved.json()["state"] == "approved" and approved.json()["reserved_gpus"] == 2
-        again = admin.post(f"/api/v1/deployments/{body['id']}/approve/", {"generation": 1}, format="json")
-        assert again.status_code == 409
+        assert (approved.json()["serving_revision"], approved.json()["pending_revision"]) == (1, None)
+        again = admin.post(f"/api/v1/deployments/{body['id']}/approve/", {"revision": 1}, format="json")
+        assert again.status_code == 409 and again.json()["code"] == "stale_revision"
         events = member.get(f"/api/v1/deployments/{body['id']}/events/").json()["results"]
         assert [e["reason"] for e in events] == ["Approved", "Requested"]
         assert events[0]["actor"] == "platform-admin"
@@ -178,7 +213,7 @@ class TestBehaviour:
 
     def test_scaling_beyond_quota_is_refused_with_numbers(self, world, dep):
         admin = world.client("platform_admin")
-        admin.post(f"/api/v1/deployments/{dep.pk}/approve/", {"generation": 1}, format="json")
+        admin.post(f"/api/v1/deployments/{dep.pk}/approve/", {"revision": 1}, format="json")
         response = world.client("member").post(
             f"/api/v1/deployments/{dep.pk}/scale/", {"min_replicas": 1, "max_replicas": 13}, format="json"
         )
@@ -187,9 +222,20 @@ class TestBehaviour:
     def test_openapi_schema_documents_the_actions(self, world):
         schema = world.client("member").get("/api/schema/?format=json").json()
         paths = schema["paths"]
-        for action in ("approve", "reject", "cancel", "stop", "start", "scale", "events", "metrics"):
+        for action in ("approve", "reject", "withdraw", "cancel", "stop", "start", "scale", "events", "metrics"):
             assert f"/api/v1/deployments/{{id}}/{action}/" in paths
         assert "/api/v1/deployments/preview/" in paths
+        for suffix in (
+            "",
+            "diff/",
+            "{number}/",
+            *(f"{{number}}/{verb}/" for verb in ("approve", "reject", "withdraw", "rollback")),
+        ):
+            assert f"/api/v1/deployments/{{id}}/revisions/{suffix}" in paths
+        approve = paths["/api/v1/deployments/{id}/approve/"]["post"]["requestBody"]["content"]["application/json"]
+        body = schema["components"]["schemas"][approve["schema"]["$ref"].rsplit("/", 1)[1]]
+        assert body["required"] == ["revision"] and "stale_revision" in body["properties"]["revision"]["description"]
+        assert "generation" not in body["properties"]
 
 
 class TestFastListRows:
@@ -211,7 +257,8 @@ class TestFastListRows:
             )
             assert body.status_code == 201, body.content
         dep = ModelDeployment.objects.get(name="row-0")
-        admin.post(f"/api/v1/deployments/{dep.pk}/approve/", {"generation": 1}, format="json")
+        admin.post(f"/api/v1/deployments/{dep.pk}/approve/", {"revision": 1}, format="json")
+        services.deployment_update(deployment_id=dep.pk, user=world.users["member"], data={"max_model_len": 4096})
         ModelDeployment.objects.filter(pk=dep.pk).update(conditions=[{"type": "Ready", "status": "True"}])
         # The derived badge's other branches: a spec not yet converged, and scaled to zero.
         ModelDeployment.objects.filter(name="row-1").update(state="ready", generation=3, observed_generation=2)
@@ -222,5 +269,6 @@ class TestFastListRows:
         )
         listed = {row["id"]: row for row in member.get("/api/v1/deployments/").json()["results"]}
         assert {row["badge"] for row in listed.values()} >= {"updating", "scaled_to_zero"}
+        assert (listed[dep.pk]["serving_revision"], listed[dep.pk]["pending_revision"]) == (1, 2)
         for dep in ModelDeployment.objects.select_related("tenant", "flavor", "created_by"):
             assert listed[dep.pk] == DeploymentSerializer(dep).data

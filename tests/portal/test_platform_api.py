@@ -94,8 +94,11 @@ class TestFromAnEmptyDatabase:
         assert response.status_code == 201, response.json()
         dep = ModelDeployment.objects.get(pk=response.json()["id"])
         assert dep.state == "approved" and dep.reserved_gpus == 1
+        assert (response.json()["serving_revision"], response.json()["proposed_revision"]) == (1, None)
         approval = AuditEvent.objects.get(action="deployment.approve", object_id=str(dep.pk))
         assert approval.actor_name == "policy"
+        history = member.get(f"/api/v1/deployments/{dep.pk}/revisions/").json()["results"]
+        assert [(r["number"], r["decided_by"], r["serving"]) for r in history] == [(1, "policy", True)]
         # Above the auto-approve ceiling but within the policy: waits for a platform admin.
         bigger = member.post("/api/v1/deployments/", small_model("qwen-3", replicas=3), format="json")
         assert bigger.status_code == 201 and bigger.json()["state"] == "pending_approval"
@@ -190,8 +193,11 @@ class TestTenants:
         services.deployment_approve(
             deployment_id=earlier.pk, revision=earlier.proposed_number, approver=world.users["platform_admin"]
         )
-        services.deployment_stop(deployment_id=earlier.pk, user=member)  # its workload removal still under way
-        assert ModelDeployment.objects.get(pk=earlier.pk).reserved_gpus == 2
+        services.deployment_stop(deployment_id=earlier.pk, user=member)  # a person's stop releases at once
+        assert ModelDeployment.objects.get(pk=earlier.pk).reserved_gpus == 0
+        # A change waiting beside what runs: archiving still stops it (the state is running).
+        services.deployment_update(deployment_id=running.pk, user=member, data={"max_model_len": 4096})
+        assert ModelDeployment.objects.get(pk=running.pk).proposed_number == 2
         admin = world.client("platform_admin")
         wrong = admin.post(f"{T}/alpha/archive/", {"confirm": "beta", "reason": "team dissolved"})
         assert wrong.status_code == 400 and "confirm" in wrong.json()

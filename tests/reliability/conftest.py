@@ -118,10 +118,14 @@ def quota_violations() -> list[str]:
 
 
 def deployment_pair_violations() -> list[str]:
-    """Half-written deployments: a row without its Requested event, or the reverse."""
+    """Half-written deployments: a row without its Requested event, its revision 1 or its audit
+    entry, or the reverse; a reservation held by a deployment whose state holds none, or whose
+    serving revision is not an approved one."""
     from core.models import AuditEvent
-    from deployments.models import DeploymentEvent, ModelDeployment
-    from deployments.services import OWNER
+    from deployments.choices import RevisionStatus
+    from deployments.models import DeploymentEvent, DeploymentRevision, ModelDeployment
+    from deployments.services.common import OWNER
+    from deployments.states import HOLDS_GPUS
     from quotas.models import QuotaReservation
 
     problems = []
@@ -137,6 +141,14 @@ def deployment_pair_violations() -> list[str]:
         QuotaReservation.objects.filter(owner_type=OWNER, released__isnull=True).values_list("owner_id", flat=True)
     )
     problems += [f"reservation for missing deployment {pk}" for pk in held - deps]
+    first = set(DeploymentRevision.objects.filter(number=1).values_list("deployment_id", flat=True))
+    problems += [f"deployment {pk} has no revision 1" for pk in deps - first]
+    idle = ModelDeployment.objects.filter(pk__in=held).exclude(state__in=HOLDS_GPUS)
+    problems += [f"deployment {pk} holds GPUs while {state}" for pk, state in idle.values_list("pk", "state")]
+    wrong = ModelDeployment.objects.filter(serving_revision__isnull=False).exclude(
+        serving_revision__status=RevisionStatus.APPROVED
+    )
+    problems += [f"deployment {pk} serves a revision that is not approved" for pk in wrong.values_list("pk", flat=True)]
     return problems
 
 

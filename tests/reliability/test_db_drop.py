@@ -91,7 +91,7 @@ class TestConnectionDroppedMidRequest:
             if pending is None:
                 answer["r"] = member.post("/api/v1/deployments/", draft("dropped"))
             else:
-                answer["r"] = admin.post(f"/api/v1/deployments/{pending.pk}/approve/", {"reason": "x", "generation": 1})
+                answer["r"] = admin.post(f"/api/v1/deployments/{pending.pk}/approve/", {"reason": "x", "revision": 1})
 
         thread = threading.Thread(target=call)
         thread.start()
@@ -119,7 +119,7 @@ class TestConnectionDroppedMidRequest:
         retry = (
             member.post("/api/v1/deployments/", draft("dropped"))
             if pending is None
-            else admin.post(f"/api/v1/deployments/{pending.pk}/approve/", {"reason": "x", "generation": 1})
+            else admin.post(f"/api/v1/deployments/{pending.pk}/approve/", {"reason": "x", "revision": 1})
         )
         assert retry.status_code == (201 if pending is None else 200), retry.text[:300]  # created / approved
         assert deployment_pair_violations() == [] and quota_violations() == []

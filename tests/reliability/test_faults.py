@@ -165,7 +165,7 @@ class TestBrokerRestart:
                 created = member.post("/api/v1/deployments/", draft(name))
                 assert created.status_code == 201, created.text[:300]
                 approved = admin.post(
-                    f"/api/v1/deployments/{created.json()['id']}/approve/", {"reason": name, "generation": 1}
+                    f"/api/v1/deployments/{created.json()['id']}/approve/", {"reason": name, "revision": 1}
                 )
                 return created.json()["id"], approved
 

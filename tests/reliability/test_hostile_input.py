@@ -195,7 +195,7 @@ def fuzz_world(world):
         tenant=world.alpha, flavor=world.a100, user=world.users["tenant_admin"], nominal_gpus=6, justification="fuzz"
     )
     tokens = {role: token_create(user=world.users[role], name="fuzz") for role in ("member", "platform_admin")}
-    ids = {"id": None, "name": "a100-pcie", "slug": "alpha", "token_key": tokens["member"][0].token_key}
+    ids = {"id": None, "name": "a100-pcie", "slug": "alpha", "token_key": tokens["member"][0].token_key, "number": 1}
     objects = {
         "deployments": dep.pk,
         "quotas": TenantQuota.objects.filter(tenant=world.alpha).first().pk,
@@ -311,6 +311,9 @@ def body_targets(world):
         ("member", "PATCH", f"/api/v1/deployments/{dep.pk}/"),
         ("platform_admin", "POST", f"/api/v1/deployments/{dep.pk}/approve/"),
         ("platform_admin", "POST", f"/api/v1/deployments/{dep.pk}/reject/"),
+        ("member", "POST", f"/api/v1/deployments/{dep.pk}/withdraw/"),
+        ("platform_admin", "POST", f"/api/v1/deployments/{dep.pk}/revisions/1/approve/"),
+        ("platform_admin", "POST", f"/api/v1/deployments/{dep.pk}/revisions/1/reject/"),
         ("member", "POST", f"/api/v1/deployments/{dep.pk}/scale/"),
         ("member", "POST", "/api/v1/deployments/preview/"),
         ("platform_admin", "POST", "/api/v1/flavors/"),
@@ -337,13 +340,18 @@ def body_targets(world):
     ]
 
 
-BODY_TARGETS = 27  # len(body_targets): the test below holds the two together
+BODY_TARGETS = 30  # len(body_targets): the test below holds the two together
 
 
 def _template(path: str) -> str:
-    """/api/v1/deployments/12/scale/ → /api/v1/deployments/{id}/scale/ (the schema's spelling)."""
+    """/api/v1/deployments/12/scale/ → /api/v1/deployments/{id}/scale/ (the schema's spelling);
+    the number after revisions/ is {number}."""
     names = {"h100-sxm5": "{name}", "alpha": "{slug}", "alpha-viewer": "{username}"}
-    return "/".join(names.get(part, "{id}" if part.isdigit() else part) for part in path.split("/"))
+    parts = path.split("/")
+    return "/".join(
+        names.get(part, ("{number}" if parts[i - 1] == "revisions" else "{id}") if part.isdigit() else part)
+        for i, part in enumerate(parts)
+    )
 
 
 class TestHostileBodies:
@@ -409,7 +417,8 @@ UI_FRAMING_ERRORS = {
 
 @pytest.fixture
 def ui_targets(world):
-    """Every browser view that reads a POST body, with the role that reaches it."""
+    """Every browser view that reads a POST body, with the role that reaches it and whether the
+    view answers a form it cannot accept with 400 (the page again, with the form's errors)."""
     from quotas import services as quota_services
 
     dep = services.deployment_create(tenant=world.alpha, user=world.users["member"], data=model_draft(world))
@@ -421,23 +430,24 @@ def ui_targets(world):
         justification="hostile bodies",
     )
     return [
-        ("member", "/deployments/new/"),
-        ("member", "/deployments/preview/"),
-        ("member", "/deployments/profile/"),
-        ("member", f"/deployments/{dep.pk}/scale/"),
-        ("member", f"/deployments/{dep.pk}/try/"),
-        ("platform_admin", f"/deployments/{dep.pk}/approve/"),
-        ("member", "/tokens/"),
-        ("tenant_admin", "/quotas/alpha/"),
-        ("platform_admin", f"/quota-requests/{change.pk}/reject/"),
-        ("anonymous", "/accounts/login/"),
+        ("member", "/deployments/new/", False),
+        ("member", "/deployments/preview/", False),
+        ("member", "/deployments/profile/", False),
+        ("member", f"/deployments/{dep.pk}/scale/", False),
+        ("member", f"/deployments/{dep.pk}/try/", False),
+        # A decision without the revision it names: the detail page again, 400, the form's errors.
+        ("platform_admin", f"/deployments/{dep.pk}/approve/", True),
+        ("member", "/tokens/", False),
+        ("tenant_admin", "/quotas/alpha/", False),
+        ("platform_admin", f"/quota-requests/{change.pk}/reject/", False),
+        ("anonymous", "/accounts/login/", False),
     ]
 
 
 class TestHostileBodiesInTheBrowser:
     @pytest.mark.parametrize("index", range(10), ids=lambda i: f"view{i}")
     def test_no_body_makes_a_view_fail_and_broken_framing_gets_400(self, world, ui_targets, settings, index):
-        role, path = ui_targets[index]
+        role, path, form_400 = ui_targets[index]
         client = world.browser(role)
         wrong = []
         for kind, content_type, body, _, _ in hostile_bodies(settings.DATA_UPLOAD_MAX_MEMORY_SIZE):
@@ -446,7 +456,7 @@ class TestHostileBodiesInTheBrowser:
             except Exception as exc:  # noqa: BLE001 - the test client re-raises what became a 500
                 wrong.append(f"{kind}: 500 ({type(exc).__name__}: {str(exc)[:80]})")
                 continue
-            if response.status_code >= 500 or (kind in UI_FRAMING_ERRORS) != (response.status_code == 400):
+            if response.status_code >= 500 or (form_400 or kind in UI_FRAMING_ERRORS) != (response.status_code == 400):
                 wrong.append(f"{kind}: {response.status_code}")
         assert wrong == [], f"POST {path}:\n" + "\n".join(wrong)
 

@@ -28,6 +28,13 @@ PATHS = [
     "/api/v1/deployments/?tenant=%00",
     "/api/v1/deployments/?search=%00",
     "/api/v1/deployments/1/metrics/?window=%00",
+    f"/api/v1/deployments/{BIG}/revisions/",
+    f"/api/v1/deployments/1/revisions/{BIG}/",
+    f"/api/v1/deployments/1/revisions/{BIG}/approve/",
+    "/api/v1/deployments/1/revisions/%00/rollback/",
+    "/api/v1/deployments/%00/revisions/1/withdraw/",
+    f"/api/v1/deployments/1/revisions/diff/?from=%00&to={BIG}",
+    "/api/v1/deployments/1/revisions/?limit=%00&offset=-1",
     "/api/v1/tokens/%00/",
     "/keys/?tenant=%00&deployment=%00&status=%00",
     f"/keys/?deployment={BIG}",
@@ -77,7 +84,20 @@ def test_a_hostile_header_is_never_a_server_error(world, headers):
         assert Client().post(path, "{}", content_type="application/json", **headers).status_code < 500, path
 
 
-SUFFIXED = ["metrics", "summary", "advice", "events", "approve", "stop", "start", "cancel", "scale", "reject"]
+SUFFIXED = [
+    "metrics",
+    "summary",
+    "advice",
+    "events",
+    "approve",
+    "stop",
+    "start",
+    "cancel",
+    "scale",
+    "reject",
+    "withdraw",
+    "revisions",
+]
 
 
 def test_format_suffixed_urls_are_404_not_a_server_error(world):

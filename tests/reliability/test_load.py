@@ -67,7 +67,7 @@ class TestConcurrentRequestsAndApprovals:
             out.append(("create", created))
             if created.status_code == 201:
                 approved = admins[i % 2].post(
-                    f"/api/v1/deployments/{created.json()['id']}/approve/", {"reason": f"load {i}", "generation": 1}
+                    f"/api/v1/deployments/{created.json()['id']}/approve/", {"reason": f"load {i}", "revision": 1}
                 )
                 out.append(("approve", approved))
             latencies.append(time.perf_counter() - started)
@@ -115,13 +115,14 @@ class TestConcurrentRequestsAndApprovals:
 
             def approve(api: Api, dep_id=dep.pk, barrier=barrier):
                 barrier.wait()
-                return api.post(f"/api/v1/deployments/{dep_id}/approve/", {"reason": "race", "generation": 1})
+                return api.post(f"/api/v1/deployments/{dep_id}/approve/", {"reason": "race", "revision": 1})
 
             with ThreadPoolExecutor(2) as pool:
                 answers = list(pool.map(approve, admins))
             outcomes.append(sorted(r.status_code for r in answers))
             conflict = next(r for r in answers if r.status_code != 200)
-            assert conflict.json()["code"] == "invalid_transition", conflict.content
+            # The loser finds revision 1 approved already: its decision names a revision no longer waiting.
+            assert conflict.json()["code"] == "stale_revision", conflict.content
         assert outcomes == [[200, 409]] * rounds
         for dep in deps:
             assert DeploymentEvent.objects.filter(deployment=dep, reason="Approved").count() == 1
@@ -170,7 +171,7 @@ class TestQuotaChangesRacingReservations:
 
                 def approve_dep(dep, barrier=barrier):
                     barrier.wait()
-                    return deploy_admin.post(f"/api/v1/deployments/{dep.pk}/approve/", {"generation": 1})
+                    return deploy_admin.post(f"/api/v1/deployments/{dep.pk}/approve/", {"revision": 1})
 
                 with ThreadPoolExecutor(1 + len(deps)) as pool:
                     change_answer = pool.submit(approve_change)
