@@ -41,10 +41,10 @@ def shown(field: str, value, flavors: dict[int, str]) -> str:
     return str(value)
 
 
-def spec_diff(old: dict | None, new: dict) -> list[dict]:
+def spec_diff(old: dict | None, new: dict, *, flavors: dict[int, str] | None = None) -> list[dict]:
     """Field-by-field: [{field, label, before, after}] for the fields that differ (all of them
     against nothing, for a first request)."""
-    flavors = _flavor_names(old, new)
+    flavors = _flavor_names(old, new) if flavors is None else flavors
     rows = []
     for field in SPEC_FIELDS:
         before = None if old is None else old.get(field)
@@ -145,6 +145,7 @@ def history(dep: ModelDeployment) -> list[dict]:
     changed against the revision before it."""
     revisions = list(dep.revisions.select_related("proposed_by", "decided_by").order_by("-number"))
     by_number = {r.number: r for r in revisions}
+    flavors = _flavor_names(*(r.spec for r in revisions))  # one query for the whole history
     rows = []
     for rev in revisions:
         previous = by_number.get(rev.number - 1)
@@ -154,7 +155,7 @@ def history(dep: ModelDeployment) -> list[dict]:
                 "serving": rev.pk == dep.serving_revision_id,
                 "proposer": rev.proposed_by.username if rev.proposed_by_id and rev.proposed_by else "",
                 "decider": rev.decider,
-                "changes": spec_diff(previous.spec if previous else None, rev.spec),
+                "changes": spec_diff(previous.spec if previous else None, rev.spec, flavors=flavors),
             }
         )
     return rows
