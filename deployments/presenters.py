@@ -204,12 +204,15 @@ def hourly(value: Decimal | None, *, sign: bool = False) -> str:
 
 def swap_note(summary: ChangeSummary) -> str:
     """The GPUs applying the change takes, said plainly (empty when nothing is swapped)."""
+    swap = f"{summary.swap_gpus} GPU{'' if summary.swap_gpus == 1 else 's'}"
     if summary.how == "recreate":
-        return f"The cluster needs {summary.swap_gpus} GPU{'' if summary.swap_gpus == 1 else 's'} for the swap."
+        return f"The cluster needs {swap} for the swap."
     if summary.how == "rolling":
-        return f"The cluster needs up to {summary.swap_gpus} GPU{'' if summary.swap_gpus == 1 else 's'} during the swap (now {summary.gpus_before})."
+        return f"The cluster needs up to {swap} during the swap (now {summary.gpus_before})."
     if summary.how == "start":
-        return f"Approving it starts the deployment on {summary.gpus_after} GPUs."
+        return (
+            f"Approving it starts the deployment on {summary.gpus_after} GPU{'' if summary.gpus_after == 1 else 's'}."
+        )
     return ""
 
 
