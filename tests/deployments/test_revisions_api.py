@@ -364,3 +364,26 @@ class TestQueries:
         with django_assert_num_queries(2):  # the count and the page, whatever the page holds
             rows = client.get(f"{API}/").json()["results"]
         assert {(r["serving_revision"], r["pending_revision"]) for r in rows} == {(None, 1), (1, 2)}
+
+
+class TestLifecycleFieldsAreNotWritable:
+    def test_a_patch_cannot_set_the_state_the_gpus_or_the_serving_revision(self, world):
+        """A hostile member PATCHes the lifecycle fields beside a real change: only the change is
+        proposed; the never-approved request stays pending with no GPUs and nothing serving."""
+        dep = services.deployment_create(tenant=world.alpha, user=world.users["member"], data=draft(world))
+        answer = patch(
+            world, dep, state="ready", reserved_gpus=99, serving_revision=1, generation=7, max_model_len=4096
+        )
+        assert answer.status_code == 200, answer.content
+        row = ModelDeployment.objects.get(pk=dep.pk)
+        assert (row.state, row.reserved_gpus, row.serving_revision_id, row.max_model_len) == (
+            "pending_approval",
+            0,
+            None,
+            4096,
+        )
+        assert list(row.revisions.order_by("number").values_list("number", "status")) == [
+            (1, "superseded"),
+            (2, "proposed"),
+        ]
+        assert not QuotaReservation.objects.filter(owner_id=dep.pk, released__isnull=True).exists()
