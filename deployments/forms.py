@@ -14,6 +14,7 @@ from deployments.validation import NAME_MAX, check_draft
 from quotas.choices import Role
 from quotas.models import GpuFlavor, Tenant
 from quotas.policy import allowed_flavor_ids
+from runtime.backends import not_installed
 
 
 class DeploymentForm(forms.Form):
@@ -111,7 +112,11 @@ class DeploymentForm(forms.Form):
         if not self.initial.get("tenant") and len(tenants) == 1:
             self.initial["tenant"] = tenants[0].pk  # a member of one team has nothing to choose
             self.offer_flavors_of(tenants[0])
-        self.fields["backend"].choices = [(b, label) for b, label in Backend.choices if b in settings.RUNTIME_BACKENDS]
+        self.fields["backend"].choices = [
+            (b, f"{label} (not installed on the cluster)" if not_installed(b) else label)
+            for b, label in Backend.choices
+            if b in settings.RUNTIME_BACKENDS
+        ]
         self.fields["backend"].initial = settings.RUNTIME_DEFAULT_BACKEND
         self.check = None
 

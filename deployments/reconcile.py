@@ -7,7 +7,11 @@ service that re-checks state and generation under a row lock. Like controller-ru
 scheduling it: the task (deployments.tasks) turns `Result.requeue_after` into the follow-up.
 Transient cluster errors propagate so Celery retries with backoff; what retrying cannot fix (a
 permanent cluster refusal, a spec that no longer renders) is a `TerminalError`, recorded as a
-condition the user can read.
+condition the user can read. A workload whose prerequisites are missing (its namespace, or its
+kind: the backend is not installed) waits for them with the same bounded backoff as Celery's
+retries (`core.tasks.RETRY`), said on the Ready condition, then fails for good.
+
+The beat sweep (drift, queue positions, orphans) is `deployments.sweep`.
 
 The reconciler never reserves or releases GPUs: the services settle them (`settle_gpus`) in the
 transaction that moves the state, so a stop or a failure frees them before the workload is gone
@@ -17,30 +21,33 @@ transaction that moves the state, so a stop or a failure frees them before the w
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
+from celery.utils.time import get_exponential_backoff_interval
 from django.conf import settings
-from django.core.cache import cache
+from django.utils import timezone
 
+from core.tasks import RETRY
 from deployments import services
 from deployments.choices import State
 from deployments.models import ModelDeployment
 from deployments.operating import record_startup
 from deployments.specs import deployment_spec
-from deployments.states import GONE, REQUESTED, RUNNING, SETTLED, STARTING, TEAR_DOWN
+from deployments.states import RUNNING, SETTLED, STARTING, TEAR_DOWN
+
+# The sweep moved to deployments.sweep; its names stay importable from here for existing callers.
+from deployments.sweep import drifted, last_orphans, last_pending_workloads, orphan_delete, queue_rows, sweep
 from runtime import k8s
-from runtime.backends import get_backend, names, traits
+from runtime.backends import get_backend, record_presence, traits
 from runtime.backends.base import ClusterObjectBackend
-from runtime.manifests.common import ANNOTATION_SPEC_HASH
-from runtime.spec import RenderError
+from runtime.manifests.common import LABEL_DEPLOYMENT_ID
+from runtime.spec import DeploymentSpec, RenderError
 from runtime.status import (
     absent_observation,
     cond,
     conditions_changed,
     merge_conditions,
-    now_iso,
-    workload_gpus,
 )
 
 log = logging.getLogger(__name__)
@@ -180,7 +187,12 @@ def _remove_strays(dep: ModelDeployment, spec) -> bool:
 
 
 def _converge_running(dep: ModelDeployment, backend, spec) -> Result:
-    obs = backend.ensure(spec)
+    try:
+        obs = backend.ensure(spec)
+    except k8s.NotFound as error:
+        # Applying answers 404 only when what the object lives in is missing: its namespace (the
+        # API server's NamespaceLifecycle admission) or its resource type (the CRD).
+        return _wait_for_prerequisite(dep, missing_prerequisite(backend, spec, error))
     _record(dep, obs, spec_generation=spec.generation)
     if dep.state in STARTING or obs.state in STARTING:  # phases and Events while it starts
         record_startup(dep, backend, spec)
@@ -197,8 +209,6 @@ def _backoff(dep: ModelDeployment) -> float:
     """How soon to look again at a deployment that is not settled: soon after it last changed,
     then less and less often (a long Kueue queue must not turn into a steady stream of reads;
     the beat sweep still notices any change within its period)."""
-    from django.utils import timezone
-
     if dep.state in STARTING and not traits(dep.backend).on_cluster:
         # A local engine's check is one loopback request: poll often, so Ready shows within a
         # second or so of the engine serving (bench/b8_startup.py), not a backoff later.
@@ -207,299 +217,105 @@ def _backoff(dep: ModelDeployment) -> float:
     return min(max(settings.RECONCILE_REQUEUE_SECONDS, quiet / 4), settings.RECONCILE_REQUEUE_MAX_SECONDS)
 
 
-# --- drift: would a reconcile change anything? ---------------------------------------------------
+# --- prerequisites: what the workload needs before it can be applied ----------------------------
+
+PREREQUISITE_REASON = "PrerequisiteMissing"
+# The same bound and backoff as a task's retries of a transient cluster error (core.tasks.RETRY):
+# tried once, then 8 more times 2, 4, … 120 s apart (about 6 minutes in all), longer than the
+# beat's Kueue sync takes to repair a tenant whose sync on commit was lost.
+PREREQUISITE_RETRIES = RETRY["max_retries"]
 
 
-def drifted(dep: ModelDeployment, *, state: str | None, converged: bool, exists: bool) -> bool:
-    """The one drift rule, for the cluster sweep (listed objects) and the local one (state files).
+def missing_prerequisite(backend, spec: DeploymentSpec, error: k8s.NotFound) -> str:
+    """What the cluster lacks for `spec`, in words, asked in the order things are made.
 
-    `state` is what the workload of the deployment's current spec reports (None: nothing reports
-    one: no workload, or one rendered from another spec), `converged` whether it runs that spec,
-    `exists` whether any workload of the deployment is there. A running deployment drifted when
-    the workload says another state or converged without being recorded; one being torn down
-    while something is left (a deletion, until the row is marked deleted).
+    A missing LocalQueue is no 404 (Kueue holds the Workload as inadmissible, "LocalQueue %s
+    doesn't exist", and admits it once the queue exists: kubernetes-sigs/kueue
+    pkg/controller/core/workload_controller.go); it is named only beside another 404.
     """
-    if dep.state in RUNNING:
-        return state != dep.state or (converged and dep.observed_generation != dep.generation)
-    if dep.state == State.DELETING:
-        return True
-    return dep.state in TEAR_DOWN and exists
+    if not isinstance(backend, ClusterObjectBackend):
+        return str(error)
+    cluster = backend.cluster
+    if cluster.get(k8s.NAMESPACE, spec.namespace) is None:
+        return f"Namespace {spec.namespace} does not exist yet: the tenant's Kueue sync creates it."
+    try:
+        cluster.list(backend.kind, spec.namespace, label_selector={LABEL_DEPLOYMENT_ID: str(spec.deployment_id)})
+    except k8s.NotFound:
+        detail = f"the cluster does not serve the {backend.kind.kind} resource type ({backend.kind.key})"
+        record_presence(backend.name, installed=False, detail=detail)
+        return f"Backend {backend.name} is not installed on the cluster: {detail}."
+    if cluster.get(k8s.LOCALQUEUE, spec.queue_name, spec.namespace) is None:
+        return f"LocalQueue {spec.namespace}/{spec.queue_name} does not exist yet ({error})."
+    return str(error)
 
 
-def _cluster_drifted(dep: ModelDeployment, backend: ClusterObjectBackend, obj: dict | None, workloads: dict) -> bool:
-    """`drifted` from the objects the sweep listed (no extra calls)."""
-    if obj is None or dep.state not in RUNNING:
-        return drifted(dep, state=None, converged=False, exists=obj is not None)
-    spec = deployment_spec(dep)
-    want = backend.desired(spec)["metadata"]["annotations"][ANNOTATION_SPEC_HASH]
-    if ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPEC_HASH) != want:
-        return drifted(dep, state=None, converged=False, exists=True)  # an object of another spec
-    obs = backend.sweep_observation(spec, obj, workloads)
-    return drifted(dep, state=obs.state, converged=obs.converged, exists=True)
-
-
-def _sweep_local(report: dict) -> None:
-    """Local engines: compare each deployment with its process (state file + health check)."""
-    from deployments.tasks import reconcile_deployment_task
-
-    deps = (
-        ModelDeployment.objects.filter(backend__in=names(on_cluster=False))
-        .exclude(state__in=GONE | REQUESTED)
-        .select_related("tenant", "flavor")
-    )
-    if not deps:
-        return
-    for dep in deps:
-        report["checked"] += 1
-        obs = get_backend(dep.backend).observe(deployment_spec(dep))
-        # An engine started from an older spec reports nothing about the current one.
-        state = obs.state if obs.converged else None
-        if drifted(dep, state=state, converged=obs.converged, exists=obs.exists):
-            reconcile_deployment_task.delay(dep.pk)
-            report["enqueued"] += 1
-
-
-ORPHANS_CACHE_KEY = "runtime:orphans"
-PENDING_CACHE_KEY = "runtime:pending"
-SWEEP_CACHE_SECONDS = 3600
-
-
-def sweep() -> dict:
-    """Per backend and tenant namespace, list the portal's objects and the Workloads once;
-    re-enqueue what drifted; read each ClusterQueue's pending workloads once (Kueue's visibility
-    API) and record queue positions; report orphans (portal-labelled objects with no live
-    deployment), also in namespaces whose last deployment is gone."""
-    from deployments.tasks import reconcile_deployment_task
-    from quotas.models import Tenant
-
-    groups: dict[tuple[str, str], list[ModelDeployment]] = defaultdict(list)
-    live = (
-        ModelDeployment.objects.exclude(state__in=GONE)
-        .filter(backend__in=names(on_cluster=True))
-        .select_related("tenant", "flavor")
-    )
-    for dep in live:
-        groups[dep.backend, dep.tenant.namespace].append(dep)
-    tenants = {t.namespace: t for t in Tenant.objects.all()}
-    for backend_name in (n for n in names(on_cluster=True) if n in settings.RUNTIME_BACKENDS):
-        for namespace in tenants:  # orphans outlive the tenant's last deployment
-            groups.setdefault((backend_name, namespace), [])
-    report = {"checked": 0, "enqueued": 0, "orphans": [], "errors": []}
-    _sweep_local(report)
-    backends = {}
-    workloads_by_ns: dict[str, dict] = {}
-    objects: dict[int, dict] = {}
-    orphans: list[dict] = []
-    listed_uids: dict[tuple[str, str], set] = {}  # (namespace, kind) → uids of the portal's objects
-    for (backend_name, namespace), deps in sorted(groups.items()):
-        try:
-            backend = backends.setdefault(backend_name, get_backend(backend_name))
-        except k8s.PermanentClusterError as error:  # no cluster configured: say so once per sweep
-            if deps and str(error) not in report["errors"]:
-                report["errors"].append(str(error))
-            continue
-        owned = backend.list_owned(namespace)
-        listed_uids[namespace, backend.kind.kind] = {(o.get("metadata") or {}).get("uid") for o in owned.values()}
-        if namespace not in workloads_by_ns:
-            workloads_by_ns[namespace] = backend.list_workloads(namespace)
-        for dep in deps:
-            report["checked"] += 1
-            obj = objects[dep.pk] = owned.pop(dep.pk, None)
-            if _cluster_drifted(dep, backend, obj, workloads_by_ns[namespace]):
-                reconcile_deployment_task.delay(dep.pk)
-                report["enqueued"] += 1
-        for dep_id, obj in owned.items():
-            name = obj["metadata"]["name"]
-            report["orphans"].append(f"{namespace}/{name}")
-            orphans.append(
-                {
-                    "backend": backend_name,
-                    "kind": backend.kind.kind,
-                    "namespace": namespace,
-                    "name": name,
-                    "deployment_id": dep_id,
-                }
-            )
-    orphans += _orphan_workloads(workloads_by_ns, listed_uids, backends)
-    report["orphans"] += [f"{o['namespace']}/{o['name']}" for o in orphans if o["kind"] == k8s.WORKLOAD.kind]
-    if report["orphans"]:
-        log.warning("orphaned portal objects: %s", ", ".join(report["orphans"]))
-    cache.set(ORPHANS_CACHE_KEY, orphans, timeout=SWEEP_CACHE_SECONDS)
-    if backends:
-        cluster = next(iter(backends.values())).cluster
-        _sweep_queues(cluster, [dep for deps in groups.values() for dep in deps], objects, workloads_by_ns, report)
-    return report
-
-
-def _orphan_workloads(workloads_by_ns: dict, listed_uids: dict, backends: dict) -> list[dict]:
-    """Kueue Workloads in tenant namespaces whose job (a RayService or InferenceService the sweep
-    listed there) is gone: Kueue's garbage collection normally removes them with their owner, a
-    finalizer or a lost owner reference can leave them holding quota in the ClusterQueue."""
-    backend_of_kind = {b.kind.kind: name for name, b in backends.items()}
-    found = []
-    for namespace, workloads in sorted(workloads_by_ns.items()):
-        for job_uid, workload in workloads.items():
-            owner = next(
-                (o for o in (workload["metadata"].get("ownerReferences") or []) if o.get("kind") in backend_of_kind),
-                None,
-            )
-            if owner is None or (namespace, owner["kind"]) not in listed_uids:
-                continue  # not a portal job kind, or one this sweep could not list: cannot tell
-            if job_uid in listed_uids[namespace, owner["kind"]]:
-                continue
-            found.append(
-                {
-                    "backend": backend_of_kind[owner["kind"]],
-                    "kind": k8s.WORKLOAD.kind,
-                    "namespace": namespace,
-                    "name": workload["metadata"]["name"],
-                    "deployment_id": None,
-                    "owner": f"{owner['kind']}/{owner.get('name')}",
-                }
-            )
-    return found
-
-
-def _sweep_queues(cluster, deps: list[ModelDeployment], objects: dict, workloads_by_ns: dict, report: dict) -> None:
-    """One visibility call per ClusterQueue that holds a live deployment; store what it said
-    (for the admin view) and each queued deployment's position (on its Admitted condition)."""
-    by_queue: dict[str, list[ModelDeployment]] = defaultdict(list)
-    for dep in deps:
-        by_queue[dep.tenant.cluster_queue].append(dep)
-    pending: dict[str, dict] = {}
-    read_at = now_iso()
-    for cluster_queue, queue_deps in sorted(by_queue.items()):
-        try:
-            items = cluster.pending_workloads(cluster_queue)
-        except k8s.NotFound:
-            items, error = [], f"ClusterQueue {cluster_queue} (or Kueue's visibility API) not found."
-        except k8s.ClusterError as error_:  # a sweep is best effort: the next one reads again
-            items, error = [], f"pending workloads of {cluster_queue}: {error_}"
-            report["errors"].append(error)
-        else:
-            error = ""
-        rows = queue_rows(items, workloads_by_ns)
-        pending[cluster_queue] = {"read_at": read_at, "error": error, "workloads": rows}
-        for dep in queue_deps:
-            queue = None if error else _position(dep, objects.get(dep.pk), rows, workloads_by_ns, read_at)
-            _record_queue(dep, queue)
-    cache.set(PENDING_CACHE_KEY, pending, timeout=SWEEP_CACHE_SECONDS)
-
-
-def queue_rows(items: list[dict], workloads_by_ns: dict[str, dict]) -> list[dict]:
-    """The visibility API's items as plain rows, with the GPUs each asks for where the sweep
-    listed its Workload (tenant namespaces; None elsewhere: the v1beta1 items carry no pod sets)."""
-    by_name = {
-        (ns, (wl.get("metadata") or {}).get("name")): wl for ns, wls in workloads_by_ns.items() for wl in wls.values()
-    }
-    rows = []
-    for item in items:
-        meta = item.get("metadata") or {}
-        workload = by_name.get((meta.get("namespace"), meta.get("name")))
-        owners = meta.get("ownerReferences") or []
-        rows.append(
-            {
-                "namespace": meta.get("namespace", ""),
-                "name": meta.get("name", ""),
-                "owner": f"{owners[0].get('kind')}/{owners[0].get('name')}" if owners else "",
-                "owner_uid": owners[0].get("uid") if owners else None,
-                "local_queue": item.get("localQueueName", ""),
-                "priority": item.get("priority", 0),
-                "position": int(item.get("positionInClusterQueue") or 0) + 1,
-                "position_in_local_queue": int(item.get("positionInLocalQueue") or 0) + 1,
-                "gpus": workload_gpus(workload) if workload is not None else None,
-            }
+def _retry_delay(attempts: int) -> float:
+    """Seconds before attempt `attempts + 1`: Celery's exponential backoff with RETRY's numbers."""
+    return float(
+        get_exponential_backoff_interval(
+            factor=RETRY["retry_backoff"], retries=attempts - 1, maximum=RETRY["retry_backoff_max"], full_jitter=False
         )
-    return rows
-
-
-def _position(
-    dep: ModelDeployment, obj: dict | None, rows: list[dict], workloads_by_ns: dict, read_at: str
-) -> dict | None:
-    """Where this deployment's Workload stands: "position N of M" in its LocalQueue and
-    ClusterQueue, and the GPUs asked for ahead of it. None when it is not pending."""
-    if dep.state != State.QUEUED or obj is None:
-        return None
-    uid = (obj.get("metadata") or {}).get("uid")
-    workload = workloads_by_ns.get(dep.tenant.namespace, {}).get(uid)
-    wl_name = (workload or {}).get("metadata", {}).get("name")
-    mine = next(
-        (r for r in rows if r["namespace"] == dep.tenant.namespace and (r["name"] == wl_name or r["owner_uid"] == uid)),
-        None,
     )
-    if mine is None:
-        return None
-    ahead = rows[: mine["position"] - 1]
-    same_lq = [r for r in rows if (r["namespace"], r["local_queue"]) == (mine["namespace"], mine["local_queue"])]
-    return {
-        "clusterQueue": dep.tenant.cluster_queue,
-        "localQueue": mine["local_queue"],
-        "position": mine["position"],
-        "of": len(rows),
-        "positionInLocalQueue": mine["position_in_local_queue"],
-        "ofInLocalQueue": len(same_lq),
-        "gpusAhead": sum(r["gpus"] or 0 for r in ahead),
-        "unsizedAhead": sum(1 for r in ahead if r["gpus"] is None),
-        "readAt": read_at,
-    }
 
 
-def _record_queue(dep: ModelDeployment, queue: dict | None) -> None:
-    """Store (or clear) the queue position through the service; nothing to clear, no lock."""
-    if queue is None and "queue" not in (dep.condition("Admitted") or {}):
-        return
-    services.deployment_record_queue(deployment_id=dep.pk, queue=queue)
-
-
-def last_orphans() -> list[dict]:
-    """The orphans the last sweep found (backend, kind, namespace, name, deployment_id)."""
-    return cache.get(ORPHANS_CACHE_KEY) or []
-
-
-def last_pending_workloads() -> dict[str, dict]:
-    """Per ClusterQueue, the pending workloads the last sweep read from Kueue's visibility API."""
-    return cache.get(PENDING_CACHE_KEY) or {}
-
-
-def orphan_delete(*, actor, backend: str, namespace: str, name: str) -> bool:
-    """Delete a portal-labelled object the last sweep reported as orphaned; audited.
-
-    Raises LookupError when the last sweep did not report it, and ValueError when a live
-    deployment claims it again (checked now, not at sweep time). False when it was already gone.
-    """
-    from core.models import audit
-    from quotas.models import Tenant
-
-    found = next(
-        (o for o in last_orphans() if (o["backend"], o["namespace"], o["name"]) == (backend, namespace, name)), None
-    )
-    tenant = Tenant.objects.filter(slug=namespace).first()
-    if found is None or tenant is None:
-        raise LookupError(f"{namespace}/{name} is not an orphan the last sweep found")
-    runtime_backend = get_backend(backend)
-    if found["kind"] == k8s.WORKLOAD.kind:
-        # Its job may have come back under the same name since the sweep: then it is not orphaned.
-        owner_name = found["owner"].partition("/")[2]
-        if runtime_backend.cluster.get(runtime_backend.kind, owner_name, namespace) is not None:
-            raise ValueError(f"{found['owner']} exists again; not deleting its Workload {namespace}/{name}")
-        kind = k8s.WORKLOAD
-    else:
-        claimed = (
-            ModelDeployment.objects.exclude(state__in=GONE)
-            .filter(pk=found["deployment_id"], backend=backend, tenant=tenant)
-            .exists()
+def _wait_for_prerequisite(dep: ModelDeployment, missing: str) -> Result:
+    """Say what is missing on the Ready condition and look again after the backoff; after
+    PREREQUISITE_RETRIES retries move to failed, which releases the GPUs (the service's
+    settle_gpus) and tears the workload down. The count lives on the condition, so a sweep's
+    extra reconcile before the next retry is due tries again without counting."""
+    ready = dep.condition("Ready") or {}
+    attempts = int(ready.get("attempts") or 0) if ready.get("reason") == PREREQUISITE_REASON else 0
+    retry_at = _parse_time(ready.get("retryAt")) if attempts else None
+    now = timezone.now()
+    if retry_at is not None and now < retry_at:
+        return Result("waiting", max(0.1, (retry_at - now).total_seconds()))
+    attempts += 1
+    others = [c for c in dep.conditions if c.get("type") != "Ready"]
+    if attempts > PREREQUISITE_RETRIES:
+        message = f"Gave up after {attempts} attempts: {missing}"
+        services.deployment_observe(
+            deployment_id=dep.pk,
+            generation=dep.generation,
+            state=State.FAILED,
+            conditions=merge_conditions(dep.conditions, [cond("Ready", False, PREREQUISITE_REASON, message), *others]),
+            message=message[:1000],
+            reason=PREREQUISITE_REASON,
         )
-        if claimed:
-            raise ValueError(f"deployment {found['deployment_id']} owns {namespace}/{name} again; not deleting it")
-        kind = runtime_backend.kind
-    deleted = runtime_backend.cluster.delete(kind, name, namespace)  # no transaction held here
-    audit(
-        actor=actor,
-        action="orphan.delete",
-        obj=tenant,
-        tenant=tenant,
-        object_id=f"{namespace}/{name}"[:64],
-        changes={**found, "was_present": deleted},
+        return Result(State.FAILED, FAILED_REQUEUE_SECONDS)
+    delay = _retry_delay(attempts)
+    message = f"{missing} Attempt {attempts} of {PREREQUISITE_RETRIES + 1}; trying again in {delay:.0f} s."
+    ready = cond("Ready", False, PREREQUISITE_REASON, message)
+    ready |= {"attempts": attempts, "retryAt": (now + timedelta(seconds=delay)).isoformat()}
+    services.deployment_observe(
+        deployment_id=dep.pk,
+        generation=dep.generation,
+        state=None,
+        conditions=merge_conditions(dep.conditions, [ready, *others]),
+        message=message[:1000],
+        events=[("Warning", PREREQUISITE_REASON, missing)] if attempts == 1 else [],
     )
-    cache.set(ORPHANS_CACHE_KEY, [o for o in last_orphans() if o != found], timeout=SWEEP_CACHE_SECONDS)
-    return deleted
+    return Result("waiting", delay)
+
+
+def _parse_time(value) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+__all__ = [
+    "FAILED_REQUEUE_SECONDS",
+    "PREREQUISITE_REASON",
+    "PREREQUISITE_RETRIES",
+    "Result",
+    "TerminalError",
+    "drifted",
+    "last_orphans",
+    "last_pending_workloads",
+    "missing_prerequisite",
+    "orphan_delete",
+    "queue_rows",
+    "reconcile",
+    "sweep",
+]

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
 from django.conf import settings
 from django.core.cache import cache
 
 from core.tasks import RETRY
+
+log = logging.getLogger(__name__)
 
 REQUEUE_KEY = "reconcile-requeue:{}"
 
@@ -41,7 +45,14 @@ def requeue(deployment_id: int, seconds: float | None = None) -> bool:
 
 @shared_task(acks_late=True)
 def sweep_task() -> dict:
-    """List cluster objects once per namespace and re-enqueue deployments that drifted."""
-    from deployments.reconcile import sweep
+    """List cluster objects once per namespace and re-enqueue deployments that drifted. A backend
+    the cluster does not serve is skipped inside (deployments.sweep); a cluster that cannot be
+    read at all is one warning per beat, and the next beat reads again."""
+    from deployments.sweep import sweep
+    from runtime.k8s import ClusterError
 
-    return sweep()
+    try:
+        return sweep()
+    except ClusterError as error:
+        log.warning("sweep: the cluster could not be read: %s", error)
+        return {"errors": [str(error)]}

@@ -20,6 +20,7 @@ from quotas.policy import policy_errors
 from quotas.services import QuotaPreview, quota_preview
 from quotas.validators import DNS1123_LABEL
 from runtime.backends import names as backend_names
+from runtime.backends import not_installed
 from runtime.backends import traits as backend_traits
 from runtime.backends.local.paths import confined_model_path
 from runtime.manifests.common import placement_error
@@ -120,6 +121,8 @@ def check_draft(data: dict, *, tenant: Tenant | None, credit_gpus: int = 0, with
     backend = data.get("backend") or settings.RUNTIME_DEFAULT_BACKEND
     if backend not in settings.RUNTIME_BACKENDS:
         errors["backend"] = f"Backend {backend!r} is not offered here ({', '.join(settings.RUNTIME_BACKENDS)})."
+    elif absent := not_installed(backend):  # what the last sweep or readiness check found: no API call
+        errors["backend"] = f"{absent} Choose another backend, or ask a platform admin to install it."
     if "name" in data and (msg := _name_errors(data.get("name") or "")):
         errors["name"] = msg
     if msg := _source_error(data.get("model_source") or "", backend):

@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 from core.throttles import WriteThrottle
 from deployments.reconcile import last_orphans, last_pending_workloads, orphan_delete
 from quotas.models import is_platform_admin
+from runtime.backends import presence
 from runtime.k8s import ClusterError
 
 ADMINS_ONLY = {"detail": "Only platform admins see and clean up the cluster.", "code": "permission_denied"}
@@ -24,7 +25,8 @@ class OrphanSerializer(serializers.Serializer):
 
 
 class ClusterSweepView(APIView):
-    """The last sweep's Kueue pending workloads per ClusterQueue and the orphans it found."""
+    """The last sweep's Kueue pending workloads per ClusterQueue, the orphans it found and which
+    backends it found installed on the cluster."""
 
     @extend_schema(responses={200: dict, 403: dict})
     def get(self, request):
@@ -34,6 +36,7 @@ class ClusterSweepView(APIView):
             {
                 "pending": last_pending_workloads(),
                 "orphans": last_orphans(),
+                "backends": presence(),
                 "queueing_strategy": settings.KUEUE_QUEUEING_STRATEGY,
             }
         )

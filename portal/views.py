@@ -24,6 +24,7 @@ from portal.api import ApiToken, token_create, token_revoke
 from quotas.choices import QuotaChangeStatus
 from quotas.models import GpuFlavor, QuotaChangeRequest, Tenant, TenantQuota, is_platform_admin
 from quotas.presenters import quota_rows
+from runtime.backends import presence
 from runtime.k8s import ClusterError
 from usage.presenters import overview_usage
 
@@ -143,6 +144,7 @@ def cluster(request):
             "quota_figure": figure_json(figure),
             "orphans": last_orphans(),
             "pending": sorted(last_pending_workloads().items()),
+            "backends": presence(),  # which backends the last sweep found installed on the cluster
             "queueing_strategy": settings.KUEUE_QUEUEING_STRATEGY,
         },
     )

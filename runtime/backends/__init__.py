@@ -10,6 +10,7 @@ interpreter, which need not have the Kubernetes client or Django installed.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -103,6 +104,63 @@ def cluster_configured() -> bool:
 
 def _in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+# --- is a backend installed on the cluster? ---------------------------------------------------
+# A backend whose custom resource type the cluster does not serve (a LIST of its kind answers
+# 404: the CRD is absent, e.g. KServe not installed) is not an error: the sweep skips it, the
+# request check refuses it, readiness shows it amber. What was last found is kept in the cache,
+# one key per backend, so a request costs one cache read and no API call.
+
+PRESENCE_KEY = "runtime:backend-presence:{}"
+PRESENCE_SECONDS = 3600  # an answer older than this (no sweep or readiness check since) is unknown
+_warned_absent: set[str] = set()  # per process: warn once when a backend flips to absent
+_log = logging.getLogger(__name__)
+
+
+def record_presence(name: str, *, installed: bool, detail: str = "") -> None:
+    """Remember whether the cluster serves backend `name`'s resource type (`detail`: what was
+    seen, e.g. "the InferenceService resource type is not served"). The sweep and the readiness
+    checks call this; it logs a warning once per process when the backend turns out absent,
+    instead of at every sweep."""
+    from django.core.cache import cache
+
+    from runtime.status import now_iso
+
+    if not installed and name not in _warned_absent:
+        _warned_absent.add(name)
+        _log.warning("backend %s is not installed on the cluster: %s", name, detail or "its kind is not served")
+    elif installed and name in _warned_absent:
+        _warned_absent.discard(name)
+        _log.info("backend %s is installed on the cluster again", name)
+    value = {"installed": installed, "detail": detail, "checked_at": now_iso()}
+    cache.set(PRESENCE_KEY.format(name), value, timeout=PRESENCE_SECONDS)
+
+
+def presence(backends: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """What was last found about each on-cluster backend (default: those in RUNTIME_BACKENDS):
+    `{"installed": True | False | None, "detail": str, "checked_at": iso | None}`, None meaning
+    nothing has checked yet. One cache read for all of them."""
+    from django.conf import settings
+    from django.core.cache import cache
+
+    if backends is None:
+        backends = [n for n in names(on_cluster=True) if n in settings.RUNTIME_BACKENDS]
+    found = cache.get_many([PRESENCE_KEY.format(n) for n in backends])
+    unknown = {"installed": None, "detail": "", "checked_at": None}
+    return {n: found.get(PRESENCE_KEY.format(n), unknown) for n in backends}
+
+
+def not_installed(name: str) -> str | None:
+    """Why backend `name` cannot be used now, when the last check found its kind absent from
+    the cluster; None when it is installed, runs off the cluster, or nothing has checked yet."""
+    if name not in _traits or not _traits[name].on_cluster:
+        return None
+    found = presence([name])[name]
+    if found["installed"] is not False:
+        return None
+    why = f" ({found['detail']})" if found["detail"] else ""
+    return f"Backend {name!r} is not installed on the cluster{why}; last checked {found['checked_at']}."
 
 
 def _kuberay() -> Backend:

@@ -231,7 +231,7 @@ class TestSweep:
         cluster = get_cluster()
         cluster.calls.clear()
         report = sweep()
-        assert report == {"checked": 3, "enqueued": 0, "orphans": [], "errors": []}
+        assert report == {"checked": 3, "enqueued": 0, "orphans": [], "errors": [], "not_installed": []}
         # Per cluster backend and tenant namespace one list of its objects (2 × 2: beta has no
         # deployment but may hold orphans), one Workload list per namespace, and one read of
         # Kueue's pending workloads per ClusterQueue holding a live deployment.

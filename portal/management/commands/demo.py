@@ -12,6 +12,7 @@ from django.db import transaction
 from deployments import services
 from deployments.models import ModelDeployment
 from quotas.models import PLATFORM_ADMIN_GROUP, GpuFlavor, Membership, Tenant, TenantQuota
+from quotas.services import schedule_kueue_sync
 
 PASSWORD = "demo-password-123"
 
@@ -48,7 +49,9 @@ FLAVORS = [
         cpu_per_gpu=4,
         memory_gib_per_gpu=32,
         price_per_gpu_hour=Decimal("0.70"),
-        node_labels={"node.kubernetes.io/instance-type": "g6.48xlarge"},  # pods are pinned to these
+        # Own labels; every ResourceFlavor (and the CPU flavor for Ray heads) also gets
+        # llm-portal.io/flavor=<name> at render time, which pods are pinned by: label the nodes so.
+        node_labels={"node.kubernetes.io/instance-type": "g6.48xlarge"},
     ),
     # The local backend runs on this machine's CPU; the "GPU" here is one engine slot.
     dict(
@@ -92,6 +95,10 @@ class Command(BaseCommand):
                 username = f"{slug}-{role.replace('_', '-')}"
                 Membership.objects.update_or_create(user=self._user(username), tenant=tenant, defaults={"role": role})
                 logins.append((username, f"{role.replace('_', ' ')} of {display}"))
+        # Mirror the tenants, flavors and quotas to Kueue as soon as this commits, ahead of the
+        # sample's reconcile: the worker runs it when it starts (the broker keeps the message
+        # until then), so nothing waits for the beat's kueue-sync, which is only the repair pass.
+        schedule_kueue_sync(None)
         self._samples(admin)
         self.stdout.write(
             self.style.SUCCESS(f"Demo data ready. Sign in with any of these (password for all: {PASSWORD}):")
