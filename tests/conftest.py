@@ -1,6 +1,6 @@
 import pytest
 
-pytest_plugins = ["tests.support.world", "tests.support.k8s.server"]
+pytest_plugins = ["tests.support.world", "tests.support.k8s.server", "tests.support.controlplane.fixtures"]
 
 
 @pytest.fixture(autouse=True)

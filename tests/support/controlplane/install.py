@@ -57,6 +57,17 @@ def _established(plane: ControlPlane, names: list[str]) -> None:
 
     wait_until(all_established, timeout=60, what="CRDs Established")
 
+    def all_served():
+        # Established is not enough: a LIST right after it may answer 429 "storage is
+        # (re)initializing" while the API server builds the new resource's storage.
+        for name in names:
+            crd = plane.request("GET", f"{CRDS}/{name}")
+            version = next(v["name"] for v in crd["spec"]["versions"] if v.get("storage"))
+            plane.request("GET", f"/apis/{crd['spec']['group']}/{version}/{crd['spec']['names']['plural']}?limit=1")
+        return True
+
+    wait_until(all_served, timeout=60, what="CRDs served")
+
 
 def install_crds(plane: ControlPlane, *, kserve: bool) -> None:
     ca = _ca_bundle(plane)

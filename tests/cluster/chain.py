@@ -1,0 +1,68 @@
+"""Shared steps for the tests on the real control plane: the portal's own calls, in process."""
+
+from __future__ import annotations
+
+from deployments import services
+from deployments.models import ModelDeployment
+from deployments.reconcile import reconcile
+from quotas.kueue import sync_kueue
+from quotas.models import GpuFlavor, Tenant
+from quotas.specs import flavor_spec
+from runtime import k8s
+from runtime.manifests.kueue import render_cpu_resource_flavor, render_resource_flavor
+from runtime.platform import platform_spec
+from tests.support.factories import draft
+
+
+def onboard(kube, *flavors: GpuFlavor, gpu_nodes: int = 1, gpus: int = 8) -> None:
+    """Mirror the tenants to Kueue and add KWOK nodes: one CPU node for heads, `gpu_nodes` per flavor."""
+    sync_kueue()
+    claim = platform_spec().model_cache_pvc
+    if claim:  # the platform team's part of the install: a claim in each tenant namespace
+        for tenant in Tenant.objects.all():
+            kube.model_cache(tenant.namespace, claim)
+    kube.nodes_for_flavor(render_cpu_resource_flavor(platform_spec()), gpus=0)
+    for flavor in flavors:
+        kube.nodes_for_flavor(render_resource_flavor(flavor_spec(flavor)), count=gpu_nodes, gpus=gpus)
+
+
+def request_and_approve(world, tenant=None, *, user=None, **overrides) -> ModelDeployment:
+    tenant = tenant or world.alpha
+    user = user or (world.users["member"] if tenant == world.alpha else world.users["other_member"])
+    overrides.setdefault("min_replicas", 1)
+    overrides.setdefault("max_replicas", 1)
+    dep = services.deployment_create(tenant=tenant, user=user, data=draft(world, **overrides))
+    services.deployment_approve(
+        deployment_id=dep.pk, revision=dep.proposed_number, approver=world.users["platform_admin"]
+    )
+    dep.refresh_from_db()
+    return dep
+
+
+def converge(kube, dep: ModelDeployment, until, *, timeout: float = 60, what: str = "state") -> ModelDeployment:
+    """Reconcile as the worker would, until `until(dep)` holds."""
+
+    def step():
+        dep.refresh_from_db()
+        reconcile(dep)
+        dep.refresh_from_db()
+        return until(dep)
+
+    kube.wait(step, timeout=timeout, what=f"{dep.resource_name}: {what} (last state {dep.state}: {dep.status_message})")
+    return dep
+
+
+def workload_of(kube, dep: ModelDeployment) -> dict | None:
+    items = [
+        w
+        for w in kube.list(k8s.WORKLOAD, dep.tenant.namespace)
+        if any(ref.get("name") == dep.resource_name for ref in w["metadata"].get("ownerReferences", []))
+    ]
+    return items[0] if items else None
+
+
+def condition(obj: dict | None, kind: str) -> dict:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return cond
+    return {}

@@ -1,0 +1,249 @@
+"""pytest fixtures for the real control plane (registered in tests/conftest.py).
+
+`control_plane` starts one per test session (about 13 s) and stops it at the end. Tests that use
+it get `kube`: an admin client plus helpers to add KWOK nodes, wait on objects and steer the
+stand-in Ray head, which removes everything the test created afterwards, and points the portal's
+settings at the plane as the `llm-portal` ServiceAccount bound to deploy/k8s/base/rbac.yaml's
+ClusterRole (the real authorizer proves that grant is enough). Without the binaries, or without
+root for the network namespace, the tests skip with the reason; with `CI` set they fail.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from runtime import k8s
+from tests.support.controlplane.binaries import Unavailable
+from tests.support.shared import PROJECT_ROOT
+
+PORTAL_NAMESPACE = "llm-portal"
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+_node_numbers = itertools.count()
+
+
+def _unavailable(reason: str):
+    if os.environ.get("CI"):
+        pytest.fail(f"the real control plane cannot start: {reason} (CI is set, so this is an error, not a skip)")
+    pytest.skip(f"the real control plane cannot start: {reason}")
+
+
+@pytest.fixture(scope="session")
+def control_plane():
+    from tests.support.controlplane.plane import ControlPlane, sweep_stale
+
+    if os.geteuid() != 0:
+        _unavailable("the pod network namespace needs root (ip netns)")
+    sweep_stale()
+    try:
+        plane = ControlPlane()
+    except Unavailable as error:
+        _unavailable(str(error))
+    plane.start()
+    try:
+        plane.portal_kubeconfig = _portal_identity(plane)
+        yield plane
+    finally:
+        plane.stop()
+
+
+def _portal_identity(plane) -> Path:
+    """The portal's ServiceAccount, bound to the project's own ClusterRole, and a kubeconfig
+    holding a token from the TokenRequest API."""
+    plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": PORTAL_NAMESPACE}})
+    plane.request(
+        "POST", f"/api/v1/namespaces/{PORTAL_NAMESPACE}/serviceaccounts", {"metadata": {"name": "llm-portal"}}
+    )
+    for doc in yaml.safe_load_all((PROJECT_ROOT / "deploy" / "k8s" / "base" / "rbac.yaml").read_text()):
+        if not doc:
+            continue
+        plural = {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings"}[doc["kind"]]
+        for subject in doc.get("subjects", []):
+            subject["namespace"] = PORTAL_NAMESPACE
+        plane.request("POST", f"/apis/rbac.authorization.k8s.io/v1/{plural}", doc)
+    token = plane.request(
+        "POST",
+        f"/api/v1/namespaces/{PORTAL_NAMESPACE}/serviceaccounts/llm-portal/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400}},
+    )["status"]["token"]
+    config = yaml.safe_load(plane.kubeconfig.read_text())
+    config["users"] = [{"name": "llm-portal", "user": {"token": token}}]
+    config["contexts"][0]["context"]["user"] = "llm-portal"
+    path = plane.dir / "portal.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+class Kube:
+    """What a test does to the real cluster beside the portal (as admin)."""
+
+    def __init__(self, plane) -> None:
+        self.plane = plane
+        self.admin = k8s.Cluster.for_kubeconfig(str(plane.kubeconfig), timeout=30)
+        self.nodes: list[str] = []
+        self.volumes: list[str] = []
+
+    # nodes
+
+    def add_nodes(
+        self, labels: dict[str, str], *, count: int = 1, gpus: int = 0, cpu: str = "96", memory: str = "1Ti", taints=()
+    ) -> list[str]:
+        names = []
+        for _ in range(count):
+            n = next(_node_numbers)
+            name = f"kwok-{n}"
+            capacity = {"cpu": cpu, "memory": memory, "pods": "110"}
+            if gpus:
+                capacity["nvidia.com/gpu"] = str(gpus)
+            node = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                    "labels": {"type": "kwok", "kubernetes.io/hostname": name, **labels},
+                },
+                "spec": {"podCIDR": self.plane.net.node_cidr(n), "taints": list(taints)},
+                "status": {"capacity": capacity, "allocatable": capacity},
+            }
+            self.plane.request("POST", "/api/v1/nodes", node)
+            names.append(name)
+        self.nodes += names
+        self.wait(lambda: all(self.node_ready(name) for name in names), what=f"nodes {names} Ready")
+        return names
+
+    def nodes_for_flavor(self, flavor: dict, *, count: int = 1, gpus: int = 8) -> list[str]:
+        """Nodes carrying a rendered ResourceFlavor's nodeLabels; GPU nodes get the GPU taint."""
+        labels = dict(flavor["spec"].get("nodeLabels") or {})
+        return self.add_nodes(labels, count=count, gpus=gpus, taints=[GPU_TAINT] if gpus else ())
+
+    def model_cache(self, namespace: str, claim: str) -> None:
+        """A claim and a PersistentVolume bound to it (no StorageClass here: `storageClassName: ""`
+        and a claimRef; the controller manager binds them in about a second)."""
+        volume = f"{namespace}-{claim}"[:63]
+        self.plane.request(
+            "POST",
+            "/api/v1/persistentvolumes",
+            {
+                "metadata": {"name": volume},
+                "spec": {
+                    "capacity": {"storage": "100Gi"},
+                    "accessModes": ["ReadWriteMany", "ReadWriteOnce", "ReadOnlyMany"],
+                    "storageClassName": "",
+                    "hostPath": {"path": f"/tmp/{volume}"},
+                    "claimRef": {"namespace": namespace, "name": claim},
+                },
+            },
+        )
+        self.volumes.append(volume)
+        self.plane.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/persistentvolumeclaims",
+            {
+                "metadata": {"name": claim},
+                "spec": {
+                    "accessModes": ["ReadWriteMany"],
+                    "storageClassName": "",
+                    "volumeName": volume,
+                    "resources": {"requests": {"storage": "100Gi"}},
+                },
+            },
+        )
+
+    def node_ready(self, name: str) -> bool:
+        node = self.plane.request("GET", f"/api/v1/nodes/{name}")
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", []))
+
+    # reading
+
+    def get(self, kind: k8s.Kind, name: str, namespace: str | None = None) -> dict | None:
+        return self.admin.get(kind, name, namespace)
+
+    def list(self, kind: k8s.Kind, namespace: str | None = None) -> list[dict]:
+        return self.admin.list(kind, namespace)
+
+    def raw(self, path: str) -> dict:
+        return self.plane.request("GET", path)
+
+    def pods(self, namespace: str) -> list[dict]:
+        return self.raw(f"/api/v1/namespaces/{namespace}/pods")["items"]
+
+    def wait(self, predicate, *, timeout: float = 60, what: str = "condition"):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            time.sleep(0.25)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{self.story()}")
+
+    def story(self) -> str:
+        """Logs' last lines, for a failing wait."""
+        lines = []
+        for name in ("kueue", "kuberay"):
+            proc = self.plane.procs.get(name)
+            if proc:
+                lines.append(f"--- {name} ---\n" + "\n".join(proc.log.read_text(errors="replace").splitlines()[-25:]))
+        return "\n".join(lines)
+
+    # the stand-in Ray head
+
+    def head_state(self, pod_ip: str) -> dict:
+        with urllib.request.urlopen(f"http://{pod_ip}:8265/_standin/state", timeout=5) as resp:
+            return json.loads(resp.read())
+
+    def set_head_status(self, pod_ip: str, status: str, message: str = "") -> None:
+        body = json.dumps({"status": status, "message": message}).encode()
+        req = urllib.request.Request(f"http://{pod_ip}:8265/_standin/status", data=body, method="POST")
+        urllib.request.urlopen(req, timeout=5).read()
+
+    # cleanup
+
+    def clean(self) -> None:
+        """Delete what a test made: tenant namespaces (cascading to RayServices, Workloads and
+        pods), queues, flavors, cohorts, priority classes, topologies and nodes."""
+        doomed = []
+        keep = {"default", "kube-system", "kube-public", "kube-node-lease", "kueue-system", PORTAL_NAMESPACE, "kserve"}
+        for ns in self.raw("/api/v1/namespaces")["items"]:
+            name = ns["metadata"]["name"]
+            if name not in keep and not ns["metadata"].get("deletionTimestamp"):
+                for kind in (k8s.RAYSERVICE,):
+                    for obj in self.admin.list(kind, name):
+                        self.admin.delete(kind, obj["metadata"]["name"], name)
+                self.plane.request("DELETE", f"/api/v1/namespaces/{name}")
+                doomed.append(name)
+        for plural in ("clusterqueues", "resourceflavors", "cohorts", "workloadpriorityclasses", "topologies"):
+            self.plane.request("DELETE", f"/apis/kueue.x-k8s.io/v1beta2/{plural}")
+        for name in self.nodes:
+            self.plane.request("DELETE", f"/api/v1/nodes/{name}")
+        self.nodes = []
+        for name in self.volumes:
+            self.plane.request("DELETE", f"/api/v1/persistentvolumes/{name}")
+        self.volumes = []
+        # The next test may reuse a namespace name: wait until the namespace controller is done.
+        self.wait(
+            lambda: not any(n["metadata"]["name"] in doomed for n in self.raw("/api/v1/namespaces")["items"]),
+            timeout=90,
+            what=f"namespaces {doomed} deleted",
+        )
+
+
+@pytest.fixture
+def kube(control_plane, settings) -> Iterator[Kube]:
+    """The real control plane for one test, the portal pointed at it as its ServiceAccount."""
+    settings.KUBERNETES_URL = None
+    settings.KUBECONFIG = str(control_plane.portal_kubeconfig)
+    settings.KUBERNETES_TIMEOUT_SECONDS = 10.0
+    kube = Kube(control_plane)
+    try:
+        yield kube
+    finally:
+        kube.clean()
