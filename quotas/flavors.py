@@ -16,6 +16,7 @@ from core.exceptions import ConflictError, DomainError, Forbidden
 from core.models import audit
 from quotas.models import GpuFlavor, is_platform_admin
 from quotas.services import schedule_kueue_sync
+from quotas.specs import flavor_spec
 
 FIELDS = (
     "name",
@@ -50,6 +51,27 @@ def _validated(flavor: GpuFlavor) -> None:
         raise DomainError(" ".join(messages), field=None if field == "__all__" else field) from None
 
 
+def _fixed_with_topology(flavor: GpuFlavor) -> dict:
+    """What the flavor's ResourceFlavor may not change once it has a topologyName, as rendered
+    (so the same tolerations written another way are no change)."""
+    spec = flavor_spec(flavor)
+    return {"node_labels": spec.node_labels, "tolerations": spec.tolerations}
+
+
+def _refuse_fixed_with_topology(before: dict, flavor: GpuFlavor) -> None:
+    """Kueue keeps a ResourceFlavor's nodeLabels and tolerations once it has a topologyName (CEL
+    rules, kubernetes-sigs/kueue v0.19.2 apis/kueue/v1beta2/resourceflavor_types.go): the sync
+    could never apply the change, so it is refused here, on the field."""
+    after = _fixed_with_topology(flavor)
+    for field, what in (("node_labels", "node labels"), ("tolerations", "tolerations")):
+        if before[field] != after[field]:
+            raise DomainError(
+                f"A flavor with a topology keeps its {what}: Kueue refuses to change them on its ResourceFlavor. "
+                "Stop its deployments, retire it and create a new flavor instead.",
+                field=field,
+            )
+
+
 @transaction.atomic
 def flavor_save(*, actor, values: dict, name: str | None = None, reason: str = "") -> GpuFlavor:
     """Create a flavor (`name` None) or change the named one. The name is fixed once created: it
@@ -60,10 +82,11 @@ def flavor_save(*, actor, values: dict, name: str | None = None, reason: str = "
     if unknown:
         raise DomainError(f"Unknown field(s): {', '.join(sorted(unknown))}.")
     if name is None:
-        flavor, before = GpuFlavor(), None
+        flavor, before, fixed = GpuFlavor(), None, None
     else:
         flavor = GpuFlavor.objects.select_for_update().get(name=name)
         before = _values(flavor)
+        fixed = _fixed_with_topology(flavor) if flavor.topology_levels else None
         if "name" in values and values["name"] != name:
             raise DomainError("A flavor's name cannot change (it names the Kueue ResourceFlavor).", field="name")
     for field, value in values.items():
@@ -74,6 +97,8 @@ def flavor_save(*, actor, values: dict, name: str | None = None, reason: str = "
             "A flavor's topology can be changed but not removed (Kueue forbids it).", field="topology_levels"
         )
     _validated(flavor)
+    if fixed is not None:
+        _refuse_fixed_with_topology(fixed, flavor)
     try:
         with transaction.atomic():
             flavor.save()

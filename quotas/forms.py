@@ -6,6 +6,7 @@ from django import forms
 
 from quotas.choices import Role
 from quotas.models import GpuFlavor
+from quotas.validators import validate_node_labels
 
 
 class QuotaRequestForm(forms.Form):
@@ -206,8 +207,10 @@ class FlavorForm(forms.Form):
         required=False,
         widget=forms.Textarea(attrs={"rows": 2}),
         label="Node labels",
-        help_text="key=value, one per line: the labels of this flavor's nodes. GPU pods are pinned to them, "
-        "so kuberay and kserve deployments need at least one.",
+        help_text="key=value, one per line (at most 7): labels this flavor's nodes carry besides "
+        "llm-portal.io/flavor=<flavor name>, which the portal adds to the ResourceFlavor and its node pool and "
+        "pins every pod by. Nodes the portal does not provision must carry that label too "
+        "(kubectl label node NODE llm-portal.io/flavor=<flavor name>).",
     )
     tolerations = forms.CharField(
         required=False,
@@ -290,14 +293,18 @@ class FlavorForm(forms.Form):
         return data
 
     def clean_node_labels(self) -> dict:
-        labels = {}
+        """key=value lines → {key: value}; the same checks as the API (validate_node_labels)."""
+        labels: dict[str, str] = {}
         for number, line in enumerate(self.cleaned_data["node_labels"].splitlines(), start=1):
             if not line.strip():
                 continue
             key, sep, value = line.strip().partition("=")
-            if not sep or not key:
+            if not sep or not key.strip():
                 raise forms.ValidationError(f"Line {number}: write key=value.")
+            if key.strip() in labels:
+                raise forms.ValidationError(f"Line {number}: {key.strip()!r} is given twice; a node has one value.")
             labels[key.strip()] = value.strip()
+        validate_node_labels(labels)
         return labels
 
     def clean_tolerations(self) -> list:

@@ -22,19 +22,22 @@ from runtime.manifests.kueue import (
     render_local_queue,
     render_namespace,
     render_resource_flavor,
+    resource_flavor_update_problem,
 )
 from runtime.platform import platform_spec
 
 log = logging.getLogger(__name__)
 
 
-def _apply_if_changed(cluster: k8s.Cluster, obj: dict) -> bool:
-    """Apply only when our rendering changed since the last apply (no write when in sync)."""
+def _apply_if_changed(cluster: k8s.Cluster, obj: dict, current: dict | None = None) -> bool:
+    """Apply only when our rendering changed since the last apply (no write when in sync).
+    `current`: the object as already read from the cluster (read here when None)."""
     obj = {**obj, "metadata": {**obj["metadata"]}}
     wanted = digest({k: v for k, v in obj.items() if k != "status"})
     obj["metadata"]["annotations"] = {**(obj["metadata"].get("annotations") or {}), ANNOTATION_SPEC_HASH: wanted}
     kind = k8s.kind_of(obj)
-    current = cluster.get(kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
+    if current is None:
+        current = cluster.get(kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
     if current and ((current.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPEC_HASH) == wanted:
         return False
     cluster.apply(obj)
@@ -50,7 +53,7 @@ def sync_kueue(*, tenant_id: int | None = None) -> int:
     written = sync_topologies(cluster, _apply_if_changed)  # before the flavors that name them
     written += _apply_if_changed(cluster, render_cpu_resource_flavor(platform))
     for flavor in GpuFlavor.objects.filter(active=True):
-        written += _apply_if_changed(cluster, render_resource_flavor(flavor_spec(flavor)))
+        written += _apply_resource_flavor(cluster, flavor)
     cohorts = set()
     for tenant in tenants:
         spec = tenant_queue_spec(tenant)
@@ -65,6 +68,21 @@ def sync_kueue(*, tenant_id: int | None = None) -> int:
         read_cluster_queue_status(cluster, tenant)
     # Last: a pool's GPU limit follows the quotas, and a missing Karpenter must not hold up the queues.
     return written + sync_nodepools(cluster, _apply_if_changed)
+
+
+def _apply_resource_flavor(cluster: k8s.Cluster, flavor: GpuFlavor) -> bool:
+    """Apply the flavor's ResourceFlavor unless Kueue would refuse it forever (node labels or
+    tolerations of one with a topologyName); record why on the flavor, or clear it when in sync."""
+    obj = render_resource_flavor(flavor_spec(flavor))
+    current = cluster.get(k8s.RESOURCEFLAVOR, flavor.name)
+    problem = resource_flavor_update_problem(current, obj)
+    if problem:
+        # Not retried, not raised: the rest of the sync (other flavors, the queues) must go on.
+        log.error("%s", problem)
+    written = False if problem else _apply_if_changed(cluster, obj, current)
+    if flavor.kueue_problem != problem:
+        GpuFlavor.objects.filter(pk=flavor.pk).update(kueue_problem=problem)
+    return written
 
 
 def read_cluster_queue_status(cluster: k8s.Cluster, tenant: Tenant) -> dict:

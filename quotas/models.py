@@ -11,7 +11,12 @@ from django.db import models
 from django.db.models import Q, QuerySet
 
 from quotas.choices import ROLE_RANK, MembershipSource, QuotaChangeStatus, Role
-from quotas.validators import validate_dns1123_label, validate_label_value, validate_tolerations
+from quotas.validators import (
+    validate_dns1123_label,
+    validate_label_value,
+    validate_node_labels,
+    validate_tolerations,
+)
 
 PLATFORM_ADMIN_GROUP = "platform-admins"
 
@@ -258,6 +263,14 @@ class GpuFlavor(models.Model):
         '"kubernetes.io/hostname"] (empty: no Kueue Topology).',
     )
     active = models.BooleanField(default=True)
+    # Written by the Kueue sync only (quotas.kueue): why the cluster's ResourceFlavor cannot take
+    # what the portal renders for the flavor, e.g. node labels Kueue keeps once topologyName is set.
+    kueue_problem = models.TextField(
+        blank=True,
+        default="",
+        editable=False,
+        help_text="Why the Kueue sync cannot update this flavor's ResourceFlavor (empty: it is in sync).",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -266,19 +279,11 @@ class GpuFlavor(models.Model):
         return f"{self.gpu_model} ({self.name})"
 
     def clean(self) -> None:
-        from quotas.validators import validate_label_value as check
-
         errors = {}
-        if not isinstance(self.node_labels, dict):
-            errors["node_labels"] = "Node labels must be an object of string keys and values."
-        else:
-            for key, value in self.node_labels.items():
-                try:
-                    check(str(value))
-                    if not isinstance(value, str) or not key or len(key) > 253 or "\n" in key:
-                        raise ValidationError("bad")
-                except ValidationError:
-                    errors["node_labels"] = f"Invalid node label {key!r}: {value!r}."
+        try:
+            validate_node_labels(self.node_labels)  # flat, valid keys and values, none of the portal's
+        except ValidationError as error:
+            errors["node_labels"] = error.messages
         try:
             # The Kueue ResourceFlavor's schema and CEL rules: the API server would refuse the rest.
             validate_tolerations(self.tolerations)

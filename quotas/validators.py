@@ -4,6 +4,8 @@ import re
 
 from django.core.exceptions import ValidationError
 
+from runtime.manifests.common import LABEL_DOMAIN, LABEL_FLAVOR, MAX_OWN_NODE_LABELS
+
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -31,6 +33,48 @@ def validate_label_value(value: str) -> None:
             "Not a valid Kubernetes label value (≤ 63 characters: letters, digits, '-', '_', '.').",
             code="label_value",
         )
+
+
+# A label key: an optional DNS-1123 subdomain prefix (≤ 253) and '/', then a name (≤ 63).
+LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$"
+)
+
+
+def _node_label_problem(key: object, value: object) -> str | None:
+    """Why one node label cannot go on a ResourceFlavor (and a node), or None."""
+    shown = repr(key)[:80]
+    if not isinstance(key, str) or not LABEL_KEY.fullmatch(key):
+        return f"{shown} is not a label key (an optional DNS prefix and '/', then a name)."
+    prefix, _, name = key.rpartition("/")
+    if len(prefix) > 253 or len(name) > 63:
+        return f"{shown} is too long (prefix ≤ 253, name ≤ 63 characters)."
+    if prefix == LABEL_DOMAIN or prefix.endswith("." + LABEL_DOMAIN):
+        return f"{shown} is in the portal's label domain; the portal sets {LABEL_FLAVOR}=<flavor name> itself."
+    if isinstance(value, (dict, list)):
+        return f"{shown}: nested values are not node labels; write each label as one key and one text value."
+    if not isinstance(value, str):
+        return f"{shown}: the value must be text (quote numbers and true/false)."
+    if len(value) > 63 or not LABEL_VALUE.fullmatch(value):
+        return f"{shown}: {value[:70]!r} is not a label value (≤ 63 characters: letters, digits, '-', '_', '.')."
+    return None
+
+
+def validate_node_labels(value: object) -> None:
+    """A flavor's own node labels: a flat object of label keys and text values, at most
+    MAX_OWN_NODE_LABELS, none in the portal's domain (it adds llm-portal.io/flavor itself, and a
+    ResourceFlavor holds 8 labels). One message per problem."""
+    if not isinstance(value, dict):
+        raise ValidationError("Node labels must be an object of label keys and text values.", code="invalid")
+    if len(value) > MAX_OWN_NODE_LABELS:
+        raise ValidationError(
+            f"At most {MAX_OWN_NODE_LABELS} node labels (a ResourceFlavor holds {MAX_OWN_NODE_LABELS + 1}, "
+            f"one of them {LABEL_FLAVOR}).",
+            code="max_length",
+        )
+    messages = [problem for key, label in value.items() if (problem := _node_label_problem(key, label))]
+    if messages:
+        raise ValidationError(messages, code="node_label")
 
 
 TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")

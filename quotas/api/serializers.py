@@ -19,7 +19,8 @@ class GpuFlavorSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = GpuFlavor
-        fields = [*FLAVOR_FIELDS, "reason", "node_pool"]  # the fields the audited service writes, and the pool
+        # The fields the audited service writes, the pool, and why the Kueue sync cannot update it.
+        fields = [*FLAVOR_FIELDS, "reason", "node_pool", "kueue_problem"]
         extra_kwargs = {
             "provisioning": {"help_text": "Karpenter NodePool settings (quotas.provisioning); {}: not provisioned."},
             "topology_levels": {"help_text": "Node label keys, widest first, kubernetes.io/hostname last."},
@@ -34,7 +35,7 @@ class GpuFlavorSerializer(serializers.ModelSerializer):
         return pool
 
     def validate(self, attrs):
-        fields = [f for f in self.Meta.fields if f not in ("reason", "node_pool")]
+        fields = [f for f in self.Meta.fields if f not in ("reason", "node_pool", "kueue_problem")]
         values = {k: v for k, v in attrs.items() if k != "reason"}
         instance = GpuFlavor(**{**({f: getattr(self.instance, f) for f in fields} if self.instance else {}), **values})
         instance.clean()  # node labels and tolerations end up in Kueue objects

@@ -19,6 +19,15 @@ MANAGED_BY = "llm-portal"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_TENANT = "llm-portal.io/tenant"
 LABEL_DEPLOYMENT_ID = "llm-portal.io/deployment-id"
+# The one node label the portal pins pods by: `llm-portal.io/flavor=<flavor name>` on every
+# ResourceFlavor (GPU flavors and the CPU flavor), every NodePool the portal renders, and the
+# nodes of every flavor (docs/node-labels.md). See gpu_node_selector for why one key.
+LABEL_FLAVOR = "llm-portal.io/flavor"
+# The label domain of the portal's own keys: a flavor's own node labels may not use it.
+LABEL_DOMAIN = "llm-portal.io"
+# A ResourceFlavor holds at most 8 node labels (CRD maxProperties); LABEL_FLAVOR takes one.
+MAX_RESOURCE_FLAVOR_LABELS = 8
+MAX_OWN_NODE_LABELS = MAX_RESOURCE_FLAVOR_LABELS - 1
 LABEL_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
 LABEL_JOB_UID = "kueue.x-k8s.io/job-uid"
 ANNOTATION_ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"
@@ -78,29 +87,60 @@ def gpu_pod_resources(flavor: FlavorSpec, gpus: int) -> dict[str, Any]:
     }
 
 
-def gpu_node_selector(flavor: FlavorSpec) -> dict[str, str]:
-    """The nodeSelector that pins a GPU pod to `flavor`, or RenderError for an unlabelled flavor.
+def flavor_node_labels(flavor: FlavorSpec) -> dict[str, str]:
+    """The labels of `flavor`'s nodes: its own node labels plus LABEL_FLAVOR=<its name>.
 
-    Kueue charges a pod set to the first flavor of the ClusterQueue (listed by name) that has
-    room and whose node labels the pod does not rule out, so a pod that selects nothing may be
-    admitted into any GPU flavor's quota: an H100 request into A100 quota. Selecting the
-    flavor's own node labels rules out every other flavor (Kueue matches the pod's selector,
-    restricted to the label keys the queue's flavors use, against each flavor's labels), and
-    the values are the ones Kueue injects on admission, so the two never clash. A flavor
-    without node labels matches every pod and cannot be pinned, so it is refused here.
+    What its ResourceFlavor lists (and Kueue injects into admitted pods) and what the portal's
+    NodePool puts on the nodes it makes. LABEL_FLAVOR is set last: it always names the flavor.
     """
-    if not flavor.node_labels:
-        raise RenderError(
-            f"GPU flavor {flavor.name!r} has no node labels; on a cluster backend Kueue could "
-            "charge its pods to another flavor. Give the flavor the labels of its nodes "
-            '(e.g. {"node.kubernetes.io/instance-type": "p5.48xlarge"})'
+    return dict(sorted({**dict(flavor.node_labels), LABEL_FLAVOR: flavor.name}.items()))
+
+
+def cpu_flavor_node_labels(platform: PlatformSpec) -> dict[str, str]:
+    """The labels of the CPU nodes Ray heads run on: KUEUE_CPU_NODE_LABELS plus LABEL_FLAVOR=<the
+    CPU flavor's name>, so the CPU flavor is labelled even when the platform names no labels."""
+    labels = {**dict(platform.cpu_flavor_node_labels), LABEL_FLAVOR: platform.cpu_flavor}
+    if len(labels) > MAX_RESOURCE_FLAVOR_LABELS:
+        raise ValueError(
+            f"KUEUE_CPU_NODE_LABELS: at most {MAX_OWN_NODE_LABELS} labels (a ResourceFlavor holds "
+            f"{MAX_RESOURCE_FLAVOR_LABELS}, one of them {LABEL_FLAVOR})"
         )
-    return dict(sorted(flavor.node_labels))
+    return dict(sorted(labels.items()))
+
+
+def gpu_node_selector(flavor: FlavorSpec) -> dict[str, str]:
+    """The nodeSelector that pins a GPU pod to `flavor`: LABEL_FLAVOR=<its name>, nothing else.
+
+    Kueue charges a pod set to the first flavor of the ClusterQueue (in list order) that has
+    room and whose node labels the pod does not rule out, so a pod must rule out every other
+    flavor. Since v0.18.2 Kueue compares a pod's nodeSelector with each flavor's *own* label keys
+    only (kubernetes-sigs/kueue v0.19.2, pkg/scheduler/flavorassigner/flavorassigner.go,
+    `FlavorAssigner.checkFlavorForPodSets` → `flavorSelector(&podSpec, flavorLabelKeys)`; before
+    v0.18.2 the union of the group's keys): a pod selecting `cloud.example.com/gpu: h100` "fits" a
+    flavor labelled only `nvidia.com/gpu.product: NVIDIA-L4`, is charged there, gets both
+    selectors and never schedules. Every flavor the portal renders carries LABEL_FLAVOR with its
+    own value, so selecting that one key rules out every other flavor under either rule, and it
+    equals what Kueue injects on admission, so the two never clash.
+    """
+    return {LABEL_FLAVOR: flavor.name}
 
 
 def cpu_node_selector(platform: PlatformSpec) -> dict[str, str]:
-    """The nodeSelector of CPU-only pods (Ray heads): the CPU flavor's node labels, maybe none."""
-    return dict(sorted(platform.cpu_flavor_node_labels))
+    """The nodeSelector of CPU-only pods (Ray heads): LABEL_FLAVOR=<the CPU flavor> (as GPU pods)."""
+    return {LABEL_FLAVOR: platform.cpu_flavor}
+
+
+# GPU nodes of the pools the portal renders are tainted with it (runtime.manifests.karpenter), so
+# only pods that ask for GPUs land there; the GPU pods the portal renders tolerate it, Ray heads
+# do not. The NVIDIA GPU operator and the clouds' GPU node images use the same key.
+GPU_TAINT_KEY = GPU_RESOURCE
+GPU_TOLERATION: dict[str, Any] = {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+
+
+def gpu_tolerations() -> list[dict[str, Any]]:
+    """The tolerations of a GPU pod (a fresh list): the GPU nodes' taint. The flavor's own
+    tolerations stay Kueue's to inject on admission."""
+    return [dict(GPU_TOLERATION)]
 
 
 def toleration(toleration: Toleration) -> dict[str, Any]:

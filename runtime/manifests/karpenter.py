@@ -6,11 +6,16 @@ Pure like the rest of `runtime.manifests`: functions of frozen specs, no ORM, no
 
 Why the pool's nodes and the flavor's ResourceFlavor agree: Kueue pins a GPU pod set to a
 flavor through the flavor's node labels (and injects its tolerations on admission), so the
-nodes Karpenter makes for that pod must carry exactly those labels and only taints the flavor
-tolerates. Each node label becomes either a requirement (labels Karpenter or the cloud provider
-set from the instance itself, e.g. `node.kubernetes.io/instance-type`: a template label there
-is refused) or a template label (every other key, put on the node as written). Each toleration
-with a key becomes a taint, so only pods Kueue admitted into the flavor land on its nodes.
+nodes Karpenter makes for that pod must carry exactly those labels and only taints the pod
+tolerates. The labels are the flavor's own plus `llm-portal.io/flavor: <flavor>`, the one label
+the portal's pods select (common.flavor_node_labels); Karpenter also treats a template label as
+a requirement, so a pod pending on that label is provisioned by this pool only. Each node label
+becomes either a requirement (labels Karpenter or the cloud provider set from the instance
+itself, e.g. `node.kubernetes.io/instance-type`: a template label there is refused) or a
+template label (every other key, put on the node as written). The nodes are tainted
+`nvidia.com/gpu:NoSchedule`, which the portal's GPU pods tolerate and Ray heads do not, and each
+toleration of the flavor with a key becomes a taint too, so only pods Kueue admitted into the
+flavor land on its nodes.
 
 Deliberately plain: `consolidationPolicy: WhenEmpty` — a node with an engine on it is never
 drained to pack pods tighter (reloading weights costs minutes of serving), only an empty node
@@ -22,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime.manifests.common import GPU_RESOURCE, portal_labels
+from runtime.manifests.common import GPU_RESOURCE, GPU_TAINT_KEY, flavor_node_labels, portal_labels
 from runtime.spec import NodeClassSpec, NodePoolSpec
 
 KARPENTER_API_VERSION = "karpenter.sh/v1"
@@ -82,7 +87,7 @@ def _requirement(key: str, values: list[str] | tuple[str, ...]) -> dict[str, Any
 def _requirements(spec: NodePoolSpec, node_class: NodeClassSpec) -> list[dict[str, Any]]:
     """What a node must be: the flavor's GPUs, instance types, capacity types, well-known labels."""
     flavor = spec.flavor
-    labels = dict(flavor.node_labels)
+    labels = flavor_node_labels(flavor)
     requirements = []
     if node_class.aws:
         # AWS publishes both per instance type, so this alone keeps out non-GPU instances and
@@ -101,17 +106,20 @@ def _requirements(spec: NodePoolSpec, node_class: NodeClassSpec) -> list[dict[st
 
 
 def _taints(spec: NodePoolSpec) -> list[dict[str, Any]]:
-    """A taint per keyed toleration of the flavor: its nodes take only pods Kueue admitted
-    into the flavor (a toleration with no key tolerates everything and makes no taint)."""
-    taints = []
+    """The GPU taint, then a taint per keyed toleration of the flavor: its nodes take only pods
+    Kueue admitted into the flavor (a toleration with no key tolerates everything and makes no
+    taint). One taint per (key, effect), as the API server requires of a node; the flavor's own
+    wins (the GPU pods tolerate `nvidia.com/gpu` with any value)."""
+    taints: dict[tuple[str, str], dict[str, Any]] = {}
     for toleration in spec.flavor.tolerations:
         if not toleration.key:
             continue
         taint: dict[str, Any] = {"key": toleration.key, "effect": toleration.effect}
         if toleration.operator == "Equal" and toleration.value:
             taint["value"] = toleration.value
-        taints.append(taint)
-    return taints
+        taints.setdefault((toleration.key, toleration.effect), taint)
+    gpu = {(GPU_TAINT_KEY, "NoSchedule"): {"key": GPU_TAINT_KEY, "effect": "NoSchedule"}}
+    return list({**gpu, **taints}.values())
 
 
 def _node_class_ref(spec: NodePoolSpec, node_class: NodeClassSpec) -> dict[str, str]:
@@ -128,7 +136,7 @@ def _node_class_ref(spec: NodePoolSpec, node_class: NodeClassSpec) -> dict[str, 
 
 def render_nodepool(spec: NodePoolSpec, node_class: NodeClassSpec) -> dict[str, Any]:
     """The NodePool for one provisioned GPU flavor (the module docstring says why each part)."""
-    labels = {k: v for k, v in sorted(spec.flavor.node_labels) if not is_well_known(k)}
+    labels = {k: v for k, v in flavor_node_labels(spec.flavor).items() if not is_well_known(k)}
     template: dict[str, Any] = {
         "spec": {
             "nodeClassRef": _node_class_ref(spec, node_class),
@@ -136,11 +144,8 @@ def render_nodepool(spec: NodePoolSpec, node_class: NodeClassSpec) -> dict[str, 
             "expireAfter": spec.expire_after,
         }
     }
-    taints = _taints(spec)
-    if taints:
-        template["spec"]["taints"] = taints
-    if labels:
-        template["metadata"] = {"labels": labels}
+    template["spec"]["taints"] = _taints(spec)
+    template["metadata"] = {"labels": labels}
     return {
         "apiVersion": KARPENTER_API_VERSION,
         "kind": "NodePool",

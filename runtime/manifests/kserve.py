@@ -33,9 +33,9 @@ them; the deployment's next cold start would then wait in the queue (or never fi
 The predictor is one pod per replica, so TP x PP GPUs must fit on one node; multi-node
 replicas need the kuberay backend. The InferenceService's labels (including the Kueue queue
 name) are copied onto its pods, and Kueue's pod integration injects the admitted
-ResourceFlavor's node labels and tolerations. The predictor selects the flavor's node labels
-itself all the same, or Kueue could admit it into another GPU flavor's quota
-(`common.gpu_node_selector`); it sets no tolerations.
+ResourceFlavor's node labels and tolerations. The predictor selects `llm-portal.io/flavor`
+itself all the same, or Kueue could admit it into another flavor's quota
+(`common.gpu_node_selector`); of tolerations it sets only the GPU nodes' taint.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from runtime.manifests.common import (
     deployment_labels,
     gpu_node_selector,
     gpu_pod_resources,
+    gpu_tolerations,
     hf_token_env,
     model_cache_volume,
     parse_pvc_source,
@@ -245,6 +246,7 @@ def render_inferenceservice(spec: DeploymentSpec, platform: PlatformSpec) -> dic
         },
         # Pins the predictor pods to the reserved flavor; Kueue injects its tolerations.
         "nodeSelector": gpu_node_selector(spec.flavor),
+        "tolerations": gpu_tolerations(),
         "containers": [_container(spec, platform)],
         "volumes": volumes,
     }

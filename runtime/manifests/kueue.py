@@ -9,8 +9,10 @@ ClusterQueue, in list order, that has room and whose node labels the pod does no
 The ClusterQueue has one resource group covering GPUs, CPU and memory. Its first flavor is
 the platform's CPU flavor (`PlatformSpec.cpu_flavor`, no GPUs): Ray heads, which request no
 GPU, land there and never take a GPU flavor's CPU or memory. Then the tenant's GPU flavors,
-each sized for its workers only; GPU pods select their flavor's node labels, so no other GPU
-flavor (and not the CPU flavor, which has no GPUs) can admit them. Why not a second resource
+each sized for its workers only. Every flavor, the CPU flavor included, carries the portal's
+node label `llm-portal.io/flavor: <its name>` (common.LABEL_FLAVOR) besides its own labels, and
+every pod the portal renders selects that one label, so no other flavor can admit it whatever
+label keys the flavors use (common.gpu_node_selector says why). Why not a second resource
 group for CPU and memory: a pod set gets one flavor per group and Kueue injects the labels of
 every flavor it got, so GPU workers would carry the CPU flavor's node labels too and their CPU
 and memory would be charged to it.
@@ -22,7 +24,13 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from runtime.manifests.common import GPU_RESOURCE, portal_labels, toleration
+from runtime.manifests.common import (
+    GPU_RESOURCE,
+    cpu_flavor_node_labels,
+    flavor_node_labels,
+    portal_labels,
+    toleration,
+)
 from runtime.manifests.topology import KUEUE_API_VERSION as KUEUE_API_VERSION  # defined there
 from runtime.manifests.topology import topology_name
 from runtime.spec import FlavorQuotaSpec, FlavorSpec, PlatformSpec, TenantQueueSpec
@@ -92,15 +100,15 @@ def render_namespace(spec: TenantQueueSpec) -> dict[str, Any]:
 def render_resource_flavor(flavor: FlavorSpec) -> dict[str, Any]:
     """The Kueue ResourceFlavor for one GPU flavor.
 
-    `nodeLabels` and `tolerations` are what Kueue injects into admitted pods, which is why
-    the RayService sets neither.
+    `nodeLabels` (the flavor's own plus `llm-portal.io/flavor: <name>`, common.flavor_node_labels)
+    and `tolerations` are what Kueue injects into admitted pods. Once `topologyName` is set, Kueue
+    refuses any change of `nodeLabels` or `tolerations` (CEL rules in kubernetes-sigs/kueue v0.19.2,
+    apis/kueue/v1beta2/resourceflavor_types.go); quotas.kueue checks before it applies.
     """
-    spec: dict[str, Any] = {}
-    if flavor.node_labels:
-        spec["nodeLabels"] = dict(sorted(flavor.node_labels))
+    spec: dict[str, Any] = {"nodeLabels": flavor_node_labels(flavor)}
     if flavor.tolerations:
         spec["tolerations"] = [toleration(t) for t in flavor.tolerations]
-    if flavor.topology_levels:  # Kueue refuses it without node labels; quotas.provisioning too
+    if flavor.topology_levels:  # Kueue refuses it without node labels: there always are some
         spec["topologyName"] = topology_name(flavor)
     return {
         "apiVersion": KUEUE_API_VERSION,
@@ -113,18 +121,50 @@ def render_resource_flavor(flavor: FlavorSpec) -> dict[str, Any]:
 def render_cpu_resource_flavor(platform: PlatformSpec) -> dict[str, Any]:
     """The CPU-only ResourceFlavor that Ray heads are charged to (`platform.cpu_flavor`).
 
-    Its node labels, if the platform names any, are what heads select and what Kueue injects;
-    it has no tolerations, so heads stay off tainted GPU nodes.
+    Always labelled: `llm-portal.io/flavor: <its name>`, which heads select, plus the platform's
+    KUEUE_CPU_NODE_LABELS; Kueue injects them all. It has no tolerations, so heads stay off the
+    tainted GPU nodes. Raises ValueError for more labels than a ResourceFlavor holds.
     """
-    spec: dict[str, Any] = {}
-    if platform.cpu_flavor_node_labels:
-        spec["nodeLabels"] = dict(sorted(platform.cpu_flavor_node_labels))
+    spec: dict[str, Any] = {"nodeLabels": cpu_flavor_node_labels(platform)}
     return {
         "apiVersion": KUEUE_API_VERSION,
         "kind": "ResourceFlavor",
         "metadata": {"name": platform.cpu_flavor, "labels": portal_labels()},
         "spec": spec,
     }
+
+
+# Kueue keeps these of a ResourceFlavor once its topologyName is set: CEL rules "nodeLabels are
+# immutable when topologyName is set" and the same for tolerations (kubernetes-sigs/kueue v0.19.2,
+# apis/kueue/v1beta2/resourceflavor_types.go), so the API server refuses such a patch every time.
+# Kueue's main branch allows both changes (kueue#13622, kueue#13738; in no release yet): relax this
+# when the platform moves to a Kueue that has them.
+FIXED_WITH_TOPOLOGY = ("nodeLabels", "tolerations")
+
+
+def resource_flavor_update_problem(current: dict[str, Any] | None, wanted: dict[str, Any]) -> str:
+    """Why applying `wanted` over the cluster's `current` ResourceFlavor would be refused forever,
+    or "" when it may be applied (no object yet, no topologyName, or nothing fixed changes).
+
+    Deleting and recreating the flavor is not done for the admin: Kueue would drop it from every
+    ClusterQueue while admitted workloads are charged to it.
+    """
+    spec = (current or {}).get("spec") or {}
+    if not spec.get("topologyName"):
+        return ""
+    changed = [f for f in FIXED_WITH_TOPOLOGY if (spec.get(f) or None) != (wanted["spec"].get(f) or None)]
+    if not changed:
+        return ""
+    name = wanted["metadata"]["name"]
+    fields = " and ".join(
+        f"{f} (on the cluster {spec.get(f) or 'none'}, wanted {wanted['spec'].get(f) or 'none'})" for f in changed
+    )
+    return (
+        f"ResourceFlavor {name} has topologyName {spec['topologyName']}, and Kueue refuses changes to its "
+        f"{fields}, so the portal does not apply it. Until it does, pods of other flavors may be admitted on it. "
+        f"Recreating it is not safe while admitted workloads use it: stop the deployments on {name}, "
+        f"then delete the ResourceFlavor (kubectl delete resourceflavor {name}); the next sync recreates it."
+    )
 
 
 def _head_overhead(platform: PlatformSpec) -> tuple[int, int]:

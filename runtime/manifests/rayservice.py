@@ -26,6 +26,7 @@ from runtime.manifests.common import (
     deployment_labels,
     gpu_node_selector,
     gpu_pod_resources,
+    gpu_tolerations,
     hf_token_env,
     model_cache_volume,
     parse_pvc_source,
@@ -220,9 +221,8 @@ def _head_group(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str, Any]:
             },
         },
     }
-    node_selector = cpu_node_selector(platform)
-    if node_selector:
-        group["template"]["spec"]["nodeSelector"] = node_selector
+    # Pinned to the CPU flavor's nodes; no GPU toleration, so never on a tainted GPU node.
+    group["template"]["spec"]["nodeSelector"] = cpu_node_selector(platform)
     if spec.hf_token_secret:
         # Ray Serve LLM forwards HF_TOKEN from the controller's environment into the
         # replicas' runtime env, so the head needs it as well as the workers.
@@ -257,7 +257,7 @@ def _worker_group(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str, Any
     gpus = gpus_per_pod(spec)
     pods = pods_per_replica(spec)
     resources = gpu_pod_resources(spec.flavor, gpus)
-    node_selector = gpu_node_selector(spec.flavor)  # RenderError for a flavor that cannot be pinned
+    node_selector = gpu_node_selector(spec.flavor)
     volumes, mounts = _worker_volumes(spec, platform)
     env = [
         {"name": "HF_HOME", "value": platform.hf_cache_path},
@@ -283,9 +283,11 @@ def _worker_group(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str, Any
         "template": {
             "metadata": metadata,
             "spec": {
-                # The flavor's node labels, so Kueue can admit the group into no other flavor
-                # (common.gpu_node_selector). Tolerations stay Kueue's to inject on admission.
+                # llm-portal.io/flavor, so Kueue can admit the group into no other flavor
+                # (common.gpu_node_selector). The GPU nodes' taint is tolerated here; the
+                # flavor's own tolerations stay Kueue's to inject on admission.
                 "nodeSelector": node_selector,
+                "tolerations": gpu_tolerations(),
                 "containers": [
                     {
                         "name": "ray-worker",
@@ -312,9 +314,11 @@ def render_rayservice(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str,
     - `spec.rayClusterConfig.suspend`: Kueue owns it (it suspends the job until admission
       and resumes it). If the portal applied it, every reconcile would fight Kueue, either
       un-suspending an unadmitted job or suspending a running one.
-    - tolerations on pods: injected by Kueue from the admitted ResourceFlavor. The pods'
-      nodeSelector *is* set, to the very labels Kueue injects: without it Kueue may admit
-      the workers into another GPU flavor's quota (see common.gpu_node_selector).
+    - the flavor's tolerations on pods: injected by Kueue from the admitted ResourceFlavor
+      (workers tolerate only the GPU nodes' `nvidia.com/gpu` taint themselves). The pods'
+      nodeSelector *is* set, to `llm-portal.io/flavor`, which Kueue injects with the same
+      value: without it Kueue may admit the pods into another flavor's quota (see
+      common.gpu_node_selector).
 
     `spec.upgradeStrategy.type` is "None": "NewCluster" brings up a second full cluster
     before tearing down the old one, i.e. 2x the deployment's GPUs during every upgrade,

@@ -322,8 +322,8 @@ class TestPlacementIsOneRule:
     def test_a_spec_that_stops_rendering_after_approval_becomes_a_condition(self, world, cluster_api):
         from deployments.reconcile import reconcile
 
-        body = approve(world, request_one(world))
-        world.h100.node_labels = {}
+        body = approve(world, request_one(world, tensor_parallel_size=2))
+        world.h100.gpus_per_node = 1  # the TP group no longer fits one node
         world.h100.save()
         dep = ModelDeployment.objects.get(pk=body["id"])
         assert reconcile(dep).outcome == "error"

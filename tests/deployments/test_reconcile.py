@@ -435,13 +435,13 @@ class TestResult:
 
 class TestTerminalErrors:
     def test_a_spec_that_no_longer_renders_is_a_condition_not_a_retry(self, world, cluster_api):
-        dep = approved(world)
-        world.h100.node_labels = {}  # since approval the flavor lost what pins pods to it
+        dep = approved(world, tensor_parallel_size=2)
+        world.h100.gpus_per_node = 1  # since approval the flavor's nodes shrank below the TP group
         world.h100.save()
         assert run(dep) == Result("error")
         ready = dep.condition("Ready")
         assert (ready["status"], ready["reason"]) == ("False", "ClusterError")
-        assert ready["message"].startswith("Cannot render the workload: GPU flavor 'h100-sxm5' has no node labels")
+        assert ready["message"].startswith("Cannot render the workload: tensor_parallel_size 2 does not fit")
         assert dep.state == State.APPROVED and rayservice(cluster_api, dep) is None
         assert dep.status_message == ready["message"]
 

@@ -130,10 +130,16 @@ class TestGpuPodsAreChargedToTheirOwnFlavor:
         assert admit(cq, flavors, render(spec), usage=full(flavor, queue)) is None
 
     @pytest.mark.parametrize("backend", BACKENDS)
-    def test_a_gpu_flavor_without_node_labels_is_refused_at_render(self, backend):
+    def test_a_gpu_flavor_without_labels_of_its_own_is_pinned_by_the_portal_label(self, backend):
         unlabelled = replace(A100, node_labels=())
-        with pytest.raises(ValueError, match="no node labels"):
-            render(deployment(unlabelled, backend=backend))
+        queue = tenant((unlabelled, 4), (H100, 8))
+        cq, flavors = cluster_objects(queue)
+        assert {
+            by[GPU] for by in admit(cq, flavors, render(deployment(H100, backend=backend))).values() if GPU in by
+        } == {"h100-sxm5"}
+        assert (
+            admit(cq, flavors, render(deployment(unlabelled, backend=backend)), usage=full(unlabelled, queue)) is None
+        )
 
     def test_borrowing_stays_within_the_same_flavor(self):
         queue = replace(tenant((A100, 4), (H100, 8)), cohort="serving")
@@ -169,7 +175,7 @@ class TestHeads:
     def test_heads_carry_no_toleration_and_select_the_cpu_nodes(self):
         head = render(deployment(H100), CPU_NODES)["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
         assert "tolerations" not in head
-        assert head["nodeSelector"] == {"node-role.example.com/cpu": "true"}
+        assert head["nodeSelector"] == {"llm-portal.io/flavor": "portal-cpu"}  # Kueue adds the CPU flavor's labels
 
     @pytest.mark.parametrize("gpus", [1, 3, 8])
     def test_one_gpu_deployment_per_gpu_fits_heads_and_workers(self, gpus):

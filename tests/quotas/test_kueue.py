@@ -23,7 +23,10 @@ class TestKueueSync:
         lq = cluster_api.get_object(k8s.LOCALQUEUE, "alpha", "alpha")
         assert lq["spec"]["clusterQueue"] == "tenant-alpha"
         flavor = cluster_api.get_object(k8s.RESOURCEFLAVOR, "h100-sxm5")
-        assert flavor["spec"]["nodeLabels"] == {"node.kubernetes.io/instance-type": "p5.48xlarge"}
+        assert flavor["spec"]["nodeLabels"] == {
+            "node.kubernetes.io/instance-type": "p5.48xlarge",
+            "llm-portal.io/flavor": "h100-sxm5",  # the portal's pinning label, added at render time
+        }
         for obj in (cq, lq, flavor):
             clean = {k: v for k, v in obj.items() if k != "status"}
             clean["metadata"] = {

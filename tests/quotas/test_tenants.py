@@ -66,7 +66,10 @@ class TestMirroredOnCommit:
                 values={"node_labels": {"node.kubernetes.io/instance-type": "p5e.48xlarge"}},
             )
         flavor = cluster_api.get_object(k8s.RESOURCEFLAVOR, "h100-sxm5")
-        assert flavor["spec"]["nodeLabels"] == {"node.kubernetes.io/instance-type": "p5e.48xlarge"}
+        assert flavor["spec"]["nodeLabels"] == {
+            "node.kubernetes.io/instance-type": "p5e.48xlarge",
+            "llm-portal.io/flavor": "h100-sxm5",
+        }
 
 
 class TestRefusals:

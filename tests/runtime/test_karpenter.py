@@ -128,8 +128,9 @@ class TestNodePool:
     def test_nodes_carry_the_flavors_labels_and_taints_so_kueue_and_karpenter_agree(self) -> None:
         obj = render_nodepool(pool(), AWS)
         template = obj["spec"]["template"]
-        # Custom labels are set on the node; the instance type is required (Karpenter sets it).
-        assert template["metadata"]["labels"] == dict(H100.node_labels)
+        # Custom labels and the portal's pinning label are set on the node; the instance type is
+        # required (Karpenter sets it).
+        assert template["metadata"]["labels"] == {**dict(H100.node_labels), "llm-portal.io/flavor": H100.name}
         requirements = {r["key"]: r["values"] for r in template["spec"]["requirements"]}
         assert requirements["node.kubernetes.io/instance-type"] == ["p5.48xlarge"]
         assert requirements["karpenter.k8s.aws/instance-gpu-count"] == ["8"]
@@ -160,9 +161,10 @@ class TestNodePool:
         with pytest.raises(ValueError, match="KARPENTER_NODE_ROLE"):
             render_ec2nodeclass("h100-sxm", NodeClassSpec())
 
-    def test_a_toleration_without_key_makes_no_taint(self) -> None:
+    def test_a_toleration_without_key_makes_no_taint_but_the_gpu_taint_stays(self) -> None:
         flavor = replace(H100_TAS, tolerations=(Toleration(key="", operator="Exists"),))
-        assert "taints" not in render_nodepool(pool(flavor=flavor), AWS)["spec"]["template"]["spec"]
+        taints = render_nodepool(pool(flavor=flavor), AWS)["spec"]["template"]["spec"]["taints"]
+        assert taints == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]  # Ray heads stay off
 
 
 class TestTopologyPlacement:

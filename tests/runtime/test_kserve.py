@@ -272,16 +272,18 @@ class TestLabelsAndScheduling:
         meta = render(small_spec())["metadata"]
         assert (meta["name"], meta["namespace"]) == ("qwen-small", "tenant-acme")
 
-    def test_the_predictor_selects_its_flavors_node_labels_and_leaves_tolerations_to_kueue(self) -> None:
-        # Without the selector Kueue may admit the pods into another GPU flavor's quota.
+    def test_the_predictor_selects_its_flavor_by_the_portal_label_and_tolerates_only_the_gpu_taint(self) -> None:
+        # Without the selector Kueue may admit the pods into another GPU flavor's quota; the
+        # flavor's own tolerations are Kueue's to inject.
         pred = predictor(render(large_spec()))
-        assert pred["nodeSelector"] == {"nvidia.com/gpu.product": "H100-SXM5"}
-        for field in ("tolerations", "affinity", "nodeName"):
+        assert pred["nodeSelector"] == {"llm-portal.io/flavor": "h100-sxm"}
+        assert pred["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        for field in ("affinity", "nodeName"):
             assert field not in pred
 
-    def test_a_gpu_flavor_without_node_labels_is_refused(self) -> None:
-        with pytest.raises(RenderError, match="'l4' has no node labels"):
-            render(small_spec(flavor=replace(L4, node_labels=())))
+    def test_a_gpu_flavor_without_node_labels_of_its_own_is_pinned_by_the_portal_label(self) -> None:
+        pred = predictor(render(small_spec(flavor=replace(L4, node_labels=()))))
+        assert pred["nodeSelector"] == {"llm-portal.io/flavor": "l4"}
 
     def test_name_kserve_would_refuse_is_refused(self) -> None:
         with pytest.raises(RenderError, match="at most 47"):

@@ -19,6 +19,7 @@ from runtime import manifests
 from runtime.manifests.common import (
     ANNOTATION_ELASTIC_JOB,
     LABEL_DEPLOYMENT_ID,
+    LABEL_FLAVOR,
     LABEL_MANAGED_BY,
     LABEL_QUEUE_NAME,
     LABEL_TENANT,
@@ -366,27 +367,31 @@ class TestRenderRayService:
             group["template"]["spec"] for group in cluster["workerGroupSpecs"]
         ]
         for pod_spec in pod_specs:
-            assert "tolerations" not in pod_spec
             assert "affinity" not in pod_spec
+        # The flavor's tolerations are Kueue's to inject; workers tolerate only the GPU nodes'
+        # taint themselves, and the head nothing, so it never lands on a tainted GPU node.
+        head, worker = pod_specs
+        assert "tolerations" not in head
+        assert worker["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 
-    def test_workers_select_their_flavors_node_labels_and_heads_the_cpu_flavors(self) -> None:
-        # The same labels Kueue injects from the ResourceFlavor: without them Kueue may admit
-        # the workers into another GPU flavor (tests/quotas/test_admission.py).
+    def test_every_pod_selects_only_the_portal_label_of_its_flavor(self) -> None:
+        # One key every flavor carries with its own value: Kueue >= 0.18.2 matches a selector only
+        # on the keys of the flavor it tries, so the flavor's own keys would not rule others out.
         cpu_nodes = replace(PLATFORM, cpu_flavor_node_labels=(("node-role.example.com/cpu", "true"),))
-        cluster = manifests.render_rayservice(large_spec(), cpu_nodes)["spec"]["rayClusterConfig"]
-        flavor = manifests.render_resource_flavor(H100)
-        assert (
-            worker_group({"spec": {"rayClusterConfig": cluster}})["template"]["spec"]["nodeSelector"]
-            == (flavor["spec"]["nodeLabels"])
-        )
-        head = cluster["headGroupSpec"]["template"]["spec"]
-        assert head["nodeSelector"] == manifests.render_cpu_resource_flavor(cpu_nodes)["spec"]["nodeLabels"]
-        unlabelled = manifests.render_rayservice(large_spec(), PLATFORM)["spec"]["rayClusterConfig"]
-        assert "nodeSelector" not in unlabelled["headGroupSpec"]["template"]["spec"]
+        for platform in (PLATFORM, cpu_nodes):
+            cluster = manifests.render_rayservice(large_spec(), platform)["spec"]["rayClusterConfig"]
+            worker = worker_group({"spec": {"rayClusterConfig": cluster}})["template"]["spec"]
+            assert worker["nodeSelector"] == {LABEL_FLAVOR: "h100-sxm"}
+            assert cluster["headGroupSpec"]["template"]["spec"]["nodeSelector"] == {LABEL_FLAVOR: "portal-cpu"}
+            # ...and the same value Kueue injects from the ResourceFlavor, so the two never clash.
+            assert manifests.render_cpu_resource_flavor(platform)["spec"]["nodeLabels"][LABEL_FLAVOR] == "portal-cpu"
+        assert manifests.render_resource_flavor(H100)["spec"]["nodeLabels"][LABEL_FLAVOR] == "h100-sxm"
 
-    def test_a_gpu_flavor_without_node_labels_is_refused(self) -> None:
-        with pytest.raises(RenderError, match="'l4' has no node labels"):
-            manifests.render_rayservice(small_spec(flavor=replace(L4, node_labels=())), PLATFORM)
+    def test_a_gpu_flavor_without_labels_of_its_own_is_still_pinned(self) -> None:
+        unlabelled = replace(L4, node_labels=())
+        worker = worker_group(manifests.render_rayservice(small_spec(flavor=unlabelled), PLATFORM))
+        assert worker["template"]["spec"]["nodeSelector"] == {LABEL_FLAVOR: "l4"}
+        assert manifests.render_resource_flavor(unlabelled)["spec"]["nodeLabels"] == {LABEL_FLAVOR: "l4"}
 
     def test_head_takes_no_gpu_and_exposes_ray_ports(self) -> None:
         head = manifests.render_rayservice(small_spec(), PLATFORM)["spec"]["rayClusterConfig"]["headGroupSpec"]
@@ -521,6 +526,7 @@ class TestRenderKueue:
         assert flavor["apiVersion"] == "kueue.x-k8s.io/v1beta2"
         assert flavor["spec"]["nodeLabels"] == {
             "cloud.example.com/gpu": "h100",
+            "llm-portal.io/flavor": "h100-sxm",
             "nvidia.com/gpu.product": "H100-SXM5",
         }
         # CEL rule on ResourceFlavor: a value is forbidden with operator Exists.
@@ -593,7 +599,30 @@ class TestRenderKueue:
         first = manifests.render_cluster_queue(tenant_queue(), platform)["spec"]["resourceGroups"][0]["flavors"][0]
         assert first["name"] == "cpu-nodes"
         flavor = manifests.render_cpu_resource_flavor(platform)
-        assert (flavor["metadata"]["name"], flavor["spec"]) == ("cpu-nodes", {"nodeLabels": {"pool": "cpu"}})
+        assert (flavor["metadata"]["name"], flavor["spec"]) == (
+            "cpu-nodes",
+            {"nodeLabels": {LABEL_FLAVOR: "cpu-nodes", "pool": "cpu"}},
+        )
+        assert_valid(flavor)
+
+    def test_the_cpu_flavor_is_labelled_even_when_the_platform_names_no_labels(self) -> None:
+        # Unlabelled, it would fit every pod under Kueue >= 0.18.2 and heads would select nothing.
+        flavor = manifests.render_cpu_resource_flavor(PLATFORM)
+        assert flavor["spec"] == {"nodeLabels": {LABEL_FLAVOR: "portal-cpu"}}
+        assert_valid(flavor)
+
+    def test_the_portal_label_names_the_flavor_whatever_labels_it_was_given(self) -> None:
+        spoofed = replace(L4, node_labels=((LABEL_FLAVOR, "h100-sxm"), ("nvidia.com/gpu.product", "NVIDIA-L4")))
+        assert manifests.render_resource_flavor(spoofed)["spec"]["nodeLabels"][LABEL_FLAVOR] == "l4"
+        platform = replace(PLATFORM, cpu_flavor_node_labels=((LABEL_FLAVOR, "l4"),))
+        assert manifests.render_cpu_resource_flavor(platform)["spec"]["nodeLabels"] == {LABEL_FLAVOR: "portal-cpu"}
+
+    def test_more_cpu_node_labels_than_a_resource_flavor_holds_are_refused(self) -> None:
+        labels = tuple((f"example.com/l{i}", "x") for i in range(8))
+        with pytest.raises(ValueError, match="at most 7 labels"):
+            manifests.render_cpu_resource_flavor(replace(PLATFORM, cpu_flavor_node_labels=labels))
+        flavor = manifests.render_cpu_resource_flavor(replace(PLATFORM, cpu_flavor_node_labels=labels[:7]))
+        assert len(flavor["spec"]["nodeLabels"]) == 8
         assert_valid(flavor)
 
     def test_cluster_queue_joins_the_cohort_and_preempts_sensibly(self) -> None:

@@ -13,9 +13,14 @@ The rules (Kueue's flavorassigner, as its docs and the ARCHITECTURE notes descri
 - A pod's requests are the sum of its containers' requests.
 - For each pod set and each resource group holding a resource the pod set requests, the flavors
   are tried in list order. A flavor is skipped when its `nodeLabels`, taken as a node's labels,
-  do not satisfy the pod's nodeSelector restricted to the label keys that any flavor of the group
-  uses (a pod that selects no such key fits every flavor; an unlabelled flavor fits only such a
-  pod), or when any requested resource of the group does not fit:
+  do not satisfy the pod's nodeSelector restricted to **that flavor's own label keys** (Kueue
+  >= 0.18.2: kubernetes-sigs/kueue v0.19.2, pkg/scheduler/flavorassigner/flavorassigner.go,
+  `FlavorAssigner.checkFlavorForPodSets` builds `flavorSelector(&podSpec, flavorLabelKeys)`
+  with `flavorLabelKeys := sets.KeySet(flavor.Spec.NodeLabels)`, kueue#12449; up to 0.18.1 it
+  was the union of the keys of the group's flavors). So a selector key the flavor does not
+  have is ignored: a pod asking `cloud.example.com/gpu: h100` fits a flavor labelled only
+  `nvidia.com/gpu.product: NVIDIA-L4`, and an unlabelled flavor fits every pod. A flavor is also
+  skipped when any requested resource of the group does not fit:
   `used + per-pod × pods ≤ nominalQuota + borrowable`. Borrowable is `borrowingLimit` capped by
   what the cohort has spare (`cohort_spare`), 0 outside a cohort or with nothing spare.
 - The first flavor that fits is taken for the whole group; usage then counts for the next pod
@@ -101,8 +106,10 @@ def pod_sets(obj: dict[str, Any], *, at_max: bool = False) -> list[PodSet]:
     raise ValueError(f"no pod sets for kind {obj['kind']}")
 
 
-def _fits_labels(node_labels: dict[str, str], selector: dict[str, str], group_keys: set[str]) -> bool:
-    return all(node_labels.get(key) == value for key, value in selector.items() if key in group_keys)
+def _fits_labels(flavor_labels: dict[str, str], selector: dict[str, str]) -> bool:
+    """Whether a pod with `selector` fits a flavor with `flavor_labels` (Kueue >= 0.18.2): the
+    selector is matched on the flavor's own keys only; every other key is ignored."""
+    return all(flavor_labels[key] == value for key, value in selector.items() if key in flavor_labels)
 
 
 def admit(
@@ -138,13 +145,12 @@ def admit(
             resources = [r for r in group["coveredResources"] if r in wanted]
             if not resources:
                 continue
-            group_keys = {key for f in group["flavors"] for key in labels.get(f["name"], {})}
             chosen = None
             for flavor in group["flavors"]:
                 name = flavor["name"]
                 if name not in labels:
                     continue  # a ClusterQueue naming a missing ResourceFlavor is inactive for it
-                if not _fits_labels(labels[name], pod_set.node_selector, group_keys):
+                if not _fits_labels(labels[name], pod_set.node_selector):
                     continue
                 quotas = {r["name"]: r for r in flavor["resources"]}
                 if all(
