@@ -87,7 +87,8 @@ def binaries(names: tuple[str, ...] = NAMES) -> dict[str, Path]:
         return found
     if not (K8S_DIR / "SHA256SUMS").exists():
         raise Unavailable(
-            f"{K8S_DIR} is absent: set KUBEBUILDER_ASSETS to a folder of the binaries built as ../shared/k8s/BUILD.md says"
+            f"{K8S_DIR} is absent: set KUBEBUILDER_ASSETS to a folder of the binaries "
+            "built as ../shared/k8s/BUILD.md says"
         )
     sums = _sums()
     return {name: _unpack(name, sums[name]) for name in names}
