@@ -144,9 +144,12 @@ def endpoint_note(dep: ModelDeployment) -> str:
         return "The local engine accepts keys minted for this deployment or for its tenant."
     if settings.GATEWAY_PUBLIC_URL:
         return "Through the platform Gateway: send a key minted for this deployment or for its tenant."
+    # Without the Gateway no Kuadrant AuthPolicy stands in front of the engine, and the engine
+    # itself is started without a key: the Authorization header the examples send is ignored.
     return (
         "Cluster-internal URL: no Gateway is configured (GATEWAY_PUBLIC_URL is unset), so the endpoint "
-        "is reachable only inside the cluster and checks no key."
+        "is reachable only inside the cluster and nothing checks a key there: the examples' "
+        "Authorization header is ignored until a Gateway is configured, so anyone in the cluster can call it."
     )
 
 

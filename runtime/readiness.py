@@ -1,12 +1,15 @@
 """Is this cluster set up for the portal? Each check reads the cluster (or Prometheus) once and
 answers green / amber / red with what to do about it.
 
-Checks: the APIs the portal writes are served at the versions it uses (KubeRay, Kueue, KServe,
-Gateway API when configured; discovery, so no grant is needed), Kueue manages RayServices, each
-GPU flavor has schedulable nodes (labels, allocatable GPUs, taints tolerated), the model-cache
-claim is bound in each tenant namespace, Prometheus answers, and the portal holds each permission
-it needs (SelfSubjectAccessReview per verb). Red: deployments will fail or never start. Amber:
-something works less well, or the portal cannot tell.
+Checks: the API server's version; the APIs the portal writes are served at the versions it uses
+(KubeRay, Kueue, KServe, Gateway API when configured; discovery, so no grant is needed — an
+enabled backend whose API group is absent is not installed: amber, red only when no enabled
+backend is); Kueue runs (its webhook answers) at a supported version, and so are KubeRay and KServe
+(runtime.readiness_install, against runtime.versions); Kueue manages RayServices; each GPU flavor
+has schedulable nodes (labels, allocatable GPUs, taints tolerated; none yet is amber) and its
+quota fits them; the model-cache claim is bound in each tenant namespace, Prometheus answers, and
+the portal holds each permission it needs (SelfSubjectAccessReview per verb). Red: deployments
+will fail or never start. Amber: something works less well, or the portal cannot tell.
 """
 
 from __future__ import annotations
@@ -20,84 +23,93 @@ from typing import Any
 import yaml
 
 from runtime import k8s
+from runtime.k8s.kinds import VISIBILITY_GROUP, VISIBILITY_VERSIONS
 from runtime.k8s.permissions import PORTAL, READINESS
 from runtime.manifests.common import GPU_RESOURCE
+from runtime.readiness_base import AMBER, GREEN, OPTIONAL_RBAC, RED, Check, ReadinessConfig
+from runtime.readiness_base import denied as _denied
+from runtime.readiness_install import (
+    check_backend_versions,
+    check_kueue_controller,
+    check_quota_capacity,
+    check_server_version,
+    rayservice_probe,
+)
 from runtime.readiness_pools import pool_checks, topology_checks
-from runtime.spec import FlavorSpec, Toleration
+from runtime.spec import Toleration
+from runtime.versions import VERSIONS
 
-GREEN, AMBER, RED = "green", "amber", "red"
+__all__ = ["AMBER", "GREEN", "RED", "Check", "ReadinessConfig", "readiness"]
+
 RAYSERVICE_FRAMEWORK = "ray.io/rayservice"  # Kueue's integrations.frameworks entry
 KUEUE_CONFIG_KEY = "controller_manager_config.yaml"
 MAX_NAMESPACES = 50  # model-cache claims checked per page load
-OPTIONAL_RBAC = "deploy/k8s/optional/readiness-rbac.yaml"
-
-
-@dataclass
-class Check:
-    key: str
-    title: str
-    status: str
-    detail: str
-    fix: str = ""
 
 
 @dataclass(frozen=True)
 class Api:
-    """An API the portal needs: `plurals` served at `group/version`."""
+    """An API the portal needs: `plurals` served at one of `versions` (preferred first)."""
 
     product: str
     group: str
-    version: str
+    versions: tuple[str, ...]
     plurals: tuple[str, ...]
     install: str
     missing: str = RED  # how bad its absence is
+    backend: str = ""  # the runtime backend it serves: optional, amber when not installed
 
 
-KUBERAY = Api("KubeRay", "ray.io", "v1", ("rayservices",), "install the KubeRay operator (v1.7 or later) with its CRDs")
+def _tested(component: str) -> str:
+    return f"v{VERSIONS[component].tested}"
+
+
+KUBERAY = Api(
+    "KubeRay",
+    "ray.io",
+    ("v1",),
+    ("rayservices",),
+    f"install the KubeRay operator ({_tested('kuberay')} is tested) with its CRDs",
+    backend="kuberay",
+)
 KUEUE = Api(
     "Kueue",
     "kueue.x-k8s.io",
-    "v1beta2",
+    ("v1beta2",),
     ("workloads", "clusterqueues", "localqueues", "resourceflavors", "cohorts"),
-    "install Kueue v0.16 or later (v1beta2 is its storage version)",
+    f"install Kueue v{VERSIONS['kueue'].minimum} or later (v1beta2 is its storage version; "
+    f"{_tested('kueue')} is tested)",
 )
 KUEUE_VISIBILITY = Api(
-    "Kueue visibility API",
-    "visibility.kueue.x-k8s.io",
-    "v1beta1",
+    "Kueue visibility",
+    VISIBILITY_GROUP,
+    VISIBILITY_VERSIONS,
     ("clusterqueues",),  # read as clusterqueues/<name>/pendingworkloads
-    "enable Kueue's visibility API (its APIService); without it queued deployments show no position",
+    "enable Kueue's visibility API (its APIService, v1beta2); without it queued deployments show no position",
     missing=AMBER,
 )
 KARPENTER = Api(
-    "Karpenter", "karpenter.sh", "v1", ("nodepools", "nodeclaims"), "install Karpenter v1 or later with its CRDs"
+    "Karpenter", "karpenter.sh", ("v1",), ("nodepools", "nodeclaims"), "install Karpenter v1 or later with its CRDs"
 )
-KSERVE = Api("KServe", "serving.kserve.io", "v1beta1", ("inferenceservices",), "install KServe with its CRDs")
+KSERVE = Api(
+    "KServe",
+    "serving.kserve.io",
+    ("v1beta1",),
+    ("inferenceservices",),
+    f"install KServe ({_tested('kserve')} is tested) with its CRDs",
+    backend="kserve",
+)
 GATEWAY = Api(
     "Gateway API",
     "gateway.networking.k8s.io",
-    "v1",
+    ("v1",),
     ("gateways", "httproutes"),
     "install the Gateway API CRDs (standard channel, v1)",
 )
 
 
-@dataclass(frozen=True)
-class ReadinessConfig:
-    backends: tuple[str, ...]  # the on-cluster backends enabled (kuberay, kserve)
-    flavors: tuple[FlavorSpec, ...] = ()
-    namespaces: tuple[str, ...] = ()  # tenant namespaces (where the model-cache claim must be)
-    model_cache_pvc: str | None = None
-    prometheus_url: str | None = None
-    gateway_api: bool = False
-    kueue_config: tuple[str, str] = ("kueue-system", "kueue-manager-config")
-    pools: tuple[str, ...] = ()  # the flavors the portal keeps a Karpenter NodePool for
-    topology: bool = False  # some flavor has topology levels (Kueue must serve Topology)
-    queueing_strategy: str = "BestEffortFIFO"
-
-
-def _denied(error: k8s.ClusterError) -> bool:
-    return error.status in (401, 403)
+def _api_title(api: Api, version: str) -> str:
+    name = api.product if api.product.endswith(" API") else f"{api.product} API"
+    return f"{name} ({api.group}/{version})"
 
 
 def check_apis(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Check]:
@@ -115,35 +127,33 @@ def check_apis(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Check]:
     if config.pools:
         apis.append(KARPENTER)
     groups = cluster.api_groups()
-    checks = []
-    for api in apis:
-        key, title = f"api:{api.group}", f"{api.product} API ({api.group}/{api.version})"
-        served = groups.get(api.group)
-        if served is None:
-            checks.append(
-                Check(key, title, api.missing, f"{api.group} is not served: its CRDs are missing.", api.install)
-            )
-            continue
-        if api.version not in served:
-            checks.append(
-                Check(
-                    key,
-                    title,
-                    api.missing,
-                    f"{api.group} serves {', '.join(served)}; the portal uses {api.version}.",
-                    f"Upgrade: {api.install}.",
-                )
-            )
-            continue
-        resources = cluster.api_resources(api.group, api.version)
-        absent = [p for p in api.plurals if p not in resources]
-        if absent:
-            checks.append(
-                Check(key, title, api.missing, f"{api.group}/{api.version} lacks {', '.join(absent)}.", api.install)
-            )
-        else:
-            checks.append(Check(key, title, GREEN, f"Served: {', '.join(served)}."))
-    return checks
+    # An enabled backend that is not installed only loses its deployments (amber), unless no
+    # enabled backend is installed: then nothing can run (red).
+    backends = [a for a in apis if a.backend]
+    none_installed = bool(backends) and all(a.group not in groups for a in backends)
+    return [_check_api(cluster, api, groups, none_installed) for api in apis]
+
+
+def _check_api(cluster: k8s.Cluster, api: Api, groups: dict[str, list[str]], none_installed: bool) -> Check:
+    served = groups.get(api.group)
+    version = next((v for v in api.versions if v in (served or ())), None)
+    key, title = f"api:{api.group}", _api_title(api, version or api.versions[0])
+    if served is None:
+        if api.backend:
+            status = RED if none_installed else AMBER
+            detail = f"{api.product} is not installed ({api.group} not served): its {api.backend} backend cannot run."
+            fix = f"Either {api.install}, or remove {api.backend} from RUNTIME_BACKENDS."
+            return Check(key, title, status, detail, fix)
+        return Check(key, title, api.missing, f"{api.group} is not served: its CRDs are missing.", api.install)
+    if version is None:
+        wanted = " or ".join(api.versions)
+        detail = f"{api.group} serves {', '.join(served)}; the portal uses {wanted}."
+        return Check(key, title, api.missing, detail, f"Upgrade: {api.install}.")
+    resources = cluster.api_resources(api.group, version)
+    absent = [p for p in api.plurals if p not in resources]
+    if absent:
+        return Check(key, title, api.missing, f"{api.group}/{version} lacks {', '.join(absent)}.", api.install)
+    return Check(key, title, GREEN, f"Served: {', '.join(served)}.")
 
 
 def check_kueue_rayservice(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Check]:
@@ -159,11 +169,16 @@ def check_kueue_rayservice(cluster: k8s.Cluster, config: ReadinessConfig) -> lis
             raise
         return [Check(key, title, AMBER, f"Cannot read {namespace}/{name}: {error}", f"Apply {OPTIONAL_RBAC}.")]
     if found is None:
-        return [
-            Check(
-                key, title, AMBER, f"Kueue's configuration {namespace}/{name} was not found.", "Set KUEUE_CONFIG_MAP."
-            )
-        ]
+        # Installs name it differently (Helm, a prefix) or pass the file another way: ask Kueue's
+        # webhook instead of failing on a missing file.
+        status, said = rayservice_probe(cluster, config)
+        detail = f"Kueue's configuration {namespace}/{name} was not found: its integrations could not be read. {said}"
+        fixes = {
+            GREEN: "",
+            AMBER: f"Set KUEUE_CONFIG_NAMESPACE/KUEUE_CONFIG_MAP to Kueue's ConfigMap, so it can be read. {fix}",
+            RED: fix,
+        }
+        return [Check(key, title, status, detail, fixes[status])]
     try:
         manager = yaml.safe_load((found.get("data") or {}).get(KUEUE_CONFIG_KEY) or "") or {}
     except yaml.YAMLError as error:
@@ -226,7 +241,13 @@ def check_flavors(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Check]:
             )
         elif not matching:
             checks.append(
-                Check(key, title, RED, f"No node carries {wanted}.", "Label the GPU nodes, or fix the flavor's labels.")
+                Check(
+                    key,
+                    title,
+                    AMBER,  # not yet: nodes (or Karpenter's) may come; deployments of it wait meanwhile
+                    f"No node carries {wanted} yet: deployments on this flavor wait for one.",
+                    "Add (or label) the flavor's GPU nodes, or fix the flavor's labels.",
+                )
             )
         elif not with_gpus:
             checks.append(
@@ -293,9 +314,14 @@ def check_model_cache(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Che
             raise
         return [Check(key, title, AMBER, f"Cannot read claims: {error}", f"Apply {OPTIONAL_RBAC}.")]
     if missing:
-        return [
-            Check(key, title, RED, f"Missing in {', '.join(missing)}.", f"Create PVC {name} in each tenant namespace.")
-        ]
+        # The renderers mount it in every engine pod while MODEL_CACHE_PVC is set (the default), and
+        # nothing in the portal creates it: such pods stay Pending ("persistentvolumeclaim not found").
+        detail = f"Missing in {', '.join(missing)}: engine pods there mount it and would stay Pending."
+        fix = (
+            f"Create a ReadWriteMany PVC {name} in each tenant namespace, or set MODEL_CACHE_PVC empty "
+            "so that pods mount no cache (each downloads its model)."
+        )
+        return [Check(key, title, RED, detail, fix)]
     if pending:
         return [
             Check(key, title, AMBER, f"Not bound in {', '.join(pending)}.", "Check the storage class and the volume.")
@@ -325,9 +351,17 @@ def check_permissions(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Che
     for verb, group, resource in PORTAL:
         if not cluster.can_i(verb, group, resource)[0]:
             missing.append(f"{verb} {resource}" + (f" ({group})" if group else ""))
-    namespace = config.kueue_config[0]
+    # Grants limited to one object (resourceNames; the Role ones in Kueue's namespace): RBAC
+    # allows only a request that names it.
+    namespace, config_map = config.kueue_config
+    named = {
+        "configmaps": (namespace, config_map),
+        "deployments": (namespace, config.kueue_deployment),
+        "customresourcedefinitions": (None, "rayservices.ray.io"),
+    }
     for verb, group, resource in READINESS:
-        if not cluster.can_i(verb, group, resource, namespace=namespace if resource == "configmaps" else None)[0]:
+        where, name = named.get(resource, (None, None))
+        if not cluster.can_i(verb, group, resource, namespace=where, name=name)[0]:
             optional.append(f"{verb} {resource}")
     checks = []
     if missing:
@@ -384,8 +418,12 @@ def check_pools(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Check]:
 
 CLUSTER_CHECKS: tuple[Callable[[k8s.Cluster, ReadinessConfig], list[Check]], ...] = (
     check_apis,
+    check_server_version,
+    check_kueue_controller,
+    check_backend_versions,
     check_kueue_rayservice,
     check_flavors,
+    check_quota_capacity,
     check_pools,
     check_model_cache,
     check_permissions,

@@ -143,12 +143,13 @@ class Cluster(OperatingReads):
         first; each item has `metadata` (name, namespace, ownerReferences), `priority`,
         `localQueueName`, `positionInClusterQueue` and `positionInLocalQueue` (both from 0).
 
-        Raises NotFound when the ClusterQueue (or the visibility API) does not exist.
+        The version read is `visibility_version()` (v1beta2, else v1beta1). Raises NotFound when
+        the ClusterQueue (or the visibility API) does not exist.
         """
         request = self.api_client.param_serialize(
             method="GET",
             resource_path=PENDING_WORKLOADS_PATH,
-            path_params={"name": cluster_queue},
+            path_params={"version": self.visibility_version(), "name": cluster_queue},
             query_params=[("limit", limit)],
             header_params={"Accept": "application/json"},
             auth_settings=["BearerToken"],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,14 +65,31 @@ RATELIMITPOLICY = Kind("kuadrant.io", "v1", "ratelimitpolicies", "RateLimitPolic
 TOKENRATELIMITPOLICY = Kind("kuadrant.io", "v1alpha1", "tokenratelimitpolicies", "TokenRateLimitPolicy")
 SECRET = Kind("", "v1", "secrets", "Secret")
 
+# Read only, by the readiness page: Kueue's controller Deployment (its image tag is its version)
+# and the CRDs of KubeRay and KServe (an `app.kubernetes.io/version` label, where installed so).
+DEPLOYMENT = Kind("apps", "v1", "deployments", "Deployment")
+CRD = Kind("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False)
+
 # Kueue's visibility API (an aggregated API served by the Kueue controller, not a CRD): the
 # pending workloads of a ClusterQueue in admission order. Only the ClusterQueue view is read —
 # it carries both positions (in the ClusterQueue and in the workload's LocalQueue), so one call
-# per ClusterQueue answers every deployment queued in it. Its items (PendingWorkload, v1beta1)
-# carry no pod sets, so the GPUs ahead of a deployment come from the Workloads the sweep lists.
+# per ClusterQueue answers every deployment queued in it. Its items (PendingWorkload) carry no
+# pod sets, so the GPUs ahead of a deployment come from the Workloads the sweep lists.
+# The versions the portal reads, preferred first: v1beta2 (Kueue 0.19 may register only its
+# v1beta2 APIService), then v1beta1 (older Kueue); both answer the same PendingWorkloadsSummary
+# (kubernetes-sigs/kueue apis/visibility/v1beta2/types.go). The readiness check and
+# `Cluster.pending_workloads` both pick with `visibility_version`.
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
-VISIBILITY_VERSION = "v1beta1"
-PENDING_WORKLOADS_PATH = f"/apis/{VISIBILITY_GROUP}/{VISIBILITY_VERSION}/clusterqueues/{{name}}/pendingworkloads"
+VISIBILITY_VERSIONS = ("v1beta2", "v1beta1")
+VISIBILITY_VERSION = VISIBILITY_VERSIONS[0]
+PENDING_WORKLOADS_PATH = "/apis/" + VISIBILITY_GROUP + "/{version}/clusterqueues/{name}/pendingworkloads"
+
+
+def visibility_version(served: Iterable[str] | None) -> str | None:
+    """The visibility API version to read among the `served` ones (discovery), or None."""
+    found = set(served or ())
+    return next((v for v in VISIBILITY_VERSIONS if v in found), None)
+
 
 KINDS: tuple[Kind, ...] = (
     RAYSERVICE,
@@ -97,6 +114,8 @@ KINDS: tuple[Kind, ...] = (
     RATELIMITPOLICY,
     TOKENRATELIMITPOLICY,
     SECRET,
+    DEPLOYMENT,
+    CRD,
 )
 _KINDS_BY_TYPE = {(k.api_version, k.kind): k for k in KINDS}
 

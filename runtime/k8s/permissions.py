@@ -3,9 +3,12 @@
 `PORTAL` is what the runtime calls: deploy/k8s/base/rbac.yaml's ClusterRole grants exactly these
 (tests/portal/test_rbac.py records every call and compares all three). `READINESS` is what the
 cluster readiness page reads besides (nodes per flavor, the model-cache claims, Kueue's
-configuration): an optional grant, deploy/k8s/optional/readiness-rbac.yaml; without it those
-checks say they cannot tell. Discovery and SelfSubjectAccessReview need no grant (every
-authenticated identity has them through system:discovery and system:basic-user).
+configuration and Deployment, the KubeRay and KServe CRDs for their versions, ClusterQueues and
+ResourceFlavors for quota against capacity): an optional grant,
+deploy/k8s/optional/readiness-rbac.yaml; without it those checks say they cannot tell. Its
+dry-run probes (Kueue's webhooks) use the runtime's own create grants. Discovery, /version and
+SelfSubjectAccessReview need no grant (every authenticated identity has them through
+system:discovery, system:public-info-viewer and system:basic-user).
 """
 
 from __future__ import annotations
@@ -53,4 +56,8 @@ READINESS: tuple[tuple[str, str, str], ...] = (
     ("get", "", "persistentvolumeclaims"),
     ("get", "", "configmaps"),
     ("list", "karpenter.sh", "nodeclaims"),  # each pool's node claims still on their way
+    ("get", "apps", "deployments"),  # Kueue's controller, in Kueue's namespace: its version
+    ("get", "apiextensions.k8s.io", "customresourcedefinitions"),  # KubeRay's and KServe's versions
+    ("list", "kueue.x-k8s.io", "clusterqueues"),  # GPU quota against node capacity
+    ("list", "kueue.x-k8s.io", "resourceflavors"),
 )

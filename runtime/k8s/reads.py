@@ -1,24 +1,30 @@
-"""Reads for operating visibility: Events, container logs, the API's discovery documents and the
-portal's own permissions. Mixed into `Cluster`; every call goes through its `_call` (timeout,
-error kinds, call counter)."""
+"""Reads for operating visibility: Events, container logs, the API's discovery documents, the
+server's version, the visibility API's version, the portal's own permissions, and dry-run creates
+(what the admission webhooks would make of an object, storing nothing). Mixed into `Cluster`;
+every call goes through its `_call` (timeout, error kinds, call counter)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kubernetes import client as k8s_client
 
-from runtime.k8s.errors import NotFound, _translated_errors
+from runtime.k8s.errors import ClusterError, NotFound, _translated_errors
+from runtime.k8s.kinds import VISIBILITY_GROUP, VISIBILITY_VERSIONS, Kind, visibility_version
+
+VISIBILITY_TTL_SECONDS = 300.0  # how long the visibility API's version is remembered
 
 
 class OperatingReads:
     """What an operator reads to see why a deployment is not ready, or a cluster not set up."""
 
-    # Provided by `Cluster`: the client, its core API, the timeout, `_call` and `_count`.
+    # Provided by `Cluster`: the client, its core API, the timeout, `_call`, `_custom` and `_count`.
     api_client: k8s_client.ApiClient
     core: k8s_client.CoreV1Api
     timeout: float
+    _visibility: tuple[str, float] | None = None
 
     def events_for(self, namespace: str, names: Iterable[str]) -> list[dict[str, Any]]:
         """The namespace's Events whose involved object is one of `names`, oldest first.
@@ -66,15 +72,46 @@ class OperatingReads:
             return set()
         return {r["name"] for r in body.get("resources") or []}
 
-    def can_i(self, verb: str, group: str, resource: str, *, namespace: str | None = None) -> tuple[bool, str]:
+    def server_version(self) -> dict[str, Any]:
+        """GET /version: `gitVersion` ("v1.36.2"), `major`, `minor`, … (open to every identity
+        through system:public-info-viewer)."""
+        return self._call("discovery", k8s_client.VersionApi(self.api_client).get_code)
+
+    def visibility_version(self) -> str:
+        """The version of Kueue's visibility API to read: the first of VISIBILITY_VERSIONS that
+        discovery lists, else the oldest (the read then answers 404), remembered for
+        VISIBILITY_TTL_SECONDS; the oldest, not remembered, when discovery fails."""
+        cached = self._visibility
+        if cached is not None and time.monotonic() - cached[1] < VISIBILITY_TTL_SECONDS:
+            return cached[0]
+        try:
+            served = self.api_groups().get(VISIBILITY_GROUP)
+        except ClusterError:
+            return VISIBILITY_VERSIONS[-1]  # not remembered: the next call asks again
+        found = visibility_version(served) or VISIBILITY_VERSIONS[-1]
+        self._visibility = (found, time.monotonic())
+        return found
+
+    def dry_run_create(self, kind: Kind, body: Mapping[str, Any]) -> dict[str, Any]:
+        """What the API server would store for `body` after every admission webhook (dryRun=All):
+        nothing is stored and no controller sees it. Needs the create permission."""
+        namespace = (body.get("metadata") or {}).get("namespace")
+        return self._custom("dry_run", "create", kind, namespace, dict(body), dry_run="All")
+
+    def can_i(
+        self, verb: str, group: str, resource: str, *, namespace: str | None = None, name: str | None = None
+    ) -> tuple[bool, str]:
         """(allowed, the authorizer's reason) for the portal's own identity, from a
-        SelfSubjectAccessReview; `resource` may name a subresource as `plural/sub`."""
+        SelfSubjectAccessReview; `resource` may name a subresource as `plural/sub`. Pass `name`
+        for a grant limited by resourceNames: RBAC allows it only for a request naming one."""
         plural, _, sub = resource.partition("/")
         attributes = {"verb": verb, "group": group, "resource": plural}
         if sub:
             attributes["subresource"] = sub
         if namespace:
             attributes["namespace"] = namespace
+        if name:
+            attributes["name"] = name
         review = {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SelfSubjectAccessReview",

@@ -96,7 +96,7 @@ def test_without_a_public_url_nothing_is_exposed_and_the_internal_url_stays(worl
     run(dep)
     assert dep.endpoint_url == f"http://{dep.resource_name}-serve-svc.alpha.svc:8000/v1"
     page = world.browser("member").get(f"/deployments/{dep.pk}/").content.decode()
-    assert "Cluster-internal URL" in page and "$API_KEY" in page
+    assert "Cluster-internal URL" in page and "$API_KEY" in page and "nothing checks a key" in page
 
 
 def test_an_unchanged_exposed_deployment_costs_no_extra_call(world, cluster_api, gateway):

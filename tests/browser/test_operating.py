@@ -98,12 +98,11 @@ def test_a_provisioning_deployment_shows_its_phases_and_cluster_events(portal, p
 
 
 def test_the_readiness_page_shows_the_failing_check_and_its_fix(portal, cluster_api, settings):
-    from runtime import k8s
-
     prometheus = serve(lambda method, path, body: (200, "text/plain", b"Prometheus is Ready.\n"))
     try:
         set_up_for_the_portal(cluster_api, portal.world, settings, base_url(prometheus))
-        cluster_api.delete_object(k8s.NODE, "p5-0")  # the H100 flavor has no nodes left
+        portal.world.h100.tolerations = []  # its nodes' GPU taint is no longer tolerated
+        portal.world.h100.save()
         page = portal.page("platform_admin")
         page.goto("/cluster/")
         page.get_by_role("link", name="Is the cluster ready for the portal?").click()
@@ -111,8 +110,8 @@ def test_the_readiness_page_shows_the_failing_check_and_its_fix(portal, cluster_
         failing = page.locator('tr[data-status="red"]')
         expect()(failing).to_have_count(1)
         expect()(failing).to_have_attribute("data-check", "flavor:h100-sxm5")
-        expect()(failing).to_contain_text("No node carries node.kubernetes.io/instance-type=p5.48xlarge")
-        expect()(failing).to_contain_text("Label the GPU nodes, or fix the flavor's labels.")
+        expect()(failing).to_contain_text("nvidia.com/gpu=present:NoSchedule")
+        expect()(failing).to_contain_text("Add the toleration to the flavor")
         expect()(page.locator('tr[data-status="amber"]')).to_have_count(0)
         screenshot(page, "cluster-readiness")
     finally:

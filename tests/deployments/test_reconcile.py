@@ -234,7 +234,11 @@ class TestSweep:
         assert report == {"checked": 3, "enqueued": 0, "orphans": [], "errors": [], "not_installed": []}
         # Per cluster backend and tenant namespace one list of its objects (2 × 2: beta has no
         # deployment but may hold orphans), one Workload list per namespace, and one read of
-        # Kueue's pending workloads per ClusterQueue holding a live deployment.
+        # Kueue's pending workloads per ClusterQueue holding a live deployment, at the version
+        # discovery finds (read once, then remembered: runtime.k8s.reads.visibility_version).
+        assert cluster.calls == {"list": 6, "pending_workloads": 1, "discovery": 1}
+        cluster.calls.clear()
+        sweep()
         assert cluster.calls == {"list": 6, "pending_workloads": 1}
         orphaned_workload = f"alpha/{operators.workload_name(rayservice(cluster_api, deps[0]))}"
         cluster_api.delete_object(k8s.RAYSERVICE, deps[0].resource_name, "alpha")

@@ -10,6 +10,7 @@ from portal.readiness import cluster_readiness
 from runtime import k8s
 from runtime.k8s.kinds import TOPOLOGY
 from tests.support.http_stubs import base_url, serve
+from tests.support.k8s.emulator import object_key
 from tests.support.k8s.readiness import node, set_up_for_the_portal
 
 
@@ -50,18 +51,43 @@ def test_a_cluster_set_up_for_the_portal_is_all_green(healthy):
         "rbac:portal",
         "prometheus",
         "kueue:queueing",
+        "version:kubernetes",
+        "controller:kueue",
+        "controller:kuberay",
+        "controller:kserve",
+        "quota:a100-pcie",
+        "quota:h100-sxm5",
+        "cpuflavor:portal-cpu",
     }
     assert cluster_readiness()["summary"] == "green"
 
 
-def test_a_missing_crd(healthy):
+def test_an_enabled_backend_not_installed_is_amber_while_another_is(healthy):
     healthy.undeclare(k8s.RAYSERVICE)
     checks = by_key()
-    assert not_green(checks) == {"api:ray.io": "red"}
-    assert "not served" in checks["api:ray.io"]["detail"] and "KubeRay" in checks["api:ray.io"]["fix"]
+    assert not_green(checks) == {"api:ray.io": "amber"}
+    assert "KubeRay is not installed" in checks["api:ray.io"]["detail"]
+    assert "KubeRay" in checks["api:ray.io"]["fix"] and "RUNTIME_BACKENDS" in checks["api:ray.io"]["fix"]
+    assert cluster_readiness()["summary"] == "amber"
+
+
+def test_no_enabled_backend_installed_is_red(healthy):
+    healthy.undeclare(k8s.RAYSERVICE)
+    healthy.undeclare(k8s.INFERENCESERVICE)
+    checks = by_key()
+    assert not_green(checks) == {"api:ray.io": "red", "api:serving.kserve.io": "red"}
+    assert cluster_readiness()["summary"] == "red"
 
 
 def test_a_wrong_version(healthy):
+    # An older Kueue stores nothing at v1beta2 (kmock serves the version of any stored object).
+    for kind, names in (
+        (k8s.CLUSTERQUEUE, ("alpha", "beta")),
+        (k8s.RESOURCEFLAVOR, ("portal-cpu", "h100-sxm5", "a100-pcie")),
+    ):
+        for name in names:
+            key = object_key(kind, None, name)
+            healthy.call(lambda key=key: healthy.emulator.objects.__delitem__(key))
     for kind in (k8s.WORKLOAD, k8s.CLUSTERQUEUE, k8s.LOCALQUEUE, k8s.RESOURCEFLAVOR, k8s.COHORT, TOPOLOGY):
         healthy.undeclare(kind)
         healthy.declare(f"kueue.x-k8s.io/v1beta1/{kind.plural}", kind.kind, namespaced=kind.namespaced)
@@ -71,12 +97,13 @@ def test_a_wrong_version(healthy):
     assert "v0.16" in check["fix"]
 
 
-def test_no_nodes_for_a_flavor(healthy):
+def test_no_nodes_for_a_flavor_yet_is_amber(healthy):
     healthy.delete_object(k8s.NODE, "p5-0")
     checks = by_key()
-    assert not_green(checks) == {"flavor:h100-sxm5": "red"}
-    assert "No node carries node.kubernetes.io/instance-type=p5.48xlarge" in checks["flavor:h100-sxm5"]["detail"]
+    assert not_green(checks) == {"flavor:h100-sxm5": "amber", "quota:h100-sxm5": "amber"}
+    assert "No node carries node.kubernetes.io/instance-type=p5.48xlarge yet" in checks["flavor:h100-sxm5"]["detail"]
     assert checks["flavor:h100-sxm5"]["fix"]
+    assert cluster_readiness()["summary"] == "amber"
 
 
 def test_nodes_without_gpus_or_with_an_untolerated_taint(healthy, world):
@@ -84,7 +111,8 @@ def test_nodes_without_gpus_or_with_an_untolerated_taint(healthy, world):
     world.h100.tolerations = []
     world.h100.save()
     checks = by_key()
-    assert not_green(checks) == {"flavor:a100-pcie": "red", "flavor:h100-sxm5": "red"}
+    # The A100 node has no GPUs now: its quota has no node either.
+    assert not_green(checks) == {"flavor:a100-pcie": "red", "flavor:h100-sxm5": "red", "quota:a100-pcie": "amber"}
     assert "device plugin" in checks["flavor:a100-pcie"]["fix"]
     assert "nvidia.com/gpu=present:NoSchedule" in checks["flavor:h100-sxm5"]["detail"]
     assert "toleration" in checks["flavor:h100-sxm5"]["fix"]
@@ -108,6 +136,7 @@ def test_without_the_optional_readiness_grant_those_checks_cannot_tell(healthy):
         "flavors": "amber",
         "kueue:rayservice": "amber",
         "pvc:model-cache": "amber",
+        "quota": "amber",
         "rbac:readiness": "amber",
     }
     assert all("deploy/k8s/optional/readiness" in checks[k]["fix"] for k in not_green(checks))
@@ -130,7 +159,9 @@ def test_an_unbound_or_missing_model_cache(healthy):
     assert by_key()["pvc:model-cache"]["status"] == "amber"
     healthy.delete_object(k8s.PVC, "model-cache", "beta")
     check = by_key()["pvc:model-cache"]
-    assert check["status"] == "red" and check["detail"] == "Missing in beta."
+    assert check["status"] == "red"
+    assert check["detail"] == "Missing in beta: engine pods there mount it and would stay Pending."
+    assert "MODEL_CACHE_PVC empty" in check["fix"]
 
 
 def test_prometheus_down(healthy, settings):
@@ -153,6 +184,7 @@ def test_no_cluster_configured_is_one_red_check(world, settings):
 
 def test_the_page_shows_each_check_with_its_fix_to_platform_admins_only(world, healthy):
     healthy.undeclare(k8s.RAYSERVICE)
+    healthy.undeclare(k8s.INFERENCESERVICE)
     page = world.browser("platform_admin").get("/cluster/readiness/")
     html = page.content.decode()
     assert page.status_code == 200
@@ -161,3 +193,24 @@ def test_the_page_shows_each_check_with_its_fix_to_platform_admins_only(world, h
         assert world.browser(role).get("/cluster/readiness/").status_code == 403
     body = world.client("platform_admin").get("/api/v1/cluster/readiness/").json()
     assert body["summary"] == "red"
+
+
+def test_the_page_and_the_api_show_the_same_install_checks(world, healthy):
+    """One source: the page's rows are the API's checks, new install checks included (here GPU
+    quota over the nodes' GPUs and KubeRay 1.7), with their numbers."""
+    from runtime.k8s.kinds import CRD
+    from tests.support.k8s.readiness import cluster_queue, crd
+
+    healthy.put(k8s.CLUSTERQUEUE, cluster_queue("beta", {"h100-sxm5": 16}))
+    healthy.put(CRD, crd("rayservices.ray.io", "1.7.0"))
+    body = world.client("platform_admin").get("/api/v1/cluster/readiness/").json()
+    html = world.browser("platform_admin").get("/cluster/readiness/").content.decode()
+    assert body["summary"] == "amber"
+    assert not_green({c["key"]: c for c in body["checks"]}) == {
+        "quota:h100-sxm5": "amber",
+        "controller:kuberay": "amber",
+    }
+    for check in body["checks"]:
+        assert f'data-check="{check["key"]}" data-status="{check["status"]}"' in html
+    assert "20 nominal nvidia.com/gpu (alpha 4, beta 16); 8 allocatable on 1 node(s)." in html
+    assert "copies `suspend` to the RayCluster only at creation" in html

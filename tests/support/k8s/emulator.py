@@ -8,7 +8,7 @@ object answers 404 (runtime.k8s falls back to create), label selectors are ignor
 tracking, so a field dropped from the applied manifest is *kept*), no validation or defaulting
 (CRD-schema tests cover that), and the proxy does not stream watches (use `direct_url`).
 
-Test adapter: Kueue's visibility API (`GET /apis/visibility.kueue.x-k8s.io/v1beta1/
+Test adapter: Kueue's visibility API (`GET /apis/visibility.kueue.x-k8s.io/v1beta{1,2}/
 clusterqueues/<cq>/pendingworkloads` and `.../namespaces/<ns>/localqueues/<lq>/pendingworkloads`)
 is an aggregated API served by the Kueue controller, which kmock cannot know. The emulator
 answers it with a stand-in computed from the Workloads and LocalQueues in its store (see
@@ -42,7 +42,7 @@ def _now() -> str:
 _NAMESPACE_PATH = re.compile(r"/api/v1/namespaces(?:/([^/]+))?(/status)?")
 _NAMESPACES = kmock.resource("v1/namespaces")
 _VISIBILITY_PATH = re.compile(
-    r"/apis/visibility\.kueue\.x-k8s\.io/v1beta1/"
+    r"/apis/visibility\.kueue\.x-k8s\.io/(?P<version>v1beta1|v1beta2)/"
     r"(?:clusterqueues/(?P<cq>[^/]+)|namespaces/(?P<ns>[^/]+)/localqueues/(?P<lq>[^/]+))/pendingworkloads"
 )
 _WORKLOADS = kmock.resource("kueue.x-k8s.io/v1beta2/workloads")
@@ -110,6 +110,10 @@ class PortalEmulator(OperatingAdapters, kmock.KubernetesEmulator):
         visibility = _VISIBILITY_PATH.fullmatch(raw_request.path)
         if visibility is not None and raw_request.method == "GET":
             return self._serve_pending_workloads(**visibility.groupdict())
+        if raw_request.path.rstrip("/") == "/version" and raw_request.method == "GET":
+            return self._serve_kube_version()
+        if raw_request.method == "POST" and raw_request.query.get("dryRun") == "All":
+            return self._serve_dry_run(raw_request.path, await raw_request.read())
         match = _NAMESPACE_PATH.fullmatch(raw_request.path)
         if match is None:
             return await super().__call__(raw_request)
@@ -147,8 +151,11 @@ class PortalEmulator(OperatingAdapters, kmock.KubernetesEmulator):
             return aiohttp.web.json_response(last)
         return status_response(405, f"{method} is not supported on namespaces")
 
-    def _serve_pending_workloads(self, cq: str | None, ns: str | None, lq: str | None) -> aiohttp.web.Response:
-        """Test adapter for Kueue's visibility API (`PendingWorkloadsSummary`, v1beta1).
+    def _serve_pending_workloads(
+        self, cq: str | None, ns: str | None, lq: str | None, version: str = "v1beta1"
+    ) -> aiohttp.web.Response:
+        """Test adapter for Kueue's visibility API (`PendingWorkloadsSummary`, v1beta1 or v1beta2:
+        the same items).
 
         A stand-in, not Kueue: it derives the queue from the Workloads in the store. A Workload
         is pending when it is neither QuotaReserved nor Admitted nor Finished; it belongs to
@@ -205,7 +212,7 @@ class PortalEmulator(OperatingAdapters, kmock.KubernetesEmulator):
             items = [i for i in items if (i["metadata"].get("namespace"), i["localQueueName"]) == (ns, lq)]
         return aiohttp.web.json_response(
             {
-                "apiVersion": "visibility.kueue.x-k8s.io/v1beta1",
+                "apiVersion": f"visibility.kueue.x-k8s.io/{version}",
                 "kind": "PendingWorkloadsSummary",
                 "metadata": {"creationTimestamp": None},
                 "items": items,
