@@ -81,11 +81,19 @@ class TestApply:
             assert request.params["fieldManager"] == k8s.FIELD_MANAGER
             assert request.params["force"] == "true"
 
-    def test_it_falls_back_to_create_only_when_apply_answers_404(self, cluster):
+    def test_apply_creates_a_missing_object_as_a_real_server_does(self, cluster):
         cluster.apply(rayservice())
         cluster.apply(rayservice(replicas=2))
 
-        # kmock 0.8 answers 404 to apply on a missing object; a real server would create.
+        # Server-side apply creates (tests/cluster/test_contract_api.py holds the emulator to it).
+        assert cluster.calls == {"apply": 2}
+
+    def test_it_falls_back_to_create_only_when_apply_answers_404(self, cluster, k8s_api):
+        k8s_api.inject_faults(1.0, (404,), when=lambda method, _path: method == "PATCH")
+        cluster.apply(rayservice())
+        k8s_api.clear_faults()
+        cluster.apply(rayservice(replicas=2))
+
         assert cluster.calls == {"apply": 2, "create": 1}
 
     def test_it_applies_cluster_scoped_kinds_and_namespaces(self, cluster, k8s_api):
@@ -493,7 +501,7 @@ class TestSimulatedOperators:
         admitted = cluster.get(k8s.WORKLOAD, name, NS)
 
         assert _conditions(pending) == {"QuotaReserved": "False"}
-        assert "insufficient quota" in pending["status"]["conditions"][0]["message"]
+        assert "insufficient unused quota" in pending["status"]["conditions"][0]["message"]
         assert _conditions(admitted) == {"QuotaReserved": "True", "Admitted": "True"}
         assert pending["spec"]["queueName"] == "lq"
         assert_status_valid(pending)

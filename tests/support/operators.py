@@ -22,7 +22,8 @@ from runtime.manifests.common import LABEL_JOB_UID, LABEL_QUEUE_NAME
 from tests.support.k8s import K8sApiServer
 
 AppStatus = Literal["DEPLOY_FAILED", "UNHEALTHY", "RUNNING", "DEPLOYING", "NOT_STARTED"]
-NotReadyReason = Literal["InitializingTimeout", "ValidationFailed", "RayServiceInitializing"]
+# ray-project/kuberay ray-operator/apis/ray/v1/rayservice_types.go v1.6.2: RayServiceConditionReason.
+NotReadyReason = Literal["InitializingTimeout", "ValidationFailed", "Initializing", "ZeroServeEndpoints"]
 
 # The reasons Kueue writes for each condition when it is True / False.
 _WORKLOAD_REASONS: dict[str, tuple[str, str]] = {
@@ -60,6 +61,11 @@ def condition(
     if observed_generation is not None:
         cond["observedGeneration"] = observed_generation
     return cond
+
+
+def _kuberay_condition(type_: str, status: bool, reason: str, message: str, generation: int) -> dict[str, Any]:
+    """KubeRay's `setCondition` stamps the RayService's observedGeneration on every condition."""
+    return condition(type_, status, reason, message, observed_generation=generation)
 
 
 def upsert_conditions(existing: list[dict[str, Any]] | None, *new: dict[str, Any]) -> list[dict[str, Any]]:
@@ -145,8 +151,16 @@ def _app_names(obj: Mapping[str, Any]) -> list[str]:
 def rayservice_ready(server: K8sApiServer, ns: str, name: str, *, endpoints: int = 1) -> dict[str, Any]:
     """The RayService serves traffic: Ready=True and every Serve app RUNNING."""
     obj = _require(server, k8s.RAYSERVICE, ns, name)
-    apps = {app: {"status": "RUNNING", "message": ""} for app in _app_names(obj) or ["llm"]}
-    cluster_name = f"{name}-raycluster-abcde"
+    generation = int(obj["metadata"].get("generation") or 1)
+    apps = {app: {"status": "RUNNING"} for app in _app_names(obj) or ["llm"]}
+    workers = sum(
+        int(g.get("replicas", g.get("minReplicas", 1)) or 0)
+        for g in ((obj.get("spec") or {}).get("rayClusterConfig") or {}).get("workerGroupSpecs") or []
+    )
+    cluster = _cluster_name(obj)
+    # Messages and reasons: ray-project/kuberay ray-operator/controllers/ray/rayservice_controller.go
+    # v1.6.2, `calculateConditions`; the cluster is `<name>-<5 random>`; rayClusterStatus is the
+    # RayCluster's status (ray-operator/apis/ray/v1/raycluster_types.go `RayClusterStatus`).
     return _rayservice_status(
         server,
         ns,
@@ -154,20 +168,51 @@ def rayservice_ready(server: K8sApiServer, ns: str, name: str, *, endpoints: int
         {
             "activeServiceStatus": {
                 "applicationStatuses": apps,
-                "rayClusterName": cluster_name,
-                "rayClusterStatus": {"state": "ready"},
+                "rayClusterName": cluster,
+                "rayClusterStatus": {
+                    "state": "ready",
+                    "readyWorkerReplicas": workers,
+                    "availableWorkerReplicas": workers,
+                    "desiredWorkerReplicas": workers,
+                    "head": {"podName": f"{cluster}-head-abcde", "serviceName": f"{cluster}-head-svc"},
+                },
             },
             "pendingServiceStatus": {},
             "numServeEndpoints": endpoints,
             "serviceStatus": "Running",
         },
-        condition("Ready", True, "NonZeroServeEndpoints", "Number of serve endpoints is > 0"),
-        condition(
+        _kuberay_condition(
+            "Ready", True, "NonZeroServeEndpoints", "Number of serve endpoints is greater than 0", generation
+        ),
+        _kuberay_condition(
             "UpgradeInProgress",
             False,
             "NoPendingCluster",
             "Active Ray cluster exists and no pending Ray cluster",
+            generation,
         ),
+    )
+
+
+def _cluster_name(obj: Mapping[str, Any]) -> str:
+    digest = hashlib.sha1(str(obj["metadata"].get("uid") or obj["metadata"]["name"]).encode()).hexdigest()
+    return f"{obj['metadata']['name']}-{digest[:5]}"
+
+
+def rayservice_initializing(server: K8sApiServer, ns: str, name: str) -> dict[str, Any]:
+    """KubeRay's first status for an admitted RayService: the first Ray cluster is *pending*
+    (activeServiceStatus empty) and both conditions are False with reason Initializing
+    (rayservice_controller.go v1.6.2, `calculateConditions` on an empty condition list)."""
+    obj = _require(server, k8s.RAYSERVICE, ns, name)
+    generation = int(obj["metadata"].get("generation") or 1)
+    message = "RayService is initializing"
+    return _rayservice_status(
+        server,
+        ns,
+        name,
+        {"activeServiceStatus": {}, "pendingServiceStatus": {"rayClusterName": _cluster_name(obj)}},
+        _kuberay_condition("Ready", False, "Initializing", message, generation),
+        _kuberay_condition("UpgradeInProgress", False, "Initializing", message, generation),
     )
 
 
@@ -191,12 +236,13 @@ def rayservice_not_ready(
     message: str = "",
 ) -> dict[str, Any]:
     """Ready=False with KubeRay's reason (e.g. after `ray.io/initializing-timeout` expired)."""
+    generation = int(_require(server, k8s.RAYSERVICE, ns, name)["metadata"].get("generation") or 1)
     return _rayservice_status(
         server,
         ns,
         name,
-        {"numServeEndpoints": 0},
-        condition("Ready", False, reason, message or reason),
+        {"numServeEndpoints": 0, "serviceStatus": ""},
+        _kuberay_condition("Ready", False, reason, message or reason, generation),
     )
 
 
@@ -204,9 +250,10 @@ def rayservice_not_ready(
 
 
 def workload_name(rayservice: Mapping[str, Any]) -> str:
-    """Kueue's naming: `rayservice-<name>-<5 hex of the uid>`."""
+    """Kueue's naming, `rayservice-<name>-<5 hex>`: sha1 of kind, group, name and uid
+    (kubernetes-sigs/kueue pkg/controller/jobframework/workload_names.go v0.19.2, `getHash`)."""
     meta = rayservice["metadata"]
-    digest = hashlib.sha256(str(meta["uid"]).encode()).hexdigest()[:5]
+    digest = hashlib.sha1(f"RayService\nray.io\n{meta['name']}\n{meta['uid']}".encode()).hexdigest()[:5]
     return f"rayservice-{meta['name']}-{digest}"
 
 
@@ -234,14 +281,21 @@ def workload_for(
     messages = messages or {}
     ns, name = meta["namespace"], meta["name"]
     queue = (meta.get("labels") or {}).get(LABEL_QUEUE_NAME, "")
+    # Pod sets: "head" and one per worker group, named by groupName (kubernetes-sigs/kueue
+    # pkg/controller/jobs/raycluster/common.go v0.19.2, `BuildPodSets`).
+    groups = ((rayservice.get("spec") or {}).get("rayClusterConfig") or {}).get("workerGroupSpecs") or []
+    worker = groups[0].get("groupName", "gpu") if groups else "gpu"
     conds = []
     for type_, value in conditions.items():
         true_reason, false_reason = _WORKLOAD_REASONS.get(type_, (type_, f"Not{type_}"))
         default_message = (
             f"Quota reserved in ClusterQueue {cluster_queue}"
             if type_ == "QuotaReserved" and value
-            else "couldn't assign flavors to pod set head: insufficient quota"
+            else f"couldn't assign flavors to pod set {worker}: insufficient unused quota for "
+            f"nvidia.com/gpu in flavor {flavor}, {gpus} more needed"
             if type_ == "QuotaReserved"
+            else "The workload is admitted"
+            if type_ == "Admitted" and value
             else ""
         )
         conds.append(
@@ -259,9 +313,9 @@ def workload_for(
             "podSetAssignments": [
                 {"name": "head", "count": 1, "flavors": {"cpu": flavor, "memory": flavor}},
                 {
-                    "name": "gpu-workers",
+                    "name": worker,
                     "count": gpus,
-                    "flavors": {"nvidia.com/gpu": flavor},
+                    "flavors": {"cpu": flavor, "memory": flavor, "nvidia.com/gpu": flavor},
                     "resourceUsage": {"nvidia.com/gpu": str(gpus)},
                 },
             ],
@@ -287,7 +341,7 @@ def workload_for(
             "podSets": [
                 {"name": "head", "count": 1, "template": {"spec": {"containers": []}}},
                 {
-                    "name": "gpu-workers",
+                    "name": worker,
                     "count": gpus,
                     "template": {
                         "spec": {

@@ -2,11 +2,16 @@
 
 What the emulator adds to kmock 0.8 (a real API server does all of these): `metadata.uid`,
 `generation` (bumped when anything outside metadata/status changes), `resourceVersion` and
-`creationTimestamp`. Gaps that stay, and that tests must not rely on: apply/patch on a missing
-object answers 404 (runtime.k8s falls back to create), label selectors are ignored on list
-(runtime.k8s filters client-side), patches are JSON merges (lists replaced, no managed-field
-tracking, so a field dropped from the applied manifest is *kept*), no validation or defaulting
-(CRD-schema tests cover that), and the proxy does not stream watches (use `direct_url`).
+`creationTimestamp`; server-side apply creates a missing object (201) and removes the fields its
+field manager applied before and no longer applies; label selectors filter LIST; creates answer
+201; a missing object is 404 `NotFound` and a second create 409 `AlreadyExists`, with the API
+server's messages (tests/support/k8s/semantics.py; tests/cluster/test_contract_api.py holds each
+to the real kube-apiserver). Gaps that stay, and that tests must not rely on: lists are atomic
+under apply (a CRD's `x-kubernetes-list-type: map` merge by key is not modelled), merge patches
+other than apply keep no field ownership, objects may be created in a namespace that does not
+exist (the real server answers 404), the status subresource takes any field (the real one
+ignores all but `status`), no validation or defaulting (CRD-schema tests cover that), and the
+proxy does not stream watches (use `direct_url`).
 
 Test adapter: Kueue's visibility API (`GET /apis/visibility.kueue.x-k8s.io/v1beta{1,2}/
 clusterqueues/<cq>/pendingworkloads` and `.../namespaces/<ns>/localqueues/<lq>/pendingworkloads`)
@@ -29,9 +34,12 @@ from typing import Any
 
 import aiohttp
 import aiohttp.web
+import attrs
 import kmock
+from kmock._internal.k8s import KubernetesNotFoundError, KubernetesObjectConflictError
 
 from runtime.k8s import Kind
+from tests.support.k8s import semantics
 from tests.support.k8s.operating import ACCESS_REVIEW_PATH, LOG_PATH, OperatingAdapters
 
 
@@ -66,6 +74,8 @@ class PortalEmulator(OperatingAdapters, kmock.KubernetesEmulator):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._init_operating()
+        # Server-side apply: per object key and field manager, the paths it applied last.
+        self.applied: dict[tuple[Any, str | None, str | None], dict[str, set[semantics.Path]]] = {}
 
     def __iter__(self) -> Iterator[kmock.Request]:
         # kmock decides whether a reaction applies with `request in reaction_view`, which walks
@@ -93,11 +103,83 @@ class PortalEmulator(OperatingAdapters, kmock.KubernetesEmulator):
         return super()._KubernetesEmulator__get_objs(request, strict)  # type: ignore[misc]
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        created = False
+        if request.resource is not None:
+            request, created = self._server_side_apply(request)
         token = _MATCHING.set(request)
         try:
-            return await super()._handle(request)
+            response = await super()._handle(request)
+        except (KubernetesNotFoundError, KubernetesObjectConflictError) as error:
+            response = aiohttp.web.json_response({}, status=error.status)
         finally:
             _MATCHING.reset(token)
+        forgets = (request.action == kmock.action.CREATE and not created) or (
+            request.action == kmock.action.DELETE and request.name is not None
+        )
+        if request.resource is not None and forgets and response.status < 300:
+            meta = _meta(request.data) if request.action == kmock.action.CREATE else {}
+            key = (request.resource, request.namespace or meta.get("namespace"), request.name or meta.get("name"))
+            self.applied.pop(key, None)  # a new object: no field is owned by an apply yet
+        return self._api_server_answer(request, response, created)
+
+    def _server_side_apply(self, request: kmock.Request) -> tuple[kmock.Request, bool]:
+        """Apply (`application/apply-patch+yaml`): create when missing, else merge and drop
+        the fields this manager applied last time and not now (see semantics.py)."""
+        content_type = (request.headers.get("Content-Type") or "").split(";")[0].strip()
+        if request.action != kmock.action.UPDATE or content_type != "application/apply-patch+yaml":
+            return request, False
+        if request.subresource or not isinstance(request.data, Mapping) or request.name is None:
+            return request, False
+        manager = request.params.get("fieldManager") or ""
+        key = (request.resource, request.namespace, request.name)
+        new_paths = semantics.applied_paths(request.data)
+        if key not in self._objects or self._objects[key].deleted:
+            body = copy.deepcopy(dict(request.data))
+            body.setdefault("metadata", {}).setdefault("name", request.name)
+            if request.namespace:
+                body["metadata"].setdefault("namespace", request.namespace)
+            self.applied[key] = {manager: new_paths}
+            return attrs.evolve(request, action=kmock.action.CREATE, data=body), True
+        owned = self.applied.setdefault(key, {})
+        dropped = owned.get(manager, set()) - new_paths
+        owned[manager] = new_paths
+        removal = semantics.removal_patch(self._objects[key].raw, dropped)
+        if not removal:
+            return request, False
+        return attrs.evolve(request, data=semantics.merge(removal, request.data)), False
+
+    def _api_server_answer(
+        self, request: kmock.Request, response: aiohttp.web.StreamResponse, created: bool
+    ) -> aiohttp.web.StreamResponse:
+        """kmock's answers as the API server words them: 201 on create, `NotFound` and
+        `AlreadyExists` Status objects (k8s.io/apimachinery/pkg/api/errors)."""
+        if request.resource is None or not isinstance(response, aiohttp.web.Response):
+            return response
+        if response.status == 200 and (created or request.action == kmock.action.CREATE):
+            response.set_status(201)
+            return response
+        name = request.name or _meta(request.data).get("name")
+        what = semantics.qualified(request.resource)
+        if response.status == 404:
+            known = any(resource == request.resource for resource in self._get_resources())
+            message = (
+                f'{what} "{name}" not found' if known and name else "the server could not find the requested resource"
+            )
+            return status_response(404, message)
+        if response.status == 409 and request.action == kmock.action.CREATE:
+            return status_response(409, f'{what} "{name}" already exists')
+        return response
+
+    async def _serve_list(self, request: kmock.Request) -> Any:
+        answer = await super()._serve_list(request)
+        selector = request.params.get("labelSelector")
+        if selector:
+            try:
+                matches = semantics.label_matcher(selector)
+            except semantics.SelectorError as error:
+                return status_response(400, str(error))
+            answer = {**answer, "items": [item for item in answer["items"] if matches(item)]}
+        return answer
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         if raw_request.path == "/apis/":  # the client's discovery call; kmock serves "/apis"
@@ -290,6 +372,8 @@ def stamp_object(obj: kmock.Object, *, created: bool, status_only: bool = False,
         meta["uid"] = str(uuid.uuid4())
         meta["generation"] = 1
         meta["creationTimestamp"] = _now()
+    elif previous is not None and previous.raw == obj.raw:
+        return  # a write that changes nothing (e.g. the same apply again) keeps resourceVersion
     elif not status_only and previous is not None:
         if _spec_part(previous.raw) != _spec_part(obj.raw):
             meta["generation"] = int(meta.get("generation") or 1) + 1

@@ -124,6 +124,7 @@ class K8sApiServer:
 
         def store() -> dict[str, Any]:
             self.emulator.objects[key] = body
+            self.emulator.applied.pop(key, None)  # created by another writer: no apply owns a field
             stored = self.emulator.objects[key]
             stamp_object(stored, created=True, resource_version=next(PortalEmulator._resource_versions))
             # A caller-chosen uid or generation wins (e.g. to pair a Workload with a job).
