@@ -16,16 +16,13 @@ import os
 import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-import yaml
 
 from runtime import k8s
 from tests.support.controlplane.binaries import Unavailable
-from tests.support.shared import PROJECT_ROOT
+from tests.support.controlplane.identity import PORTAL_NAMESPACE, portal_identity
 
-PORTAL_NAMESPACE = "llm-portal"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 _node_numbers = itertools.count()
 
@@ -49,37 +46,10 @@ def control_plane():
         _unavailable(str(error))
     plane.start()
     try:
-        plane.portal_kubeconfig = _portal_identity(plane)
+        plane.portal_kubeconfig = portal_identity(plane)
         yield plane
     finally:
         plane.stop()
-
-
-def _portal_identity(plane) -> Path:
-    """The portal's ServiceAccount, bound to the project's own ClusterRole, and a kubeconfig
-    holding a token from the TokenRequest API."""
-    plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": PORTAL_NAMESPACE}})
-    plane.request(
-        "POST", f"/api/v1/namespaces/{PORTAL_NAMESPACE}/serviceaccounts", {"metadata": {"name": "llm-portal"}}
-    )
-    for doc in yaml.safe_load_all((PROJECT_ROOT / "deploy" / "k8s" / "base" / "rbac.yaml").read_text()):
-        if not doc:
-            continue
-        plural = {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings"}[doc["kind"]]
-        for subject in doc.get("subjects", []):
-            subject["namespace"] = PORTAL_NAMESPACE
-        plane.request("POST", f"/apis/rbac.authorization.k8s.io/v1/{plural}", doc)
-    token = plane.request(
-        "POST",
-        f"/api/v1/namespaces/{PORTAL_NAMESPACE}/serviceaccounts/llm-portal/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400}},
-    )["status"]["token"]
-    config = yaml.safe_load(plane.kubeconfig.read_text())
-    config["users"] = [{"name": "llm-portal", "user": {"token": token}}]
-    config["contexts"][0]["context"]["user"] = "llm-portal"
-    path = plane.dir / "portal.kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 class Kube:

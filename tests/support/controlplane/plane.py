@@ -4,7 +4,11 @@ in a temporary folder, on free ports, with a pod network namespace and a stand-i
 
 Everything it creates outside its folder (the network namespace, its route and veth, Kueue's
 fixed certificate paths) is written to `state.json` first, so `sweep_stale()` removes what a
-crashed run left (the processes themselves die with their parent: see procs.py).
+crashed run left (the processes themselves die with their parent: see procs.py). That record
+lies in a folder of its own under RUNS even when the caller names the work folder (`folder=`,
+as `scripts/cluster` does with var/cluster), so a test session and a developer's cluster see
+each other: neither removes Kueue's fixed certificates while the other runs. A named folder is
+the caller's: `stop()` leaves it (logs, kubeconfigs) and removes only the record.
 """
 
 from __future__ import annotations
@@ -74,10 +78,12 @@ def _live_runs() -> int:
     return count
 
 
-def _undo(state: dict) -> None:
+def _undo(state: dict, *, live_self: bool = False) -> None:
+    """Remove the network and, when no other run is alive, the fixed certificate paths this run
+    created (`live_self`: the caller is the run itself, so it is among the live ones)."""
     if net := state.get("network"):
         network.remove(net["netns"], net["host_if"], net["pod_cidr"])
-    if _live_runs() <= 1:  # only this run (or none) uses the fixed certificate paths
+    if _live_runs() <= int(live_self):  # no other run uses the fixed certificate paths
         for path in state.get("created_paths", []):
             shutil.rmtree(path, ignore_errors=True)
 
@@ -87,9 +93,11 @@ class ControlPlane:
 
     def __init__(self, *, kserve: bool = False, folder: Path | None = None) -> None:
         self.kserve = kserve
+        self.bin = binaries()  # raises Unavailable before anything is made
         RUNS.mkdir(parents=True, exist_ok=True)
-        self.dir = folder or Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=RUNS))
-        self.bin = binaries()
+        self.run = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=RUNS))  # state.json
+        self.dir = folder or self.run
+        self.dir.mkdir(parents=True, exist_ok=True)
         self.procs: dict[str, Proc] = {}
         self.state = {"owner": os.getpid(), "created_paths": []}
         self.admin_token = secrets.token_hex(16)
@@ -113,7 +121,7 @@ class ControlPlane:
         return self.dir / "pki" / "ca.crt"
 
     def _save(self) -> None:
-        (self.dir / "state.json").write_text(json.dumps(self.state))
+        (self.run / "state.json").write_text(json.dumps(self.state))
 
     def _proc(self, name: str, argv: list[str], env: dict | None = None, prefix: list[str] | None = None) -> Proc:
         proc = Proc(name, [*(prefix or []), *argv], self.dir / f"{name}.log", env).start()
@@ -388,9 +396,11 @@ class ControlPlane:
         for name in ("kube-apiserver", "etcd"):
             if name in self.procs:
                 self.procs[name].stop(timeout=20)
-        _undo(self.state)
+        _undo(self.state, live_self=True)
         self.state["network"] = None
-        if not os.environ.get("CONTROLPLANE_KEEP"):
+        if self.dir != self.run:  # the caller's folder: only the record goes
+            shutil.rmtree(self.run, ignore_errors=True)
+        elif not os.environ.get("CONTROLPLANE_KEEP"):
             shutil.rmtree(self.dir, ignore_errors=True)
 
 

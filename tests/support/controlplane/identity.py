@@ -1,0 +1,48 @@
+"""The portal's identity on a control plane: the `llm-portal` ServiceAccount bound to the
+project's own ClusterRole (deploy/k8s/base/rbac.yaml), and a kubeconfig holding a token for it
+from the TokenRequest API. The tests and `scripts/cluster` run the portal as this account, so
+the real authorizer proves the install's grant is enough."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import yaml
+
+from tests.support.shared import PROJECT_ROOT
+
+if TYPE_CHECKING:
+    from tests.support.controlplane.plane import ControlPlane
+
+PORTAL_NAMESPACE = "llm-portal"
+
+
+def portal_identity(plane: ControlPlane, *, expiration_seconds: int = 86400) -> Path:
+    """Create the account and its bindings; write `portal.kubeconfig` beside the admin one."""
+    plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": PORTAL_NAMESPACE}})
+    plane.request(
+        "POST", f"/api/v1/namespaces/{PORTAL_NAMESPACE}/serviceaccounts", {"metadata": {"name": "llm-portal"}}
+    )
+    for doc in yaml.safe_load_all((PROJECT_ROOT / "deploy" / "k8s" / "base" / "rbac.yaml").read_text()):
+        if not doc:
+            continue
+        plural = {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings"}[doc["kind"]]
+        for subject in doc.get("subjects", []):
+            subject["namespace"] = PORTAL_NAMESPACE
+        plane.request("POST", f"/apis/rbac.authorization.k8s.io/v1/{plural}", doc)
+    token = plane.request(
+        "POST",
+        f"/api/v1/namespaces/{PORTAL_NAMESPACE}/serviceaccounts/llm-portal/token",
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": expiration_seconds},
+        },
+    )["status"]["token"]
+    config = yaml.safe_load(plane.kubeconfig.read_text())
+    config["users"] = [{"name": "llm-portal", "user": {"token": token}}]
+    config["contexts"][0]["context"]["user"] = "llm-portal"
+    path = plane.dir / "portal.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
