@@ -3,7 +3,10 @@
 Conditions follow the Kubernetes convention (type, status "True"/"False"/"Unknown", CamelCase
 reason, message, lastTransitionTime). The lifecycle state is derived from them:
 
-- Ready=True (and the Serve app RUNNING)             → ready
+- Ready=True, the Serve app RUNNING, an admitted
+  Workload and every desired worker ready             → ready
+- Ready=True but no admitted Workload / the Ray
+  cluster suspended / workers not ready               → queued / provisioning (the reason says which)
 - a Serve app UNHEALTHY                               → degraded
 - Serve app DEPLOY_FAILED, Ready=False with
   ValidationFailed / InitializingTimeout              → failed
@@ -17,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from runtime.manifests.common import ANNOTATION_GENERATION, GPU_RESOURCE
+from runtime.manifests.common import ANNOTATION_GENERATION, GPU_RESOURCE, LABEL_QUEUE_NAME
 
 FAILED_READY_REASONS = {"ValidationFailed", "InitializingTimeout"}
 PERMANENT_APP_STATUSES = {"DEPLOY_FAILED"}
@@ -152,6 +155,50 @@ def kueue_history(workload: dict | None) -> dict[str, Any]:
     return history
 
 
+def current_workload(workloads: list[dict]) -> dict | None:
+    """The Workload that stands for a job now, among those carrying its job-uid label.
+
+    Kueue may leave more than one: an elastic job's every slice is a new Workload with the same
+    `kueue.x-k8s.io/job-uid` label, the replaced one Finished (seen on Kueue 0.19.2; kubernetes-sigs/
+    kueue pkg/workloadslicing, v0.19.2). The newest one not Finished wins; else the newest.
+    """
+
+    def finished(wl: dict) -> bool:
+        return _true(_find((wl.get("status") or {}).get("conditions"), "Finished"))
+
+    def created(wl: dict) -> str:
+        return (wl.get("metadata") or {}).get("creationTimestamp") or ""
+
+    live = [wl for wl in workloads if not finished(wl)]
+    pool = live or workloads
+    return max(pool, key=created) if pool else None
+
+
+def cluster_story(obj: dict) -> tuple[str, str] | None:
+    """Why a RayService that KubeRay calls Ready does not serve as asked, or None.
+
+    KubeRay 1.6.2 sets Ready=True once the head reports serve endpoints (ray-project/kuberay
+    ray-operator/controllers/ray/rayservice_controller.go, `NonZeroServeEndpoints`), which says
+    nothing about the GPU workers the LLM runs on: a worker Pending on the scheduler, or a Ray
+    cluster Kueue suspended after deleting its Workload, still reads Ready. The RayCluster's own
+    status, mirrored into `activeServiceStatus.rayClusterStatus`, tells.
+    """
+    active = (obj.get("status") or {}).get("activeServiceStatus") or {}
+    if not active.get("rayClusterName"):
+        # Ready=True can come from the serve Service's endpoints alone, e.g. the pods of a
+        # replaced RayService that garbage collection has not removed yet (seen on KubeRay 1.6.2).
+        return "ClusterStarting", "The Ray cluster for this spec is starting; no Ray cluster serves it yet."
+    cluster = active.get("rayClusterStatus") or {}
+    conditions = cluster.get("conditions") or []
+    if cluster.get("state") == "suspended" or _true(_find(conditions, "RayClusterSuspended")):
+        return "Suspended", "The Ray cluster is suspended: Kueue took its pods away and has not admitted it again."
+    desired = cluster.get("desiredWorkerReplicas")
+    ready = cluster.get("readyWorkerReplicas") or 0
+    if desired and ready < desired:
+        return "WorkersNotReady", f"{ready} of {desired} GPU workers are ready; the others are not running yet."
+    return None
+
+
 def workload_gpus(workload: dict) -> int:
     """GPUs a Kueue Workload asks for: per pod set, count × the GPU request of its pods."""
     total = 0
@@ -197,6 +244,7 @@ def rayservice_observation(
         and (expected_generation is None or ours == str(expected_generation))
     )
     admitted, q_reason, q_message, events = kueue_story(workload)
+    managed = bool((meta.get("labels") or {}).get(LABEL_QUEUE_NAME))
     result = Observation(exists=True, uid=meta.get("uid"), converged=converged, events=events)
     if app_status in PERMANENT_APP_STATUSES:
         result.state, result.reason = "failed", "DeployFailed"
@@ -207,6 +255,11 @@ def rayservice_observation(
     elif app_status in DEGRADED_APP_STATUSES:
         result.state, result.reason = "degraded", "ApplicationUnhealthy"
         result.message = app_message or "The Serve application is unhealthy."
+    elif _true(ready) and managed and admitted is not True:
+        # Kueue manages it but no admitted Workload stands behind it: nothing serves for long.
+        result.state, result.reason, result.message = "queued", q_reason, q_message
+    elif _true(ready) and (story := cluster_story(obj)):
+        result.state, (result.reason, result.message) = "provisioning", story
     elif _true(ready):
         result.state, result.reason = "ready", "Ready"
         result.message = ready.get("message") or "Serving."

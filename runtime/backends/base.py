@@ -24,7 +24,7 @@ from runtime.manifests.common import (
     MANAGED_BY,
 )
 from runtime.spec import DeploymentSpec, GatewaySpec, PlatformSpec
-from runtime.status import Observation, absent_observation, with_kueue_history
+from runtime.status import Observation, absent_observation, current_workload, with_kueue_history
 
 
 class Backend(Protocol):
@@ -118,7 +118,7 @@ class ClusterObjectBackend(ClusterInsight, ABC):
         if not uid:
             return None
         found = self.cluster.list(k8s.WORKLOAD, obj["metadata"]["namespace"], label_selector={LABEL_JOB_UID: uid})
-        return found[0] if found else None
+        return current_workload(found)
 
     def _observe(self, spec: DeploymentSpec, obj: dict, events: list) -> Observation:
         workload = self._workload(obj)
@@ -155,12 +155,12 @@ class ClusterObjectBackend(ClusterInsight, ABC):
         return owned
 
     def list_workloads(self, namespace: str) -> dict[str, dict]:
-        by_uid = {}
+        grouped: dict[str, list[dict]] = {}
         for wl in self.cluster.list(k8s.WORKLOAD, namespace):
             uid = ((wl.get("metadata") or {}).get("labels") or {}).get(LABEL_JOB_UID)
             if uid:
-                by_uid[uid] = wl
-        return by_uid
+                grouped.setdefault(uid, []).append(wl)
+        return {uid: current_workload(found) for uid, found in grouped.items()}
 
     def sweep_observation(self, spec: DeploymentSpec, obj: dict, workloads: dict[str, dict]) -> Observation:
         """Observation from objects already listed by the sweep (no extra API calls)."""

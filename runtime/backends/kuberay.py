@@ -14,13 +14,22 @@ from runtime.spec import DeploymentSpec
 from runtime.status import Observation, rayservice_observation
 
 
-def _cluster_part(rayservice: dict) -> dict:
-    """rayClusterConfig without worker replica counts: KubeRay updates those in place, while any
-    other change needs a new Ray cluster (which upgradeStrategy None never creates by itself)."""
+def _cluster_part(rayservice: dict, *, autoscaling: bool = False) -> dict:
+    """rayClusterConfig as far as a change to it needs a new Ray cluster: all of it, worker pod
+    counts included, except `replicas` under the Ray autoscaler (which owns it).
+
+    Kueue admits a RayService's pod counts once: patching `replicas` / `minReplicas` /
+    `maxReplicas` in place makes Kueue delete the Workload that no longer matches and suspend
+    the job, KubeRay deletes every pod (the head too), and when min, max and replicas all change
+    Kueue never creates a new Workload (Kueue 0.19.2 with KubeRay 1.6.2, tests/cluster/
+    test_replica_edit.py; kubernetes-sigs/kueue pkg/controller/jobframework/reconciler.go v0.19.2,
+    "Deleted not matching Workload"). So a count change replaces the RayService: a new object,
+    a new Workload, admitted for the new size.
+    """
     config = json.loads(json.dumps(rayservice["spec"]["rayClusterConfig"]))
     for group in config.get("workerGroupSpecs", []):
-        for key in ("replicas", "minReplicas", "maxReplicas"):
-            group.pop(key, None)
+        if autoscaling:
+            group.pop("replicas", None)
         # Kueue reads its topology annotations at admission only: a flavor gaining topology
         # levels must not tear down running Ray clusters (new ones are placed by them).
         metadata = (group.get("template") or {}).get("metadata") or {}
@@ -34,14 +43,16 @@ def _cluster_part(rayservice: dict) -> dict:
     return config
 
 
+def _counts(rayservice: dict) -> list[tuple]:
+    groups = rayservice["spec"]["rayClusterConfig"].get("workerGroupSpecs", [])
+    return [(g.get("replicas"), g.get("minReplicas"), g.get("maxReplicas")) for g in groups]
+
+
 def change_impact(old: DeploymentSpec, new: DeploymentSpec) -> tuple[str, str]:
     """How a running RayService takes `new`, for the approval page (pure: renders both).
 
-    Only the Serve application (serveConfigV2) is updated in place. A worker replica change is
-    not: seen on Kueue 0.19.2 with KubeRay 1.6.2 (../shared/ARCHITECTURE.md, "Seen on the real
-    control plane"), Kueue deletes the Workload that no longer matches the pod counts and
-    suspends the job, KubeRay deletes every pod (head included), and Kueue re-admits it. Any
-    other cluster change recreates the RayService (upgradeStrategy None, `ensure`).
+    Only the Serve application (serveConfigV2) is updated in place. Any change to the Ray
+    cluster, worker counts included (see `_cluster_part`), replaces the RayService.
     """
     from runtime.platform import platform_spec
 
@@ -49,10 +60,15 @@ def change_impact(old: DeploymentSpec, new: DeploymentSpec) -> tuple[str, str]:
     before, after = render_rayservice(old, platform), render_rayservice(new, platform)
     if before["spec"]["rayClusterConfig"] == after["spec"]["rayClusterConfig"]:
         return "in_place", "Ray Serve redeploys the application on the running Ray cluster; the pods stay."
-    if digest(_cluster_part(before)) == digest(_cluster_part(after)):
+    if digest(_cluster_part(before, autoscaling=new.autoscaling)) == digest(
+        _cluster_part(after, autoscaling=new.autoscaling)
+    ):
+        return "in_place", "The Ray autoscaler takes the new replica count within the admitted range; the pods stay."
+    if _counts(before) != _counts(after):
         return "recreate", (
-            "The worker count changes: Kueue re-admits the workload and every pod (the head too) is "
-            "recreated, so the endpoint stops answering until the new pods are ready."
+            "The worker count changes: Kueue cannot resize an admitted Ray cluster, so the RayService is "
+            "replaced and admitted again for the new size; the endpoint stops answering until the new "
+            "pods are ready."
         )
     return "recreate", (
         "The Ray cluster settings change: the RayService is deleted and created again, so the endpoint "
@@ -69,7 +85,7 @@ class KubeRayBackend(ClusterObjectBackend):
 
     def desired(self, spec: DeploymentSpec) -> dict[str, Any]:
         obj = render_rayservice(spec, self.platform)
-        stamp(obj, spec)[ANNOTATION_CLUSTER_HASH] = digest(_cluster_part(obj))
+        stamp(obj, spec)[ANNOTATION_CLUSTER_HASH] = digest(_cluster_part(obj, autoscaling=spec.autoscaling))
         self.expose_stamp(obj, spec)
         return obj
 
@@ -84,9 +100,37 @@ class KubeRayBackend(ClusterObjectBackend):
 
     def _observe(self, spec: DeploymentSpec, obj: dict, events: list) -> Observation:
         obs = super()._observe(spec, obj, events)
+        if obs.state == "provisioning" and (why := self._pending_pod_reason(spec, obj)):
+            obs.message = f"{obs.message} {why}"
+            for condition in obs.conditions:
+                if condition["type"] == "Ready":
+                    condition["message"] = obs.message[:1000]
         obs.endpoint_url, obs.metrics_url = self.urls(spec)
         obs.endpoint_url = self.public_endpoint(spec, obs.endpoint_url)
         return obs
+
+    def _pending_pod_reason(self, spec: DeploymentSpec, obj: dict) -> str:
+        """The scheduler's word on a worker that is not running (one LIST, only in that state)."""
+        status = obj.get("status") or {}
+        cluster_name = next(
+            (
+                (status.get(part) or {}).get("rayClusterName")
+                for part in ("pendingServiceStatus", "activeServiceStatus")
+                if (status.get(part) or {}).get("rayClusterName")
+            ),
+            None,
+        )
+        if not cluster_name:
+            return ""
+        for pod in self.cluster.list(k8s.POD, spec.namespace, label_selector={"ray.io/cluster": cluster_name}):
+            status = pod.get("status") or {}
+            if status.get("phase") == "Pending":
+                for condition in status.get("conditions") or []:
+                    if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+                        name = (pod.get("metadata") or {}).get("name", "")
+                        return f"Pod {name} is Pending: {condition.get('message') or condition.get('reason', '')}"
+                return f"Pod {(pod.get('metadata') or {}).get('name', '')} is Pending."
+        return ""
 
     def ensure(self, spec: DeploymentSpec) -> Observation:
         """Create or update the RayService so it matches `spec`; at most one write when unchanged
@@ -106,7 +150,8 @@ class KubeRayBackend(ClusterObjectBackend):
                     message="Waiting for the previous Ray cluster to be removed.",
                 )
             if annotation(current, ANNOTATION_CLUSTER_HASH) != want[ANNOTATION_CLUSTER_HASH]:
-                # upgradeStrategy None: KubeRay ignores rayClusterConfig changes, so recreate.
+                # upgradeStrategy None: KubeRay ignores rayClusterConfig changes, and Kueue cannot
+                # resize an admitted one (`_cluster_part`): recreate.
                 self.cluster.delete(self.kind, spec.name, spec.namespace)
                 return Observation(
                     exists=True,

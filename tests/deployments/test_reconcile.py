@@ -172,7 +172,10 @@ class TestLifecycle:
         assert run(dep) == Result("removed")  # the absent observation is recorded once
         assert dep.condition("Ready") == ready
 
-    def test_scale_updates_in_place_and_a_tp_change_recreates(self, world, cluster_api):
+    def test_a_scale_replaces_the_ray_cluster_and_a_serve_change_stays_in_place(self, world, cluster_api):
+        """Kueue cannot resize an admitted RayService (tests/cluster/test_replica_edit.py shows
+        the outage an in-place patch causes on the real controllers): a new worker range
+        replaces the object; a Serve-only change is applied to the running one."""
         dep = approved(world)
         run(dep)
         uid = rayservice(cluster_api, dep)["metadata"]["uid"]
@@ -180,9 +183,13 @@ class TestLifecycle:
         world.alpha.save()
         services.deployment_scale(deployment_id=dep.pk, user=world.users["member"], min_replicas=1, max_replicas=3)
         run(dep)
+        assert rayservice(cluster_api, dep) is None  # deleted first: never two clusters for one quota
+        run(dep)
         obj = rayservice(cluster_api, dep)
-        assert obj["metadata"]["uid"] == uid
+        assert obj["metadata"]["uid"] != uid
         assert obj["metadata"]["annotations"]["llm-portal.io/generation"] == "2"
+        assert [g["maxReplicas"] for g in obj["spec"]["rayClusterConfig"]["workerGroupSpecs"]] == [3]
+        uid = obj["metadata"]["uid"]
         services.deployment_update(deployment_id=dep.pk, user=world.users["member"], data={"max_model_len": 4096})
         run(dep)
         assert rayservice(cluster_api, dep)["metadata"]["uid"] == uid  # serve config: in place

@@ -149,8 +149,17 @@ def _app_names(obj: Mapping[str, Any]) -> list[str]:
 
 
 def rayservice_ready(server: K8sApiServer, ns: str, name: str, *, endpoints: int = 1) -> dict[str, Any]:
-    """The RayService serves traffic: Ready=True and every Serve app RUNNING."""
+    """The RayService serves traffic: Ready=True and every Serve app RUNNING.
+
+    As on the real controllers, a Kueue-managed RayService only serves once its Workload is
+    admitted: when it carries a queue name and no Workload exists yet, one is admitted here.
+    """
     obj = _require(server, k8s.RAYSERVICE, ns, name)
+    uid = (obj.get("metadata") or {}).get("uid")
+    if (obj["metadata"].get("labels") or {}).get(LABEL_QUEUE_NAME) and uid:
+        listed = server.list_objects(k8s.WORKLOAD, ns)
+        if not any((w["metadata"].get("labels") or {}).get(LABEL_JOB_UID) == uid for w in listed):
+            workload_for(server, obj, {"QuotaReserved": True, "Admitted": True})
     generation = int(obj["metadata"].get("generation") or 1)
     apps = {app: {"status": "RUNNING"} for app in _app_names(obj) or ["llm"]}
     workers = sum(
