@@ -15,6 +15,7 @@ positions from 0).
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -162,6 +163,11 @@ def full_queue(b: Backend, world) -> tuple[list, dict]:
     waiting = [request_and_approve(world, flavor=world.h100, name=n) for n in ("second", "third")]
     cluster = k8s.Cluster.from_settings()
     if b.name == "real":
+        # Kueue orders equal priorities by the Workload's creation time, which has one-second
+        # resolution: create the two a second apart so the expected order is the only one.
+        _run(waiting[0])
+        b.kube.wait(lambda: workload_of(b.kube, waiting[0]), what="the first waiting Workload")
+        time.sleep(1.1)
         b.kube.wait(
             lambda: [_run(d) for d in waiting] and len(cluster.pending_workloads("tenant-alpha")) == 2,
             what="two pending workloads",
