@@ -309,7 +309,10 @@ CELERY_BROKER_URL = env_url(
     "CELERY_BROKER_URL", _broker_default, schemes={"redis", "rediss", "amqp", "filesystem", "memory"}
 )
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    # The demo's broker needs no server: messages are files that web, worker and beat share.
+    # The demo's broker needs no server: messages are files that web, worker and beat share,
+    # written whole before they can be taken (portal/broker.py says why kombu's own does not).
+    # An explicit transport wins over the URL's scheme in kombu's Connection.
+    CELERY_BROKER_TRANSPORT = "portal.broker:Transport"
     _queue_dir = VAR_DIR / "broker"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_queue_dir),
