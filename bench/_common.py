@@ -195,14 +195,14 @@ def seed_flavor():
     )
 
 
-def seed_tenants(prefix: str, flavor):
-    """NAMESPACES tenants with ample quota, one member each; returns (tenants, members)."""
+def seed_tenants(prefix: str, flavor, *, count: int = NAMESPACES):
+    """`count` (NAMESPACES) tenants with ample quota, one member each; returns (tenants, members)."""
     from django.contrib.auth.models import User
 
     from quotas.models import Membership, Tenant, TenantQuota
 
     tenants, members = [], []
-    for i in range(NAMESPACES):
+    for i in range(count):
         tenant = Tenant.objects.create(slug=f"{prefix}-{i:02d}", display_name=f"{prefix} {i}")
         TenantQuota.objects.create(tenant=tenant, flavor=flavor, nominal_gpus=100_000)
         user = User.objects.create_user(f"{prefix}-member-{i:02d}", password="bench-password-123")
@@ -238,3 +238,15 @@ def create_deployments(tenants, members, flavor, count: int, prefix: str) -> lis
         }
         ids.append(services.deployment_create(tenant=tenants[i], user=members[i], data=data).pk)
     return ids
+
+
+def forget_tenants(tenants) -> None:
+    """Remove `tenants` and everything the portal holds for them from the database (no cluster
+    calls), so a later phase's sweep sees neither their deployments nor their namespaces."""
+    from deployments.models import ModelDeployment
+    from quotas.models import QuotaReservation, Tenant
+
+    ids = [t.pk for t in tenants]
+    QuotaReservation.objects.filter(quota__tenant_id__in=ids).delete()
+    ModelDeployment.objects.filter(tenant_id__in=ids).delete()
+    Tenant.objects.filter(pk__in=ids).delete()

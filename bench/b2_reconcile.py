@@ -70,26 +70,24 @@ def purge_broker() -> None:
     redis.Redis.from_url(REDIS).flushdb()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sweep-deployments", type=int, default=1000)
-    parser.add_argument("--converge", type=int, default=500)
-    parser.add_argument(
-        "--requeue-seconds", default="10", help="RECONCILE_REQUEUE_SECONDS for the worker (production default 10)"
-    )
-    parser.add_argument("--deadline", type=int, default=600)
-    args = parser.parse_args()
-
-    claim_redis()
-    setup_django("b2")
-    header(f"B2 reconcile cost: sweep over {args.sweep_deployments}, convergence of {args.converge}")
-
-    from django.conf import settings
+def make_admin():
+    """A platform admin, the approver of every benchmark deployment."""
     from django.contrib.auth.models import Group, User
+
+    from quotas.models import PLATFORM_ADMIN_GROUP
+
+    admin = User.objects.create_user("bench-admin", password="bench-password-123")
+    admin.groups.add(Group.objects.get_or_create(name=PLATFORM_ADMIN_GROUP)[0])
+    return admin
+
+
+def sweep_phase(flavor, admin, count: int, *, namespaces: int = NAMESPACES, prefix: str = "sweep") -> dict:
+    """Part 1 on a fresh emulator: `count` ready deployments in `namespaces` namespaces, API calls per
+    reconcile, then one `sweep()` (three timed). Prints its rows; returns the figures and tenants."""
+    from django.conf import settings
 
     from deployments.models import ModelDeployment
     from deployments.reconcile import reconcile, sweep
-    from quotas.models import PLATFORM_ADMIN_GROUP
     from runtime import k8s
     from runtime.backends import get_cluster
     from tests.support import operators
@@ -100,14 +98,9 @@ def main() -> None:
     settings.KUBERNETES_URL = server.direct_url
     cluster = get_cluster()
 
-    flavor = seed_flavor()
-    admin = User.objects.create_user("bench-admin", password="bench-password-123")
-    admin.groups.add(Group.objects.get_or_create(name=PLATFORM_ADMIN_GROUP)[0])
-
-    # --- 1. sweep over unchanged deployments ------------------------------------------------------
-    tenants, members = seed_tenants("sweep", flavor)
+    tenants, members = seed_tenants(prefix, flavor, count=namespaces)
     started = time.perf_counter()
-    ids = create_and_approve(tenants, members, admin, flavor, args.sweep_deployments, "s")
+    ids = create_and_approve(tenants, members, admin, flavor, count, "s")
     seed_create = time.perf_counter() - started
     load = lambda pk: ModelDeployment.objects.select_related("tenant", "flavor").get(pk=pk)  # noqa: E731
 
@@ -149,7 +142,7 @@ def main() -> None:
     purge_broker()  # requeues sent by the reconciles above; no worker consumes them here
     row(
         "seeded: create + approve through services",
-        f"{len(ids)} deployments in {NAMESPACES} namespaces, {seed_create:.0f} s; cluster objects + "
+        f"{len(ids)} deployments in {namespaces} namespaces, {seed_create:.0f} s; cluster objects + "
         f"recorded observation {seed_cluster:.0f} s; states {dict(states)}",
     )
     row(f"API calls per reconcile: new ('{new_state}')", fmt_calls(first_calls))
@@ -170,7 +163,7 @@ def main() -> None:
             server_seen = Counter(method for method, _ in server.requests()[server_before:])
             queued = broker.llen("celery")
     writes = sum(n for verb, n in first_calls_sweep.items() if verb in WRITES)
-    row("sweep(): Cluster.calls", fmt_calls(first_calls_sweep), target=f"list = {2 * NAMESPACES}, no writes")
+    row("sweep(): Cluster.calls", fmt_calls(first_calls_sweep), target=f"list = {2 * namespaces}, no writes")
     row("sweep(): requests the API server saw, by method", dict(server_seen))
     row(
         "sweep(): checked / enqueued / orphans / messages in broker",
@@ -180,16 +173,43 @@ def main() -> None:
     row("sweep(): writes", writes, target="0")
     row("sweep() wall time, 3 runs", " / ".join(f"{t:.2f} s" for t in timings))
     row("sweep() per deployment checked (best)", f"{min(timings) / first_report['checked'] * 1e3:.2f} ms")
+    server.stop()
+    return {
+        "calls": first_calls_sweep,
+        "writes": writes,
+        "report": first_report,
+        "timings": timings,
+        "namespaces": namespaces,
+        "per_reconcile": {"new": first_calls, "ready": second_calls, "unchanged": steady_calls},
+        "tenants": tenants,
+    }
 
-    # --- 2. convergence through a real worker -------------------------------------------------
+
+def converge_phase(
+    flavor,
+    admin,
+    count: int,
+    *,
+    requeue_seconds: str = "10",
+    deadline: float = 600,
+    namespaces: int = NAMESPACES,
+    prefix: str = "conv",
+) -> dict:
+    """Part 2 on a second, empty emulator: `count` approved deployments (messages queued), then a
+    real worker until all are `queued` with their RayService. Prints its rows; returns the figures."""
+    import redis
+
+    from deployments.models import ModelDeployment
+    from runtime import k8s
+    from tests.support.k8s import K8sApiServer
     from tests.support.processes import celery_worker
 
-    server2 = K8sApiServer().start()  # empty store: kmock's per-request cost grows with its store
-    on_exit(server2.stop)
-    server = server2
-    tenants2, members2 = seed_tenants("conv", flavor)
+    broker = redis.Redis.from_url(REDIS)
+    server = K8sApiServer().start()  # empty store: kmock's per-request cost grows with its store
+    on_exit(server.stop)
+    tenants2, members2 = seed_tenants(prefix, flavor, count=namespaces)
     started = time.perf_counter()
-    new_ids = create_and_approve(tenants2, members2, admin, flavor, args.converge, "c")
+    new_ids = create_and_approve(tenants2, members2, admin, flavor, count, "c")
     row(
         "approved (worker stopped; reconcile messages queued)",
         f"{len(new_ids)} in {time.perf_counter() - started:.0f} s, {broker.llen('celery')} messages in the broker",
@@ -202,22 +222,22 @@ def main() -> None:
             concurrency=2,
             env={
                 "KUBERNETES_URL": server.direct_url,
-                "RECONCILE_REQUEUE_SECONDS": args.requeue_seconds,
+                "RECONCILE_REQUEUE_SECONDS": requeue_seconds,
                 "LOG_LEVEL": "INFO",
             },
         ):
             ready_at = time.perf_counter()
             pending = ModelDeployment.objects.filter(pk__in=new_ids).exclude(state="queued")
-            deadline = ready_at + args.deadline
+            give_up = ready_at + deadline
             progress = []  # (seconds after ready, converged)
             while pending.exists():
                 now = time.perf_counter()
                 if not progress or now - ready_at - progress[-1][0] >= 10:
                     progress.append((now - ready_at, len(new_ids) - pending.count()))
-                if now > deadline:
+                if now > give_up:
                     print("   progress (s after worker ready, converged):", progress)
                     raise SystemExit(
-                        f"not converged after {args.deadline} s: {pending.count()} left; "
+                        f"not converged after {deadline} s: {pending.count()} left; "
                         f"{progress[-1][1] / progress[-1][0]:.1f} /s on average"
                     )
                 time.sleep(0.1)
@@ -231,7 +251,7 @@ def main() -> None:
     rate = len(new_ids) / (done_at - ready_at)
     row("worker start -> ready", f"{ready_at - spawn:.1f} s")
     row(
-        f"convergence (RECONCILE_REQUEUE_SECONDS={args.requeue_seconds}): {len(new_ids)} queued + RayServices exist",
+        f"convergence (RECONCILE_REQUEUE_SECONDS={requeue_seconds}): {len(new_ids)} queued + RayServices exist",
         f"{done_at - ready_at:.1f} s after worker ready = {rate:.1f} /s "
         f"({len(new_ids) / (done_at - spawn):.1f} /s from worker spawn)",
         target=">= 20 /s",
@@ -241,6 +261,36 @@ def main() -> None:
         "API requests the server saw per converged deployment",
         ", ".join(f"{m}={n / len(new_ids):.2f}" for m, n in sorted(by_method.items())),
     )
+    server.stop()
+    return {
+        "count": len(new_ids),
+        "seconds": done_at - ready_at,
+        "rate": rate,
+        "rate_from_spawn": len(new_ids) / (done_at - spawn),
+        "requests": by_method,
+        "tenants": tenants2,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sweep-deployments", type=int, default=1000)
+    parser.add_argument("--converge", type=int, default=500)
+    parser.add_argument(
+        "--requeue-seconds", default="10", help="RECONCILE_REQUEUE_SECONDS for the worker (production default 10)"
+    )
+    parser.add_argument("--deadline", type=int, default=600)
+    args = parser.parse_args()
+
+    claim_redis()
+    setup_django("b2")
+    header(f"B2 reconcile cost: sweep over {args.sweep_deployments}, convergence of {args.converge}")
+
+    flavor = seed_flavor()
+    admin = make_admin()
+    sweep_phase(flavor, admin, args.sweep_deployments)  # 1. sweep over unchanged deployments
+    # 2. convergence through a real worker
+    converge_phase(flavor, admin, args.converge, requeue_seconds=args.requeue_seconds, deadline=args.deadline)
 
 
 if __name__ == "__main__":

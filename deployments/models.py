@@ -9,7 +9,7 @@ from django.db.models import Q
 from deployments.choices import Backend, Dtype, EventType, Quantization, RevisionStatus, ServingProfile, State
 from deployments.limits import LIMITS
 from quotas.models import GpuFlavor, Tenant, TenantOwnedQuerySet
-from quotas.validators import validate_dns1123_label
+from quotas.validators import validate_dns1035_label
 
 # The fields a request sets and a spec update may change (services, serializers and the API list).
 SPEC_FIELDS = (
@@ -77,7 +77,7 @@ class ModelDeployment(models.Model):
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="deployments")
-    name = models.CharField(max_length=40, validators=[validate_dns1123_label])
+    name = models.CharField(max_length=40, validators=[validate_dns1035_label])
     # --- spec -----------------------------------------------------------------------------------
     model_source = models.CharField(max_length=500)
     served_model_name = models.CharField(max_length=200)

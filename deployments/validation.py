@@ -18,12 +18,11 @@ from quotas.choices import Fit
 from quotas.models import GpuFlavor, Tenant
 from quotas.policy import policy_errors
 from quotas.services import QuotaPreview, quota_preview
-from quotas.validators import DNS1123_LABEL
 from runtime.backends import names as backend_names
 from runtime.backends import not_installed
 from runtime.backends import traits as backend_traits
 from runtime.backends.local.paths import confined_model_path
-from runtime.manifests.common import placement_error
+from runtime.manifests.common import DNS1035_LABEL, placement_error
 from runtime.manifests.rayservice import RAYSERVICE_NAME_MAX
 
 NAME_MAX = 40  # "<name>-<id>" must stay within RAYSERVICE_NAME_MAX for ids below 10^6
@@ -61,8 +60,10 @@ def _name_errors(name: str) -> str | None:
         return "Enter a name."
     if len(name) > NAME_MAX:
         return f"At most {NAME_MAX} characters (the RayService name must stay ≤ {RAYSERVICE_NAME_MAX})."
-    if not DNS1123_LABEL.fullmatch(name):
-        return "Use lowercase letters, digits and '-', starting and ending with a letter or digit."
+    if not DNS1035_LABEL.fullmatch(name):
+        # KubeRay and KServe need a DNS-1035 label (runtime/manifests/common.py): a name the API
+        # server takes and the operator then refuses for good is refused here instead.
+        return "Use lowercase letters, digits and '-', starting with a letter and ending with a letter or digit."
     return None
 
 

@@ -4,9 +4,7 @@ import re
 
 from django.core.exceptions import ValidationError
 
-from runtime.manifests.common import LABEL_DOMAIN, LABEL_FLAVOR, MAX_OWN_NODE_LABELS
-
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+from runtime.manifests.common import DNS1035_LABEL, DNS1123_LABEL, LABEL_DOMAIN, LABEL_FLAVOR, MAX_OWN_NODE_LABELS
 
 
 def validate_dns1123_label(value: str, max_length: int = 63) -> None:
@@ -20,6 +18,17 @@ def validate_dns1123_label(value: str, max_length: int = 63) -> None:
             "Use lowercase letters, digits and '-', starting and ending with a letter or digit "
             "(a Kubernetes DNS-1123 label).",
             code="dns1123",
+        )
+
+
+def validate_dns1035_label(value: str) -> None:
+    """A DNS-1035 label (what KubeRay and KServe require of their objects' names): a DNS-1123
+    label that starts with a letter."""
+    validate_dns1123_label(value)
+    if not DNS1035_LABEL.fullmatch(value):
+        raise ValidationError(
+            "Start with a lowercase letter (KubeRay and KServe refuse names starting with a digit).",
+            code="dns1035",
         )
 
 

@@ -192,6 +192,12 @@ def model_cache_volume(platform: PlatformSpec) -> tuple[dict[str, Any], dict[str
 
 PVC_MODEL_ROOT = "/models"
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# A DNS-1035 label: a DNS-1123 label that starts with a letter. KubeRay requires it of a
+# RayService's name (ray-project/kuberay v1.6.2, ray-operator/controllers/ray/utils/validation.go,
+# ValidateRayServiceMetadata: `7b-chat` is accepted by the API server and then marked
+# Ready=False/ValidationFailed for good — tests/cluster/test_names.py), and KServe of an
+# InferenceService's (its name becomes a Knative/Service name).
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
 def parse_pvc_source(model_source: str) -> tuple[str, str]:

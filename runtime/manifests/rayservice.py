@@ -16,7 +16,7 @@ import yaml
 
 from runtime.manifests.common import (
     ANNOTATION_ELASTIC_JOB,
-    DNS1123_LABEL,
+    DNS1035_LABEL,
     LABEL_QUEUE_NAME,
     PORT_METRICS,
     PORT_SERVE,
@@ -71,10 +71,10 @@ def rayservice_name(deployment_name: str) -> str:
             f"RayService name {deployment_name!r} is {len(deployment_name)} characters; "
             f"KubeRay allows at most {RAYSERVICE_NAME_MAX}"
         )
-    if not DNS1123_LABEL.match(deployment_name):
+    if not DNS1035_LABEL.match(deployment_name):
         raise RenderError(
-            f"RayService name {deployment_name!r} is not a DNS-1123 label "
-            "(lowercase letters, digits and '-', starting and ending with an alphanumeric)"
+            f"RayService name {deployment_name!r} is not a DNS-1035 label "
+            "(lowercase letters, digits and '-', starting with a letter and ending with an alphanumeric)"
         )
     return deployment_name
 

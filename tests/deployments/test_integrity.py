@@ -213,6 +213,13 @@ class TestBackendIsFixed:
         assert response.status_code == 200
 
 
+def test_a_name_starting_with_a_digit_is_a_400_on_name_and_nothing_is_written(world):
+    response = world.client("member").post(f"{API}/", {**api_draft(world), "name": "7b-chat"}, format="json")
+    assert response.status_code == 400, response.content
+    assert "starting with a letter" in response.json()["name"][0]
+    assert not ModelDeployment.objects.exists()
+
+
 class TestDuplicateNames:
     def test_a_second_live_deployment_with_the_name_is_a_400_on_name(self, world):
         request_one(world)

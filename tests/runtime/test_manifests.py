@@ -441,9 +441,10 @@ class TestRenderRayService:
             manifests.render_rayservice(small_spec(name=name), PLATFORM)
         assert manifests.render_rayservice(small_spec(name="a" * 47), PLATFORM)["metadata"]["name"] == "a" * 47
 
-    def test_name_that_is_not_dns_1123_is_refused(self) -> None:
-        with pytest.raises(RenderError, match="DNS-1123"):
-            manifests.rayservice_name("Qwen_Small")
+    @pytest.mark.parametrize("name", ["Qwen_Small", "7b-chat-3"])
+    def test_name_that_is_not_dns_1035_is_refused(self, name) -> None:
+        with pytest.raises(RenderError, match="DNS-1035"):
+            manifests.rayservice_name(name)
 
     def test_hf_token_env_only_when_a_secret_is_given(self) -> None:
         without = manifests.render_rayservice(small_spec(), PLATFORM)

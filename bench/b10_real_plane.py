@@ -1,0 +1,518 @@
+"""B10 — the portal on the real control plane, beside the emulator in the same run.
+
+The real control plane is the test harness's (tests/support/controlplane: etcd, kube-apiserver,
+controller manager, scheduler, KWOK, Kueue, KubeRay and the stand-in Ray head). The portal talks
+to it as its own ServiceAccount (identity.py), onboards T tenants (Kueue objects, model-cache
+claims) and KWOK nodes (M GPU nodes of the flavor, CPU nodes for the Ray heads), then N
+deployments are created, a real `celery worker` (tests/support/processes.py) is started and the
+N deployments are approved one after another through the services; the worker reconciles them,
+and this process sends the beat's sweep task every RECONCILE_SWEEP_SECONDS as `celery beat` would.
+
+Measured:
+1. Convergence: RayServices created per second, deployments `ready` per second (from the first
+   approval).
+2. Per deployment, where the time from approval to Ready in the portal goes: the portal's part
+   (approved -> RayService created; RayService Ready -> the portal records `ready`) and the
+   cluster's (created -> Workload Admitted: Kueue; Admitted -> all pods Running: scheduler + KWOK;
+   pods Running -> RayService Ready: KubeRay + the stand-in head). Moments come from watches this
+   process holds on RayServices, Workloads and pods (sub-second, this host's clock), from the
+   objects' own timestamps (creationTimestamp, condition lastTransitionTime: 1 s resolution), and
+   from the portal's records (DeploymentEvent transitions, DeploymentPhase markers).
+3. One `sweep()` when nothing changed: Cluster.calls by verb, LISTs per namespace, writes, wall.
+4. The API server's resident memory (/proc/<pid>/status) at the end.
+The emulator's sweep and convergence (bench/b2_reconcile.py's phases, same N and T) run first.
+
+    .venv/bin/python bench/b10_real_plane.py [--deployments 1000] [--nodes 500] [--tenants 50]
+
+Needs root (the pod network namespace) and ../shared/k8s's binaries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import ssl
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (  # noqa: E402
+    REDIS,
+    claim_redis,
+    create_deployments,
+    forget_tenants,
+    header,
+    pct,
+    row,
+    seed_flavor,
+    seed_tenants,
+    setup_django,
+)
+from b2_reconcile import WRITES, calls_of, converge_phase, fmt_calls, make_admin, purge_broker, sweep_phase  # noqa: E402
+
+HEADS_PER_CPU_NODE = 40  # a head asks for 2 CPUs of a 96-CPU node; a node's /26 holds 64 pod IPs
+WATCHED = {
+    "rayservice": "/apis/ray.io/v1/rayservices",
+    "workload": "/apis/kueue.x-k8s.io/v1beta2/workloads",
+    "pod": "/api/v1/pods",
+}
+
+
+# --- what this process sees of the cluster, as it happens ---------------------------------------
+
+
+class Watch(threading.Thread):
+    """One watch over all namespaces: when each object was first seen, when each of its
+    conditions was first seen True and (pods) when it was first seen Running, by this host's
+    clock; plus its labels and owners, to tie it to a deployment afterwards."""
+
+    def __init__(self, plane, path: str) -> None:
+        super().__init__(daemon=True, name=f"watch {path}")
+        self.plane, self.path = plane, path
+        self.seen: dict[tuple[str, str], float] = {}
+        self.true_at: dict[tuple[str, str, str], float] = {}
+        self.running_at: dict[tuple[str, str], float] = {}
+        self.meta: dict[tuple[str, str], dict] = {}
+        self.events = 0
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        context = ssl.create_default_context(cafile=str(self.plane.ca))
+        version = ""
+        while True:
+            query = "watch=1&timeoutSeconds=900" + (f"&resourceVersion={version}" if version else "")
+            req = urllib.request.Request(f"{self.plane.url}{self.path}?{query}")
+            req.add_header("Authorization", f"Bearer {self.plane.admin_token}")
+            try:
+                with urllib.request.urlopen(req, context=context, timeout=960) as resp:
+                    for line in resp:
+                        event = json.loads(line)
+                        if event.get("type") == "ERROR":  # e.g. 410 Gone: start over from now
+                            version = ""
+                            break
+                        version = self._note(event["object"]) or version
+            except Exception as error:  # noqa: BLE001 - a dropped stream is reopened; the error kept
+                self.errors.append(repr(error))
+                time.sleep(0.5)
+
+    def _note(self, obj: dict) -> str:
+        now = time.time()
+        meta = obj.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        self.events += 1
+        self.seen.setdefault(key, now)
+        self.meta[key] = {
+            "labels": meta.get("labels") or {},
+            "owners": [o.get("name") for o in meta.get("ownerReferences") or []],
+        }
+        status = obj.get("status") or {}
+        for cond in status.get("conditions") or []:
+            if cond.get("status") == "True":
+                self.true_at.setdefault((*key, cond.get("type")), now)
+        if status.get("phase") == "Running":
+            self.running_at.setdefault(key, now)
+        return meta.get("resourceVersion", "")
+
+
+def stamp(value: str | None) -> float | None:
+    """An API server timestamp (RFC 3339, whole seconds) as epoch seconds."""
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() if value else None
+
+
+def true_since(obj: dict, kind: str) -> float | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind and cond.get("status") == "True":
+            return stamp(cond.get("lastTransitionTime"))
+    return None
+
+
+def latest(values) -> float | None:
+    values = list(values)
+    return max(values) if values and None not in values else None
+
+
+# --- per deployment: where the time goes ----------------------------------------------------------
+
+PARTS = (
+    ("portal: approved -> RayService created", "approved", "created"),
+    ("cluster: created -> Workload Admitted (Kueue)", "created", "admitted"),
+    ("cluster: Admitted -> pods Running (scheduler, KWOK)", "admitted", "running"),
+    ("cluster: pods Running -> RayService Ready (KubeRay)", "running", "rs_ready"),
+    ("portal: RayService Ready -> portal `ready`", "rs_ready", "ready"),
+)
+
+
+def moments(deps, watches: dict[str, Watch], kube) -> tuple[dict, dict]:
+    """Per deployment id, two sets of moments (epoch seconds): from the watches and from the
+    objects' own timestamps; `approved` and `ready` from the portal's events in both."""
+    from deployments.models import DeploymentEvent
+    from runtime import k8s
+    from runtime.manifests.common import LABEL_DEPLOYMENT_ID
+
+    portal: dict[int, dict[str, float]] = {}
+    rows = DeploymentEvent.objects.filter(deployment__in=deps).order_by("created", "id")
+    for dep_id, to_state, reason, created in rows.values_list("deployment_id", "to_state", "reason", "created"):
+        marks = portal.setdefault(dep_id, {})
+        if to_state in ("approved", "ready") and to_state not in marks:
+            marks[to_state] = created.timestamp()
+        if reason == "Created" and "created_event" not in marks:
+            marks["created_event"] = created.timestamp()
+    by_name = {(d.tenant.namespace, d.resource_name): d.pk for d in deps}
+    rs, wl, pod = watches["rayservice"], watches["workload"], watches["pod"]
+    pod_meta, wl_meta = dict(pod.meta), dict(wl.meta)  # the watches still run: take copies
+    pods_of: dict[int, list[tuple[str, str]]] = {}
+    for key, meta in pod_meta.items():
+        dep_id = meta["labels"].get(LABEL_DEPLOYMENT_ID)
+        if dep_id is not None:
+            pods_of.setdefault(int(dep_id), []).append(key)
+    workload_of = {
+        by_name[(key[0], owner)]: key
+        for key, meta in wl_meta.items()
+        for owner in meta["owners"]
+        if (key[0], owner) in by_name
+    }
+    watched: dict[int, dict] = {}
+    for (namespace, name), dep_id in by_name.items():
+        wkey = workload_of.get(dep_id)
+        watched[dep_id] = {
+            **portal.get(dep_id, {}),
+            "created": rs.seen.get((namespace, name)),
+            "admitted": wl.true_at.get((*wkey, "Admitted")) if wkey else None,
+            "running": latest(pod.running_at.get(k) for k in pods_of.get(dep_id, [])) if pods_of.get(dep_id) else None,
+            "rs_ready": rs.true_at.get((namespace, name, "Ready")),
+        }
+    # the objects' own timestamps, read once at the end
+    stamped: dict[int, dict] = {}
+    namespaces = sorted({ns for ns, _ in by_name})
+    objects = {
+        ns: {k: kube.list(kind, ns) for k, kind in (("rs", k8s.RAYSERVICE), ("wl", k8s.WORKLOAD))} for ns in namespaces
+    }
+    for ns in namespaces:
+        pods = kube.pods(ns)
+        services = {o["metadata"]["name"]: o for o in objects[ns]["rs"]}
+        for name, obj in services.items():
+            dep_id = by_name.get((ns, name))
+            if dep_id is None:
+                continue
+            workload = next(
+                (
+                    w
+                    for w in objects[ns]["wl"]
+                    if name in [o.get("name") for o in w["metadata"].get("ownerReferences") or []]
+                ),
+                None,
+            )
+            mine = [p for p in pods if p["metadata"].get("labels", {}).get(LABEL_DEPLOYMENT_ID) == str(dep_id)]
+            stamped[dep_id] = {
+                **portal.get(dep_id, {}),
+                "created": stamp(obj["metadata"].get("creationTimestamp")),
+                "admitted": true_since(workload, "Admitted") if workload else None,
+                "running": latest(true_since(p, "Ready") for p in mine) if mine else None,
+                "rs_ready": true_since(obj, "Ready"),
+            }
+    return watched, stamped
+
+
+def report_parts(title: str, marks: dict[int, dict]) -> dict[str, float]:
+    """Median and p90 of each part and of the portal's share; returns the medians."""
+    print(f"   -- {title} (median / p90 over deployments, seconds)")
+    medians = {}
+    for label, start, end in PARTS:
+        values = [m[end] - m[start] for m in marks.values() if m.get(start) is not None and m.get(end) is not None]
+        medians[label] = statistics.median(values) if values else float("nan")
+        row(
+            f"  {label}",
+            f"{medians[label]:.2f} / {pct(values, 90):.2f}"
+            + (f" (n={len(values)})" if len(values) < len(marks) else ""),
+        )
+    keys = ("approved", "created", "rs_ready", "ready")
+    complete = [m for m in marks.values() if all(m.get(k) is not None for k in keys)]
+    share = [(m["created"] - m["approved"]) + (m["ready"] - m["rs_ready"]) for m in complete]
+    total = [m["ready"] - m["approved"] for m in complete]
+    medians["share"] = statistics.median(share) if share else float("nan")
+    row("  portal's part (sum of its two parts)", f"{medians['share']:.2f} / {pct(share, 90):.2f}", target="<= 5 s")
+    row(
+        "  approved -> portal `ready`, whole",
+        f"{statistics.median(total) if total else float('nan'):.2f} / {pct(total, 90):.2f}",
+    )
+    return medians
+
+
+def recorded_phases(deps) -> None:
+    """The portal's own startup phases (DeploymentPhase), as its deployment page shows them."""
+    from deployments.models import DeploymentPhase
+
+    marks: dict[int, dict[str, float]] = {}
+    for dep_id, name, at in DeploymentPhase.objects.filter(deployment__in=deps).values_list(
+        "deployment_id", "name", "at"
+    ):
+        marks.setdefault(dep_id, {})[name] = at.timestamp()
+    seen = Counter(name for m in marks.values() for name in m)
+    print(f"   -- the portal's recorded phases (DeploymentPhase; markers seen: {dict(sorted(seen.items()))})")
+    for start, end in (
+        ("approved", "queued"),
+        ("queued", "admitted"),
+        ("admitted", "engine_ready"),
+        ("engine_ready", "ready"),
+        ("approved", "ready"),
+    ):
+        values = [m[end] - m[start] for m in marks.values() if start in m and end in m]
+        if values:
+            row(f"  {start} -> {end}", f"{statistics.median(values):.2f} / {pct(values, 90):.2f} (n={len(values)})")
+
+
+# --- the run -------------------------------------------------------------------------------
+
+
+def rss_kib(pid: int | None) -> tuple[int, int]:
+    """(VmRSS, VmHWM) of a process in KiB, from /proc."""
+    fields = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            name, _, value = line.partition(":")
+            fields[name] = value.split()[0] if value.split() else "0"
+    except OSError:
+        return 0, 0
+    return int(fields.get("VmRSS", 0)), int(fields.get("VmHWM", 0))
+
+
+def onboard_cluster(kube, flavor, args) -> None:
+    """The tenants' Kueue objects and claims, one CPU node per HEADS_PER_CPU_NODE heads, M GPU nodes."""
+    from quotas.models import GpuFlavor
+    from runtime.manifests.kueue import render_cpu_resource_flavor
+    from runtime.platform import platform_spec
+    from tests.cluster.chain import onboard
+
+    started = time.perf_counter()
+    onboard(kube, GpuFlavor.objects.get(pk=flavor.pk), gpu_nodes=args.nodes, gpus=flavor.gpus_per_node)
+    extra = max(0, math.ceil(args.deployments / HEADS_PER_CPU_NODE) - 1)
+    if extra:
+        kube.nodes_for_flavor(render_cpu_resource_flavor(platform_spec()), count=extra, gpus=0)
+    row(
+        "onboarded: Kueue objects, claims, KWOK nodes",
+        f"{args.tenants} tenants, {args.nodes} GPU nodes x {flavor.gpus_per_node} GPUs + {extra + 1} CPU nodes, "
+        f"{time.perf_counter() - started:.0f} s",
+    )
+
+
+def converge_real(plane, kube, flavor, admin, args) -> dict:
+    from deployments import services
+    from deployments.models import ModelDeployment
+    from deployments.tasks import sweep_task
+    from tests.support.processes import celery_worker
+
+    tenants, members = seed_tenants("b10", flavor, count=args.tenants)
+    onboard_cluster(kube, flavor, args)
+    ids = create_deployments(tenants, members, flavor, args.deployments, "d")
+    deps = list(ModelDeployment.objects.filter(pk__in=ids).select_related("tenant"))
+    watches = {name: Watch(plane, path) for name, path in WATCHED.items()}
+    for watch in watches.values():
+        watch.start()
+    with tempfile.TemporaryDirectory(prefix="bench-b10-") as tmp:
+        spawn = time.perf_counter()
+        worker_env = {
+            "KUBECONFIG": str(plane.portal_kubeconfig),
+            "KUBERNETES_TIMEOUT_SECONDS": "30",
+            "RECONCILE_REQUEUE_SECONDS": args.requeue_seconds,
+            "LOG_LEVEL": "INFO",
+        }
+        with celery_worker(Path(tmp) / "worker.log", concurrency=args.concurrency, env=worker_env):
+            row("worker start -> ready", f"{time.perf_counter() - spawn:.1f} s")
+            first = time.time()
+            for pk in ids:
+                services.deployment_approve(deployment_id=pk, revision=1, approver=admin)
+            approved = time.time() - first
+            pending = ModelDeployment.objects.filter(pk__in=ids).exclude(state="ready")
+            progress, last_sweep, all_created = [], time.time(), None
+            while True:
+                now = time.time()
+                left = pending.count()
+                created = len(watches["rayservice"].seen)  # only the portal makes RayServices here
+                if all_created is None and created >= len(ids):
+                    all_created = now - first
+                if not progress or now - first - progress[-1][0] >= 15:
+                    progress.append((round(now - first), created, len(ids) - left))
+                if not left:
+                    break
+                if now - first > args.deadline:
+                    print("   progress (s after first approval, RayServices, ready):", progress)
+                    states = Counter(ModelDeployment.objects.filter(pk__in=ids).values_list("state", flat=True))
+                    raise SystemExit(
+                        f"not all ready after {args.deadline} s: {left} left, states {dict(states)}\n{kube.story()}"
+                    )
+                if now - last_sweep >= args.sweep_seconds:  # what celery beat sends
+                    sweep_task.delay()
+                    last_sweep = now
+                time.sleep(0.5)
+            done = time.time() - first
+            print("   progress (s after first approval, RayServices, ready):", progress)
+    row(f"approved {len(ids)} (worker running), one after another", f"{approved:.1f} s")
+    row(
+        "all RayServices exist, after the first approval",
+        f"{all_created:.1f} s = {len(ids) / all_created:.1f} /s",
+        target=">= 20 /s",
+    )
+    row("all deployments `ready`, after the first approval", f"{done:.1f} s = {len(ids) / done:.2f} /s")
+    row("watch events seen (rayservices / workloads / pods)", " / ".join(str(w.events) for w in watches.values()))
+    errors = [e for w in watches.values() for e in w.errors]
+    if errors:
+        row("watch streams reopened", f"{len(errors)}: {errors[:3]}")
+    watched, stamped = moments(deps, watches, kube)
+    parts = report_parts("from this process's watches (sub-second) and the portal's events", watched)
+    report_parts("from the objects' timestamps (1 s resolution) and the portal's events", stamped)
+    recorded_phases(deps)
+    return {
+        "ids": ids,
+        "tenants": tenants,
+        "created_rate": len(ids) / all_created,
+        "ready_rate": len(ids) / done,
+        "parts": parts,
+    }
+
+
+def sweep_real(args, ids) -> dict:
+    """One sweep over the ready, unchanged fleet (three timed), counted with Cluster.calls."""
+    import redis
+
+    from deployments.models import ModelDeployment
+    from deployments.reconcile import reconcile, sweep
+    from runtime.backends import get_cluster
+
+    cluster = get_cluster()
+    purge_broker()
+    dep = ModelDeployment.objects.select_related("tenant", "flavor").get(pk=ids[0])
+    outcome, calls = calls_of(cluster, lambda: reconcile(dep))
+    row(f"API calls per reconcile: ready, unchanged ('{outcome.outcome}')", fmt_calls(calls))
+    purge_broker()
+    timings = []
+    for attempt in range(3):
+        started = time.perf_counter()
+        report, calls = calls_of(cluster, sweep)
+        timings.append(time.perf_counter() - started)
+        if attempt == 0:
+            first_report, first_calls = report, calls
+            queued = redis.Redis.from_url(REDIS).llen("celery")
+    writes = sum(n for verb, n in first_calls.items() if verb in WRITES)
+    row("sweep(): Cluster.calls", fmt_calls(first_calls), target=f"list <= {2 * args.tenants}, no writes")
+    row("sweep(): LIST per namespace", f"{first_calls['list'] / args.tenants:.2f}", target="<= 2")
+    row(
+        "sweep(): checked / enqueued / orphans / messages in broker",
+        f"{first_report['checked']} / {first_report['enqueued']} / {len(first_report['orphans'])} / {queued}",
+        target="enqueued 0",
+    )
+    row("sweep(): writes", writes, target="0")
+    row("sweep() wall time, 3 runs", " / ".join(f"{t:.2f} s" for t in timings))
+    row("sweep() per deployment checked (best)", f"{min(timings) / first_report['checked'] * 1e3:.2f} ms")
+    return {"calls": first_calls, "writes": writes, "timings": timings, "report": first_report}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--deployments", type=int, default=1000)
+    parser.add_argument("--nodes", type=int, default=500, help="KWOK GPU nodes (8 GPUs each)")
+    parser.add_argument("--tenants", type=int, default=50)
+    parser.add_argument("--concurrency", type=int, default=2, help="worker processes")
+    parser.add_argument("--requeue-seconds", default="10", help="RECONCILE_REQUEUE_SECONDS (production default 10)")
+    parser.add_argument("--sweep-seconds", type=float, default=30, help="the beat's sweep period (production 30)")
+    parser.add_argument("--deadline", type=int, default=1800)
+    parser.add_argument("--no-emulator", action="store_true", help="skip the emulator's side")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("B10 needs root: the control plane's pod network namespace (ip netns)")
+    from tests.support.controlplane.binaries import Unavailable, binaries
+
+    try:
+        binaries()
+    except Unavailable as error:
+        raise SystemExit(f"the real control plane cannot start: {error}") from error
+
+    claim_redis()
+    setup_django("b10")
+    header(
+        f"B10 the portal on the real control plane: {args.deployments} deployments, "
+        f"{args.nodes} GPU nodes, {args.tenants} tenants"
+    )
+    print(f"   load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    from django.conf import settings
+
+    flavor = seed_flavor()
+    admin = make_admin()
+    emulator = {}
+    if not args.no_emulator:
+        print(
+            f"-- emulator (tests/support/k8s), bench/b2_reconcile.py's phases at N={args.deployments}, T={args.tenants}"
+        )
+        emulator["sweep"] = sweep_phase(flavor, admin, args.deployments, namespaces=args.tenants)
+        emulator["converge"] = converge_phase(
+            flavor,
+            admin,
+            args.deployments,
+            requeue_seconds=args.requeue_seconds,
+            deadline=args.deadline,
+            namespaces=args.tenants,
+        )
+        forget_tenants(emulator["sweep"]["tenants"] + emulator["converge"]["tenants"])
+        purge_broker()
+
+    from tests.support.controlplane.fixtures import Kube
+    from tests.support.controlplane.identity import portal_identity
+    from tests.support.controlplane.plane import ControlPlane, sweep_stale
+
+    print("-- real control plane (tests/support/controlplane)")
+    sweep_stale()
+    started = time.perf_counter()
+    plane = ControlPlane()
+    try:
+        plane.start()
+        plane.portal_kubeconfig = portal_identity(plane)
+        row("control plane started", f"{time.perf_counter() - started:.0f} s")
+        settings.KUBERNETES_URL = None
+        settings.KUBECONFIG = str(plane.portal_kubeconfig)
+        settings.KUBERNETES_TIMEOUT_SECONDS = 30.0
+        kube = Kube(plane)
+        real = converge_real(plane, kube, flavor, admin, args)
+        real["sweep"] = sweep_real(args, real["ids"])
+        api_rss, api_peak = rss_kib(plane.procs["kube-apiserver"].pid)
+        total = sum(rss_kib(p.pid)[0] for p in plane.procs.values())
+        row(
+            "kube-apiserver memory at the end (VmRSS / peak VmHWM)",
+            f"{api_rss / 2**20:.2f} GiB / {api_peak / 2**20:.2f} GiB",
+        )
+        row("whole control plane VmRSS at the end (all its processes)", f"{total / 2**20:.2f} GiB")
+    finally:
+        plane.stop()
+
+    if emulator:
+        print("-- side by side: real control plane vs emulator (same N, T, worker concurrency)")
+        es, rs = emulator["sweep"], real["sweep"]
+        row(
+            "sweep(): LIST per namespace, real vs emulator",
+            f"{rs['calls']['list'] / args.tenants:.2f} vs {es['calls']['list'] / args.tenants:.2f}",
+        )
+        row("sweep(): writes, real vs emulator", f"{rs['writes']} vs {es['writes']}")
+        real_ms = min(rs["timings"]) / rs["report"]["checked"] * 1e3
+        emu_ms = min(es["timings"]) / es["report"]["checked"] * 1e3
+        row(
+            "sweep(): ms per deployment checked (best), real vs emulator",
+            f"{real_ms:.2f} vs {emu_ms:.2f} (ratio {real_ms / emu_ms:.2f}x)",
+        )
+        ec = emulator["converge"]
+        row(
+            "RayServices created /s: real (worker running, approvals in a burst) vs emulator (queued first)",
+            f"{real['created_rate']:.1f} vs {ec['rate']:.1f} (ratio {real['created_rate'] / ec['rate']:.2f}x)",
+            target=">= 20 /s",
+        )
+    print(f"   load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
