@@ -120,6 +120,30 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
+def group_pids(pgid: int) -> list[int]:
+    """The processes of one process group (e.g. a Celery worker and its pool), from /proc."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[2]) == pgid:
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def rss_kib(pid: int | None) -> tuple[int, int]:
+    """(VmRSS, VmHWM: its peak) of a process in KiB, from /proc; (0, 0) when it is gone."""
+    fields = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            name, _, value = line.partition(":")
+            fields[name] = value.split()[0] if value.split() else "0"
+    except OSError:
+        return 0, 0
+    return int(fields.get("VmRSS", 0)), int(fields.get("VmHWM", 0))
+
+
 def claim_redis() -> None:
     """Make sure the benchmark's Redis database is ours (empty), and flush it at exit."""
     import redis

@@ -1,25 +1,19 @@
 """B10 — the portal on the real control plane, beside the emulator in the same run.
 
-The real control plane is the test harness's (tests/support/controlplane: etcd, kube-apiserver,
-controller manager, scheduler, KWOK, Kueue, KubeRay and the stand-in Ray head). The portal talks
-to it as its own ServiceAccount (identity.py), onboards T tenants (Kueue objects, model-cache
-claims) and KWOK nodes (M GPU nodes of the flavor, CPU nodes for the Ray heads), then N
-deployments are created, a real `celery worker` (tests/support/processes.py) is started and the
-N deployments are approved one after another through the services; the worker reconciles them,
-and this process sends the beat's sweep task every RECONCILE_SWEEP_SECONDS as `celery beat` would.
-
-Measured:
-1. Convergence: RayServices created per second, deployments `ready` per second (from the first
-   approval).
-2. Per deployment, where the time from approval to Ready in the portal goes: the portal's part
-   (approved -> RayService created; RayService Ready -> the portal records `ready`) and the
-   cluster's (created -> Workload Admitted: Kueue; Admitted -> all pods Running: scheduler + KWOK;
-   pods Running -> RayService Ready: KubeRay + the stand-in head). Moments come from watches this
-   process holds on RayServices, Workloads and pods (sub-second, this host's clock), from the
-   objects' own timestamps (creationTimestamp, condition lastTransitionTime: 1 s resolution), and
-   from the portal's records (DeploymentEvent transitions, DeploymentPhase markers).
-3. One `sweep()` when nothing changed: Cluster.calls by verb, LISTs per namespace, writes, wall.
-4. The API server's resident memory (/proc/<pid>/status) at the end.
+The harness's control plane (tests/support/controlplane: etcd, API server, controller manager,
+scheduler, KWOK, Kueue, KubeRay, the stand-in Ray head), the portal as its own ServiceAccount
+(identity.py). T tenants are onboarded (Kueue objects, claims) with KWOK nodes (M GPU nodes, CPU
+nodes for the heads); N deployments are created, a real `celery worker` is started, the N are
+approved one after another through the services, and this process sends the beat's sweep task
+every RECONCILE_SWEEP_SECONDS as `celery beat` would. Measured:
+1. convergence: RayServices created and deployments `ready` per second, from the first approval;
+2. per deployment, approval -> Ready in the portal split into the portal's part (approved ->
+   RayService created; RayService Ready -> `ready` recorded) and the cluster's (-> Workload
+   Admitted: Kueue; -> all pods Running: scheduler, KWOK; -> RayService Ready: KubeRay and the
+   head), from watches this process holds (sub-second), from the objects' own timestamps (1 s
+   resolution) and from the portal's records (DeploymentEvent, DeploymentPhase);
+3. one `sweep()` when nothing changed: Cluster.calls by verb, LISTs per namespace, writes, wall;
+4. the API server's resident memory at the end (/proc/<pid>/status).
 The emulator's sweep and convergence (bench/b2_reconcile.py's phases, same N and T) run first.
 
     .venv/bin/python bench/b10_real_plane.py [--deployments 1000] [--nodes 500] [--tenants 50]
@@ -48,16 +42,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     REDIS,
     claim_redis,
+    cpu_seconds,
     create_deployments,
     forget_tenants,
+    group_pids,
     header,
     pct,
     row,
+    rss_kib,
     seed_flavor,
     seed_tenants,
     setup_django,
 )
-from b2_reconcile import WRITES, calls_of, converge_phase, fmt_calls, make_admin, purge_broker, sweep_phase  # noqa: E402
+from b2_reconcile import (  # noqa: E402
+    WRITES,
+    calls_of,
+    converge_phase,
+    create_and_approve,
+    fmt_calls,
+    make_admin,
+    purge_broker,
+    sweep_phase,
+)
 
 HEADS_PER_CPU_NODE = 40  # a head asks for 2 CPUs of a 96-CPU node; a node's /26 holds 64 pod IPs
 WATCHED = {
@@ -159,13 +165,9 @@ def moments(deps, watches: dict[str, Watch], kube) -> tuple[dict, dict]:
     from runtime.manifests.common import LABEL_DEPLOYMENT_ID
 
     portal: dict[int, dict[str, float]] = {}
-    rows = DeploymentEvent.objects.filter(deployment__in=deps).order_by("created", "id")
-    for dep_id, to_state, reason, created in rows.values_list("deployment_id", "to_state", "reason", "created"):
-        marks = portal.setdefault(dep_id, {})
-        if to_state in ("approved", "ready") and to_state not in marks:
-            marks[to_state] = created.timestamp()
-        if reason == "Created" and "created_event" not in marks:
-            marks["created_event"] = created.timestamp()
+    rows = DeploymentEvent.objects.filter(deployment__in=deps, to_state__in=("approved", "ready"))
+    for dep_id, to_state, created in rows.order_by("created", "id").values_list("deployment_id", "to_state", "created"):
+        portal.setdefault(dep_id, {}).setdefault(to_state, created.timestamp())
     by_name = {(d.tenant.namespace, d.resource_name): d.pk for d in deps}
     rs, wl, pod = watches["rayservice"], watches["workload"], watches["pod"]
     pod_meta, wl_meta = dict(pod.meta), dict(wl.meta)  # the watches still run: take copies
@@ -192,25 +194,16 @@ def moments(deps, watches: dict[str, Watch], kube) -> tuple[dict, dict]:
         }
     # the objects' own timestamps, read once at the end
     stamped: dict[int, dict] = {}
-    namespaces = sorted({ns for ns, _ in by_name})
-    objects = {
-        ns: {k: kube.list(kind, ns) for k, kind in (("rs", k8s.RAYSERVICE), ("wl", k8s.WORKLOAD))} for ns in namespaces
-    }
-    for ns in namespaces:
+    for ns in sorted({ns for ns, _ in by_name}):
         pods = kube.pods(ns)
-        services = {o["metadata"]["name"]: o for o in objects[ns]["rs"]}
-        for name, obj in services.items():
-            dep_id = by_name.get((ns, name))
+        owned = {
+            o.get("name"): w for w in kube.list(k8s.WORKLOAD, ns) for o in w["metadata"].get("ownerReferences") or []
+        }
+        for obj in kube.list(k8s.RAYSERVICE, ns):
+            dep_id = by_name.get((ns, obj["metadata"]["name"]))
             if dep_id is None:
                 continue
-            workload = next(
-                (
-                    w
-                    for w in objects[ns]["wl"]
-                    if name in [o.get("name") for o in w["metadata"].get("ownerReferences") or []]
-                ),
-                None,
-            )
+            workload = owned.get(obj["metadata"]["name"])
             mine = [p for p in pods if p["metadata"].get("labels", {}).get(LABEL_DEPLOYMENT_ID) == str(dep_id)]
             stamped[dep_id] = {
                 **portal.get(dep_id, {}),
@@ -273,16 +266,13 @@ def recorded_phases(deps) -> None:
 # --- the run -------------------------------------------------------------------------------
 
 
-def rss_kib(pid: int | None) -> tuple[int, int]:
-    """(VmRSS, VmHWM) of a process in KiB, from /proc."""
-    fields = {}
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            name, _, value = line.partition(":")
-            fields[name] = value.split()[0] if value.split() else "0"
-    except OSError:
-        return 0, 0
-    return int(fields.get("VmRSS", 0)), int(fields.get("VmHWM", 0))
+def cpu_now(plane, worker) -> dict[str, float]:
+    """CPU seconds used so far: the control plane's processes, the worker's group, this process."""
+    return {
+        "control plane": cpu_seconds([p.pid for p in plane.procs.values() if p.pid]),
+        "worker": cpu_seconds(group_pids(worker.pid)),
+        "this process (approvals, watches)": sum(os.times()[:2]),
+    }
 
 
 def onboard_cluster(kube, flavor, args) -> None:
@@ -325,8 +315,9 @@ def converge_real(plane, kube, flavor, admin, args) -> dict:
             "RECONCILE_REQUEUE_SECONDS": args.requeue_seconds,
             "LOG_LEVEL": "INFO",
         }
-        with celery_worker(Path(tmp) / "worker.log", concurrency=args.concurrency, env=worker_env):
+        with celery_worker(Path(tmp) / "worker.log", concurrency=args.concurrency, env=worker_env) as worker:
             row("worker start -> ready", f"{time.perf_counter() - spawn:.1f} s")
+            cpu_before = cpu_now(plane, worker)
             first = time.time()
             for pk in ids:
                 services.deployment_approve(deployment_id=pk, revision=1, approver=admin)
@@ -354,6 +345,7 @@ def converge_real(plane, kube, flavor, admin, args) -> dict:
                     last_sweep = now
                 time.sleep(0.5)
             done = time.time() - first
+            cpu_after = cpu_now(plane, worker)
             print("   progress (s after first approval, RayServices, ready):", progress)
     row(f"approved {len(ids)} (worker running), one after another", f"{approved:.1f} s")
     row(
@@ -362,6 +354,10 @@ def converge_real(plane, kube, flavor, admin, args) -> dict:
         target=">= 20 /s",
     )
     row("all deployments `ready`, after the first approval", f"{done:.1f} s = {len(ids) / done:.2f} /s")
+    row(
+        f"CPU seconds meanwhile ({os.cpu_count()} cores x {done:.0f} s)",
+        ", ".join(f"{name} {cpu_after[name] - cpu_before[name]:.0f}" for name in cpu_after),
+    )
     row("watch events seen (rayservices / workloads / pods)", " / ".join(str(w.events) for w in watches.values()))
     errors = [e for w in watches.values() for e in w.errors]
     if errors:
@@ -373,14 +369,16 @@ def converge_real(plane, kube, flavor, admin, args) -> dict:
     return {
         "ids": ids,
         "tenants": tenants,
+        "members": members,
         "created_rate": len(ids) / all_created,
         "ready_rate": len(ids) / done,
         "parts": parts,
     }
 
 
-def sweep_real(args, ids) -> dict:
-    """One sweep over the ready, unchanged fleet (three timed), counted with Cluster.calls."""
+def sweep_real(args, real: dict, flavor, admin) -> dict:
+    """One sweep over the ready, unchanged fleet (three timed), counted with Cluster.calls; then
+    one more deployment's first reconcile, in this process, on the now quiet cluster."""
     import redis
 
     from deployments.models import ModelDeployment
@@ -389,7 +387,8 @@ def sweep_real(args, ids) -> dict:
 
     cluster = get_cluster()
     purge_broker()
-    dep = ModelDeployment.objects.select_related("tenant", "flavor").get(pk=ids[0])
+    load = lambda pk: ModelDeployment.objects.select_related("tenant", "flavor").get(pk=pk)  # noqa: E731
+    dep = load(real["ids"][0])
     outcome, calls = calls_of(cluster, lambda: reconcile(dep))
     row(f"API calls per reconcile: ready, unchanged ('{outcome.outcome}')", fmt_calls(calls))
     purge_broker()
@@ -412,6 +411,14 @@ def sweep_real(args, ids) -> dict:
     row("sweep(): writes", writes, target="0")
     row("sweep() wall time, 3 runs", " / ".join(f"{t:.2f} s" for t in timings))
     row("sweep() per deployment checked (best)", f"{min(timings) / first_report['checked'] * 1e3:.2f} ms")
+    probe = create_and_approve(real["tenants"][:1], real["members"][:1], admin, flavor, 1, "probe")[0]
+    purge_broker()  # its reconcile message: run here instead
+    started = time.perf_counter()
+    result, calls = calls_of(cluster, lambda: reconcile(load(probe)))
+    row(
+        f"one new deployment's first reconcile ('{result.outcome}'), quiet cluster",
+        f"{(time.perf_counter() - started) * 1e3:.0f} ms; {fmt_calls(calls)}",
+    )
     return {"calls": first_calls, "writes": writes, "timings": timings, "report": first_report}
 
 
@@ -480,7 +487,7 @@ def main() -> None:
         settings.KUBERNETES_TIMEOUT_SECONDS = 30.0
         kube = Kube(plane)
         real = converge_real(plane, kube, flavor, admin, args)
-        real["sweep"] = sweep_real(args, real["ids"])
+        real["sweep"] = sweep_real(args, real, flavor, admin)
         api_rss, api_peak = rss_kib(plane.procs["kube-apiserver"].pid)
         total = sum(rss_kib(p.pid)[0] for p in plane.procs.values())
         row(

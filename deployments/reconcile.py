@@ -114,6 +114,19 @@ def _record_error(dep: ModelDeployment, error: Exception) -> None:
     )
 
 
+def _record_retrying(dep: ModelDeployment, error: Exception) -> None:
+    """Say why a deployment that is not on the cluster yet waits (e.g. Kueue down: its webhook,
+    failurePolicy Fail, refuses every RayService create). A running one keeps its conditions: a
+    blip in reading the cluster does not make it look down."""
+    if dep.state != State.APPROVED:
+        return
+    message = f"Retrying: the cluster refused for now: {error}"[:1000]
+    if dep.status_message != message:
+        services.deployment_observe(
+            deployment_id=dep.pk, generation=dep.generation, state=None, conditions=dep.conditions, message=message
+        )
+
+
 def reconcile(dep: ModelDeployment) -> Result:
     """Converge one deployment; returns what it did and when to look again."""
     try:
@@ -123,7 +136,8 @@ def reconcile(dep: ModelDeployment) -> Result:
         return Result("no-backend")
     try:
         return _converge(dep, backend)
-    except k8s.TransientClusterError:
+    except k8s.TransientClusterError as error:
+        _record_retrying(dep, error)
         raise  # Celery retries with backoff (bounded)
     except TerminalError as error:
         log.warning("reconcile %s: %s", dep.pk, error)

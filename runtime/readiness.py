@@ -164,21 +164,18 @@ def check_kueue_rayservice(cluster: k8s.Cluster, config: ReadinessConfig) -> lis
     fix = f"Add {RAYSERVICE_FRAMEWORK} to integrations.frameworks in ConfigMap {namespace}/{name}, then restart Kueue."
     try:
         found = cluster.get(k8s.CONFIGMAP, name, namespace)
+        unread = f"Kueue's configuration {namespace}/{name} was not found: its integrations could not be read."
+        amber_fix = f"Set KUEUE_CONFIG_NAMESPACE/KUEUE_CONFIG_MAP to Kueue's ConfigMap, so it can be read. {fix}"
     except k8s.PermanentClusterError as error:
         if not _denied(error):
             raise
-        return [Check(key, title, AMBER, f"Cannot read {namespace}/{name}: {error}", f"Apply {OPTIONAL_RBAC}.")]
+        found, unread, amber_fix = None, f"Cannot read {namespace}/{name}: {error}.", f"Apply {OPTIONAL_RBAC}."
     if found is None:
-        # Installs name it differently (Helm, a prefix) or pass the file another way: ask Kueue's
-        # webhook instead of failing on a missing file.
+        # Installs name it differently (Helm, a prefix), pass the file another way, or do not grant
+        # the optional read (the real plane's portal ServiceAccount): ask Kueue's webhook instead.
         status, said = rayservice_probe(cluster, config)
-        detail = f"Kueue's configuration {namespace}/{name} was not found: its integrations could not be read. {said}"
-        fixes = {
-            GREEN: "",
-            AMBER: f"Set KUEUE_CONFIG_NAMESPACE/KUEUE_CONFIG_MAP to Kueue's ConfigMap, so it can be read. {fix}",
-            RED: fix,
-        }
-        return [Check(key, title, status, detail, fixes[status])]
+        fixes = {GREEN: "", AMBER: amber_fix, RED: fix}
+        return [Check(key, title, status, f"{unread} {said}", fixes[status])]
     try:
         manager = yaml.safe_load((found.get("data") or {}).get(KUEUE_CONFIG_KEY) or "") or {}
     except yaml.YAMLError as error:

@@ -62,3 +62,29 @@ def test_local_overhead_runs_at_toy_size():
     result = subprocess.run([sys.executable, *argv], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "ratio to raw" in result.stdout and "portal-vllm" in result.stdout
+
+
+def test_real_plane_benchmark_runs_at_toy_size():
+    """B10 starts the real control plane (tests/support/controlplane): skipped where it cannot
+    start (no binaries, not root), exactly as the cluster tests are; an error with CI set."""
+    from tests.support.controlplane.binaries import Unavailable, binaries
+    from tests.support.controlplane.fixtures import _unavailable
+
+    if os.geteuid() != 0:
+        _unavailable("the pod network namespace needs root (ip netns)")
+    try:
+        binaries()
+    except Unavailable as error:
+        _unavailable(str(error))
+    argv = ["--deployments", "3", "--nodes", "2", "--tenants", "1", "--requeue-seconds", "1", "--deadline", "120"]
+    env = {**os.environ, "BENCH_REDIS": "redis://127.0.0.1:6379/10"}
+    result = subprocess.run(
+        [sys.executable, "bench/b10_real_plane.py", *argv],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "portal's part" in result.stdout and "side by side" in result.stdout

@@ -18,19 +18,38 @@ if TYPE_CHECKING:
 PORTAL_NAMESPACE = "llm-portal"
 
 
+RBAC_PLURALS = {
+    "ClusterRole": "clusterroles",
+    "ClusterRoleBinding": "clusterrolebindings",
+    "Role": "roles",
+    "RoleBinding": "rolebindings",
+}
+
+
+def grant(plane: ControlPlane, rbac_file: Path) -> list[str]:
+    """Create the project's RBAC objects in `rbac_file` for the `llm-portal` ServiceAccount of
+    PORTAL_NAMESPACE; returns their API paths (to DELETE them again)."""
+    paths = []
+    for doc in yaml.safe_load_all(rbac_file.read_text()):
+        if not doc:
+            continue
+        for subject in doc.get("subjects", []):
+            subject["namespace"] = PORTAL_NAMESPACE
+        namespace = doc["metadata"].get("namespace")
+        where = f"namespaces/{namespace}/" if namespace else ""
+        collection = f"/apis/rbac.authorization.k8s.io/v1/{where}{RBAC_PLURALS[doc['kind']]}"
+        plane.request("POST", collection, doc)
+        paths.append(f"{collection}/{doc['metadata']['name']}")
+    return paths
+
+
 def portal_identity(plane: ControlPlane, *, expiration_seconds: int = 86400) -> Path:
     """Create the account and its bindings; write `portal.kubeconfig` beside the admin one."""
     plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": PORTAL_NAMESPACE}})
     plane.request(
         "POST", f"/api/v1/namespaces/{PORTAL_NAMESPACE}/serviceaccounts", {"metadata": {"name": "llm-portal"}}
     )
-    for doc in yaml.safe_load_all((PROJECT_ROOT / "deploy" / "k8s" / "base" / "rbac.yaml").read_text()):
-        if not doc:
-            continue
-        plural = {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings"}[doc["kind"]]
-        for subject in doc.get("subjects", []):
-            subject["namespace"] = PORTAL_NAMESPACE
-        plane.request("POST", f"/apis/rbac.authorization.k8s.io/v1/{plural}", doc)
+    grant(plane, PROJECT_ROOT / "deploy" / "k8s" / "base" / "rbac.yaml")
     token = plane.request(
         "POST",
         f"/api/v1/namespaces/{PORTAL_NAMESPACE}/serviceaccounts/llm-portal/token",
