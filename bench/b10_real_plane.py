@@ -24,16 +24,17 @@ Needs root (the pod network namespace) and ../shared/k8s's binaries.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import math
 import os
+import socket
 import ssl
 import statistics
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
@@ -90,25 +91,41 @@ class Watch(threading.Thread):
         self.meta: dict[tuple[str, str], dict] = {}
         self.events = 0
         self.errors: list[str] = []
+        self.stopped = threading.Event()
+        self.conn: http.client.HTTPSConnection | None = None
 
     def run(self) -> None:
         context = ssl.create_default_context(cafile=str(self.plane.ca))
         version = ""
-        while True:
+        while not self.stopped.is_set():
             query = "watch=1&timeoutSeconds=900" + (f"&resourceVersion={version}" if version else "")
-            req = urllib.request.Request(f"{self.plane.url}{self.path}?{query}")
-            req.add_header("Authorization", f"Bearer {self.plane.admin_token}")
+            self.conn = http.client.HTTPSConnection("127.0.0.1", self.plane.ports["api"], context=context, timeout=960)
             try:
-                with urllib.request.urlopen(req, context=context, timeout=960) as resp:
-                    for line in resp:
-                        event = json.loads(line)
-                        if event.get("type") == "ERROR":  # e.g. 410 Gone: start over from now
-                            version = ""
-                            break
-                        version = self._note(event["object"]) or version
+                self.conn.request(
+                    "GET", f"{self.path}?{query}", headers={"Authorization": f"Bearer {self.plane.admin_token}"}
+                )
+                for line in self.conn.getresponse():
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":  # e.g. 410 Gone: start over from now
+                        version = ""
+                        break
+                    version = self._note(event["object"]) or version
             except Exception as error:  # noqa: BLE001 - a dropped stream is reopened; the error kept
-                self.errors.append(repr(error))
-                time.sleep(0.5)
+                if not self.stopped.is_set():
+                    self.errors.append(repr(error))
+                    time.sleep(0.5)
+            finally:
+                self.conn.close()
+
+    def stop(self) -> None:
+        """End the stream now: an API server with a watch open waits 20 s or more to exit."""
+        self.stopped.set()
+        try:
+            self.conn.sock.shutdown(socket.SHUT_RDWR)
+        except (AttributeError, OSError):  # not connected (yet, or any more)
+            pass
+        if self.is_alive():
+            self.join(5)
 
     def _note(self, obj: dict) -> str:
         now = time.time()
@@ -215,29 +232,23 @@ def moments(deps, watches: dict[str, Watch], kube) -> tuple[dict, dict]:
     return watched, stamped
 
 
-def report_parts(title: str, marks: dict[int, dict]) -> dict[str, float]:
-    """Median and p90 of each part and of the portal's share; returns the medians."""
+def spread(values: list[float]) -> str:
+    """'median / p90' of `values`, in seconds."""
+    return f"{statistics.median(values):.2f} / {pct(values, 90):.2f}" if values else "none"
+
+
+def report_parts(title: str, marks: dict[int, dict]) -> None:
+    """Median and p90 of each part, of the portal's share and of the whole."""
     print(f"   -- {title} (median / p90 over deployments, seconds)")
-    medians = {}
     for label, start, end in PARTS:
         values = [m[end] - m[start] for m in marks.values() if m.get(start) is not None and m.get(end) is not None]
-        medians[label] = statistics.median(values) if values else float("nan")
-        row(
-            f"  {label}",
-            f"{medians[label]:.2f} / {pct(values, 90):.2f}"
-            + (f" (n={len(values)})" if len(values) < len(marks) else ""),
-        )
-    keys = ("approved", "created", "rs_ready", "ready")
-    complete = [m for m in marks.values() if all(m.get(k) is not None for k in keys)]
+        row(f"  {label}", spread(values) + (f" (n={len(values)})" if len(values) < len(marks) else ""))
+    complete = [
+        m for m in marks.values() if None not in (m.get(k) for k in ("approved", "created", "rs_ready", "ready"))
+    ]
     share = [(m["created"] - m["approved"]) + (m["ready"] - m["rs_ready"]) for m in complete]
-    total = [m["ready"] - m["approved"] for m in complete]
-    medians["share"] = statistics.median(share) if share else float("nan")
-    row("  portal's part (sum of its two parts)", f"{medians['share']:.2f} / {pct(share, 90):.2f}", target="<= 5 s")
-    row(
-        "  approved -> portal `ready`, whole",
-        f"{statistics.median(total) if total else float('nan'):.2f} / {pct(total, 90):.2f}",
-    )
-    return medians
+    row("  portal's part (sum of its two parts)", spread(share), target="<= 5 s")
+    row("  approved -> portal `ready`, whole", spread([m["ready"] - m["approved"] for m in complete]))
 
 
 def recorded_phases(deps) -> None:
@@ -245,22 +256,15 @@ def recorded_phases(deps) -> None:
     from deployments.models import DeploymentPhase
 
     marks: dict[int, dict[str, float]] = {}
-    for dep_id, name, at in DeploymentPhase.objects.filter(deployment__in=deps).values_list(
-        "deployment_id", "name", "at"
-    ):
+    rows = DeploymentPhase.objects.filter(deployment__in=deps).values_list("deployment_id", "name", "at")
+    for dep_id, name, at in rows:
         marks.setdefault(dep_id, {})[name] = at.timestamp()
     seen = Counter(name for m in marks.values() for name in m)
     print(f"   -- the portal's recorded phases (DeploymentPhase; markers seen: {dict(sorted(seen.items()))})")
-    for start, end in (
-        ("approved", "queued"),
-        ("queued", "admitted"),
-        ("admitted", "engine_ready"),
-        ("engine_ready", "ready"),
-        ("approved", "ready"),
-    ):
+    steps = ("approved", "queued", "admitted", "engine_ready", "ready")
+    for start, end in [*zip(steps, steps[1:], strict=False), ("approved", "ready")]:
         values = [m[end] - m[start] for m in marks.values() if start in m and end in m]
-        if values:
-            row(f"  {start} -> {end}", f"{statistics.median(values):.2f} / {pct(values, 90):.2f} (n={len(values)})")
+        row(f"  {start} -> {end}", f"{spread(values)} (n={len(values)})")
 
 
 # --- the run -------------------------------------------------------------------------------
@@ -275,36 +279,29 @@ def cpu_now(plane, worker) -> dict[str, float]:
     }
 
 
-def onboard_cluster(kube, flavor, args) -> None:
-    """The tenants' Kueue objects and claims, one CPU node per HEADS_PER_CPU_NODE heads, M GPU nodes."""
+def converge_real(plane, kube, flavor, admin, args, watches: dict[str, Watch]) -> dict:
+    from deployments import services
+    from deployments.models import ModelDeployment
+    from deployments.tasks import sweep_task
     from quotas.models import GpuFlavor
     from runtime.manifests.kueue import render_cpu_resource_flavor
     from runtime.platform import platform_spec
     from tests.cluster.chain import onboard
-
-    started = time.perf_counter()
-    onboard(kube, GpuFlavor.objects.get(pk=flavor.pk), gpu_nodes=args.nodes, gpus=flavor.gpus_per_node)
-    extra = max(0, math.ceil(args.deployments / HEADS_PER_CPU_NODE) - 1)
-    if extra:
-        kube.nodes_for_flavor(render_cpu_resource_flavor(platform_spec()), count=extra, gpus=0)
-    row(
-        "onboarded: Kueue objects, claims, KWOK nodes",
-        f"{args.tenants} tenants, {args.nodes} GPU nodes x {flavor.gpus_per_node} GPUs + {extra + 1} CPU nodes, "
-        f"{time.perf_counter() - started:.0f} s",
-    )
-
-
-def converge_real(plane, kube, flavor, admin, args) -> dict:
-    from deployments import services
-    from deployments.models import ModelDeployment
-    from deployments.tasks import sweep_task
     from tests.support.processes import celery_worker
 
     tenants, members = seed_tenants("b10", flavor, count=args.tenants)
-    onboard_cluster(kube, flavor, args)
+    started = time.perf_counter()  # Kueue objects and claims, M GPU nodes, a CPU node per 40 heads
+    onboard(kube, GpuFlavor.objects.get(pk=flavor.pk), gpu_nodes=args.nodes, gpus=flavor.gpus_per_node)
+    cpu_nodes = max(1, math.ceil(args.deployments / HEADS_PER_CPU_NODE))
+    if cpu_nodes > 1:
+        kube.nodes_for_flavor(render_cpu_resource_flavor(platform_spec()), count=cpu_nodes - 1, gpus=0)
+    row(
+        "onboarded: Kueue objects, claims, KWOK nodes",
+        f"{args.tenants} tenants, {args.nodes} GPU nodes x {flavor.gpus_per_node} GPUs + {cpu_nodes} CPU nodes, "
+        f"{time.perf_counter() - started:.0f} s",
+    )
     ids = create_deployments(tenants, members, flavor, args.deployments, "d")
     deps = list(ModelDeployment.objects.filter(pk__in=ids).select_related("tenant"))
-    watches = {name: Watch(plane, path) for name, path in WATCHED.items()}
     for watch in watches.values():
         watch.start()
     with tempfile.TemporaryDirectory(prefix="bench-b10-") as tmp:
@@ -363,7 +360,9 @@ def converge_real(plane, kube, flavor, admin, args) -> dict:
     if errors:
         row("watch streams reopened", f"{len(errors)}: {errors[:3]}")
     watched, stamped = moments(deps, watches, kube)
-    parts = report_parts("from this process's watches (sub-second) and the portal's events", watched)
+    for watch in watches.values():
+        watch.stop()
+    report_parts("from this process's watches (sub-second) and the portal's events", watched)
     report_parts("from the objects' timestamps (1 s resolution) and the portal's events", stamped)
     recorded_phases(deps)
     return {
@@ -371,8 +370,6 @@ def converge_real(plane, kube, flavor, admin, args) -> dict:
         "tenants": tenants,
         "members": members,
         "created_rate": len(ids) / all_created,
-        "ready_rate": len(ids) / done,
-        "parts": parts,
     }
 
 
@@ -478,6 +475,7 @@ def main() -> None:
     sweep_stale()
     started = time.perf_counter()
     plane = ControlPlane()
+    watches = {name: Watch(plane, path) for name, path in WATCHED.items()}
     try:
         plane.start()
         plane.portal_kubeconfig = portal_identity(plane)
@@ -486,7 +484,7 @@ def main() -> None:
         settings.KUBECONFIG = str(plane.portal_kubeconfig)
         settings.KUBERNETES_TIMEOUT_SECONDS = 30.0
         kube = Kube(plane)
-        real = converge_real(plane, kube, flavor, admin, args)
+        real = converge_real(plane, kube, flavor, admin, args, watches)
         real["sweep"] = sweep_real(args, real, flavor, admin)
         api_rss, api_peak = rss_kib(plane.procs["kube-apiserver"].pid)
         total = sum(rss_kib(p.pid)[0] for p in plane.procs.values())
@@ -496,6 +494,8 @@ def main() -> None:
         )
         row("whole control plane VmRSS at the end (all its processes)", f"{total / 2**20:.2f} GiB")
     finally:
+        for watch in watches.values():
+            watch.stop()
         plane.stop()
 
     if emulator:

@@ -5,6 +5,8 @@
 # redis://127.0.0.1:6379/11, must be empty), ../shared/fixtures/metrics for B3 and B6, and
 # Debian's prometheus binary for B6, Debian's chromium for B9.
 # Output goes to stdout and to bench/_results/<name>.txt (ignored by git).
+# Not here: B10 (bench/b10_real_plane.py) starts the real control plane (root, ../shared/k8s) and
+# takes minutes; run it on its own. B5 and B8 need the [local] extra.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}

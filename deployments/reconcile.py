@@ -82,12 +82,16 @@ def _carry_queue(previous: list[dict], current: list[dict]) -> list[dict]:
     ]
 
 
+# Events for what the runtime did (not what it saw): recorded even when the conditions read the same.
+RUNTIME_ACTIONS = ("Created", "Updated", "Recreating", "Requeued")
+
+
 def _record(dep: ModelDeployment, obs, *, spec_generation: int) -> bool:
     conditions = merge_conditions(dep.conditions, _carry_queue(dep.conditions, obs.conditions))
     events = (
         obs.events
         if conditions_changed(dep.conditions, obs.conditions)
-        else [e for e in obs.events if e[1] in ("Created", "Updated", "Recreating")]
+        else [e for e in obs.events if e[1] in RUNTIME_ACTIONS]
     )
     return services.deployment_observe(
         deployment_id=dep.pk,

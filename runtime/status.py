@@ -145,6 +145,8 @@ def kueue_history(workload: dict | None) -> dict[str, Any]:
             "message": (last.get("message") or "")[:500],
             "at": last.get("lastTransitionTime"),
         }
+    if evictions:
+        history["quotaReserved"] = _true(_find(conds, "QuotaReserved"))
     requeued = _find(conds, "Requeued")
     if requeued is not None:
         history["requeued"] = {
@@ -222,6 +224,37 @@ def with_kueue_history(obs: Observation, workload: dict | None) -> Observation:
     if history:
         obs.conditions = [{**c, **history} if c.get("type") == "Admitted" else c for c in obs.conditions]
     return obs
+
+
+# How long an evicted Workload may keep its quota after its RayService was suspended before the
+# portal finishes the eviction itself (stuck_eviction).
+EVICTION_GRACE_SECONDS = 15
+
+
+def stuck_eviction(obj: dict, conditions: list[dict], now: datetime | None = None) -> str | None:
+    """Kueue's eviction message when the eviction of this RayService cannot finish, else None.
+
+    Seen on Kueue 0.19.2 with KubeRay 1.6.2 (tests/cluster/test_walk.py): Kueue preempts a
+    borrowing RayService (Evicted/Preempted, InCohortReclamation) and sets
+    `spec.rayClusterConfig.suspend`; KubeRay suspends the RayCluster and deletes every pod, but
+    keeps the RayService's status (Ready=True, NonZeroServeEndpoints), so Kueue never sees the job
+    stop and keeps its QuotaReserved: the reclaiming neighbour waits "Pending the preemption of 1
+    workload(s)" for good while the preempted one serves nothing. True here when the RayService is
+    suspended and its Workload has been evicted for EVICTION_GRACE_SECONDS yet still reserves
+    quota; the caller replaces the RayService, which frees the quota and queues a new Workload.
+    """
+    suspended = ((obj.get("spec") or {}).get("rayClusterConfig") or {}).get("suspend") is True
+    admitted = _find(conditions, "Admitted") or {}
+    eviction = admitted.get("lastEviction") or {}
+    if not (suspended and eviction and admitted.get("quotaReserved")):
+        return None
+    try:
+        at = datetime.fromisoformat(str(eviction.get("at")).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if ((now or datetime.now(UTC)) - at).total_seconds() < EVICTION_GRACE_SECONDS:
+        return None
+    return eviction.get("message") or eviction.get("reason") or "Evicted by Kueue."
 
 
 def rayservice_observation(

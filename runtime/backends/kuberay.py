@@ -11,7 +11,7 @@ from runtime.manifests.common import ANNOTATION_CLUSTER_HASH, ANNOTATION_SPEC_HA
 from runtime.manifests.rayservice import SERVE_APP_NAME, render_rayservice
 from runtime.manifests.topology import TAS_ANNOTATION_PREFIX
 from runtime.spec import DeploymentSpec
-from runtime.status import Observation, rayservice_observation
+from runtime.status import Observation, rayservice_observation, stuck_eviction
 
 
 def _cluster_part(rayservice: dict, *, autoscaling: bool = False) -> dict:
@@ -169,4 +169,18 @@ class KubeRayBackend(ClusterObjectBackend):
                 self.expose(spec)
                 current = self.cluster.apply(desired)
                 events.append(("Normal", "Updated", f"Applied generation {spec.generation}."))
-        return self._observe(spec, current, events)
+        obs = self._observe(spec, current, events)
+        if why := stuck_eviction(current, obs.conditions):
+            # Its pods are gone already (suspended): replacing it loses nothing and lets Kueue's
+            # preemption finish; the new RayService queues for quota again.
+            self.cluster.delete(self.kind, spec.name, spec.namespace)
+            said = f"Preempted by Kueue ({why}); the Ray cluster was suspended. Queued again for quota."
+            return Observation(
+                exists=True,
+                state="queued",
+                reason="Requeued",
+                message=said,
+                conditions=obs.conditions,
+                events=[*obs.events, ("Warning", "Requeued", said)],
+            )
+        return obs

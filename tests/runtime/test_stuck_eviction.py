@@ -1,0 +1,57 @@
+"""runtime.status.stuck_eviction: when the portal finishes a Kueue eviction that cannot finish by
+itself (the real-plane case is tests/cluster/test_walk.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from runtime.status import EVICTION_GRACE_SECONDS, kueue_history, stuck_eviction
+
+NOW = datetime(2026, 12, 6, 3, 0, tzinfo=UTC)
+
+
+def workload(*, evicted_ago: float | None, quota_reserved: bool) -> dict:
+    conds = [{"type": "QuotaReserved", "status": "True" if quota_reserved else "False", "reason": "x"}]
+    if evicted_ago is not None:
+        at = (NOW - timedelta(seconds=evicted_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        conds.append(
+            {
+                "type": "Evicted",
+                "status": "True",
+                "reason": "Preempted",
+                "message": "Preempted to accommodate a workload due to reclamation within the cohort",
+                "lastTransitionTime": at,
+            }
+        )
+    return {"status": {"conditions": conds}}
+
+
+def admitted_condition(wl: dict) -> list[dict]:
+    return [{"type": "Admitted", "status": "False", **kueue_history(wl)}]
+
+
+def rayservice(suspend: bool | None) -> dict:
+    config = {} if suspend is None else {"suspend": suspend}
+    return {"spec": {"rayClusterConfig": config}}
+
+
+def test_suspended_evicted_past_the_grace_and_still_reserving_quota_is_stuck():
+    conds = admitted_condition(workload(evicted_ago=EVICTION_GRACE_SECONDS + 1, quota_reserved=True))
+    assert "reclamation within the cohort" in stuck_eviction(rayservice(True), conds, NOW)
+
+
+@pytest.mark.parametrize(
+    "suspend, evicted_ago, quota_reserved",
+    [
+        (True, EVICTION_GRACE_SECONDS - 5, True),  # Kueue may still finish it
+        (True, EVICTION_GRACE_SECONDS + 1, False),  # Kueue finished it: the Workload waits in the queue
+        (False, EVICTION_GRACE_SECONDS + 1, True),  # not suspended yet: pods may still serve
+        (None, EVICTION_GRACE_SECONDS + 1, True),
+        (True, None, True),  # never evicted (a suspended new job waiting for admission)
+    ],
+)
+def test_anything_else_is_left_to_kueue(suspend, evicted_ago, quota_reserved):
+    conds = admitted_condition(workload(evicted_ago=evicted_ago, quota_reserved=quota_reserved))
+    assert stuck_eviction(rayservice(suspend), conds, NOW) is None
