@@ -107,6 +107,11 @@ class PlatformSpec:
     shm_size_gi: int = 16
     head_cpu: str = "2"
     head_memory: str = "8Gi"
+    # The Ray autoscaler sidecar KubeRay adds to the head of an autoscaling deployment; Kueue
+    # charges it with the head (seen on Kueue 0.19.2 / KubeRay 1.6.2: 2500m / 8704Mi for a
+    # 2 / 8Gi head, the sidecar's default being 500m / 512Mi), so the portal sets it explicitly.
+    autoscaler_cpu: str = "500m"
+    autoscaler_memory: str = "512Mi"
     # The CPU-only Kueue ResourceFlavor that Ray heads are charged to (and pinned to through
     # its node labels, when it has any): see runtime.manifests.kueue.
     cpu_flavor: str = "portal-cpu"

@@ -168,8 +168,12 @@ def resource_flavor_update_problem(current: dict[str, Any] | None, wanted: dict[
 
 
 def _head_overhead(platform: PlatformSpec) -> tuple[int, int]:
-    """(millicores, bytes) one RayService head pod adds to a Workload."""
-    return _cpu_millis(platform.head_cpu), _memory_bytes(platform.head_memory)
+    """(millicores, bytes) one RayService head pod adds to a Workload at most: the head, plus the
+    autoscaler sidecar when the deployment autoscales (runtime.manifests.rayservice)."""
+    return (
+        _cpu_millis(platform.head_cpu) + _cpu_millis(platform.autoscaler_cpu),
+        _memory_bytes(platform.head_memory) + _memory_bytes(platform.autoscaler_memory),
+    )
 
 
 def _cpu_flavor_quota(spec: TenantQueueSpec, platform: PlatformSpec) -> dict[str, Any]:

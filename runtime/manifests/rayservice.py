@@ -348,6 +348,10 @@ def render_rayservice(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str,
     }
     if spec.autoscaling:
         cluster["enableInTreeAutoscaling"] = True
+        # Sized here rather than left to KubeRay's default, so the head's charge is known
+        # (runtime.manifests.kueue sizes the CPU flavor's quota for head + sidecar).
+        sidecar = {"cpu": platform.autoscaler_cpu, "memory": platform.autoscaler_memory}
+        cluster["autoscalerOptions"] = {"resources": {"requests": sidecar, "limits": dict(sidecar)}}
     return {
         "apiVersion": RAY_API_VERSION,
         "kind": "RayService",

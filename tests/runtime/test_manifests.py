@@ -553,13 +553,14 @@ class TestRenderKueue:
                 {"name": "memory", "nominalQuota": "1920Gi", "borrowingLimit": "960Gi"},
             ],
         }
-        # First, no GPUs, one head (2 CPU, 8Gi) per nominal GPU of the tenant (16 + 4).
+        # First, no GPUs, one head per nominal GPU of the tenant (16 + 4): 2 CPU / 8Gi, plus the
+        # autoscaler sidecar an autoscaling deployment's head carries (500m / 512Mi).
         assert cpu == {
             "name": "portal-cpu",
             "resources": [
                 {"name": "nvidia.com/gpu", "nominalQuota": 0},
-                {"name": "cpu", "nominalQuota": 40},
-                {"name": "memory", "nominalQuota": "160Gi"},
+                {"name": "cpu", "nominalQuota": 50},
+                {"name": "memory", "nominalQuota": "170Gi"},
             ],
         }
         assert l4["resources"][0] == {
@@ -581,16 +582,23 @@ class TestRenderKueue:
         assert quota["nvidia.com/gpu"] >= worker["resources"]["requests"]["nvidia.com/gpu"]
         assert quota["cpu"] >= worker["resources"]["requests"]["cpu"]
         assert int(quota["memory"][:-2]) >= int(worker["resources"]["requests"]["memory"][:-2])
-        assert head_quota["cpu"] >= int(head["resources"]["requests"]["cpu"])
-        assert int(head_quota["memory"][:-2]) >= int(head["resources"]["requests"]["memory"][:-2])
+        assert (head["resources"]["requests"]["cpu"], head["resources"]["requests"]["memory"]) == ("2", "8Gi")
+        # The head's 2 / 8Gi plus the autoscaler sidecar's 500m / 512Mi: what the real Kueue 0.19.2
+        # charged an autoscaling RayService's head on KubeRay 1.6.2 (2500m / 8704Mi).
+        assert (head_quota["cpu"], head_quota["memory"]) == ("2500m", "8704Mi")
+        autoscaling = manifests.render_rayservice(small_spec(min_replicas=1, max_replicas=2), PLATFORM)
+        sidecar = autoscaling["spec"]["rayClusterConfig"]["autoscalerOptions"]["resources"]["requests"]
+        assert sidecar == {"cpu": "500m", "memory": "512Mi"}
 
     def test_fractional_head_sizes_give_exact_quantities(self) -> None:
-        platform = replace(PLATFORM, head_cpu="500m", head_memory="1536Mi")
+        platform = replace(
+            PLATFORM, head_cpu="500m", head_memory="1536Mi", autoscaler_cpu="250m", autoscaler_memory="512Mi"
+        )
         three = tenant_queue(quotas=(FlavorQuotaSpec(flavor=L4, nominal_gpus=3),))
         cpu_flavor, _ = manifests.render_cluster_queue(three, platform)["spec"]["resourceGroups"][0]["flavors"]
         quota = {r["name"]: r["nominalQuota"] for r in cpu_flavor["resources"]}
-        assert quota["cpu"] == "1500m"
-        assert quota["memory"] == "4608Mi"  # 3 x 1.5Gi
+        assert quota["cpu"] == "2250m"  # 3 x (500m + 250m)
+        assert quota["memory"] == "6Gi"  # 3 x (1.5Gi + 0.5Gi)
 
     def test_the_cpu_flavor_is_named_by_the_platform_and_may_not_clash_with_a_gpu_flavor(self) -> None:
         platform = replace(PLATFORM, cpu_flavor="l4")
