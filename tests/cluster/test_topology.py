@@ -31,9 +31,7 @@ def test_a_two_node_replica_is_placed_inside_one_block(world, kube):
     flavor = kube.get(k8s.RESOURCEFLAVOR, world.h100.name)
     assert flavor["spec"]["topologyName"] == world.h100.name
 
-    dep = request_and_approve(
-        world, flavor=world.h100, name="spread", tensor_parallel_size=8, pipeline_parallel_size=2
-    )
+    dep = request_and_approve(world, flavor=world.h100, name="spread", tensor_parallel_size=8, pipeline_parallel_size=2)
     converge(kube, dep, lambda d: d.state == State.READY, timeout=120, what="ready across two nodes")
 
     workers = [
