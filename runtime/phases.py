@@ -103,7 +103,8 @@ def cluster_markers(
 
     A step counts once every pod has taken it (the latest pod's time): a replica set is scheduled
     when its last pod is. Image pulled is the last `Pulled` event of a pod, else its containers'
-    start time; engine ready is the job's Ready condition, else the pods' Ready condition.
+    start time; engine ready is the job's Ready condition, or the pods' Ready condition when there
+    is no job object (`ready_object` None).
     """
     markers: dict[str, datetime | None] = {}
     if workload is not None:
@@ -127,8 +128,12 @@ def cluster_markers(
             ]
             pulled.append(pulled_by_pod.get(name) or _latest(started))
         markers["image_pulled"] = _latest(pulled) if all(pulled) else None
-        pods_ready = [_condition_time(p, "Ready") for p in pods]
-        markers["engine_ready"] = _latest(pods_ready) if all(pods_ready) else None
+        if ready_object is None:
+            # Only without a job-level Ready: markers are kept as first seen, so a pods-Ready time
+            # taken while the RayService is not Ready yet would stay, and charge KubeRay's (and Ray
+            # Serve's model loading) time to the portal's `engine_ready → ready` (bench B10).
+            pods_ready = [_condition_time(p, "Ready") for p in pods]
+            markers["engine_ready"] = _latest(pods_ready) if all(pods_ready) else None
     if ready_object is not None and _condition_time(ready_object, "Ready"):
         markers["engine_ready"] = _condition_time(ready_object, "Ready")
     return {k: v for k, v in markers.items() if v is not None}

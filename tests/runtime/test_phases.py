@@ -67,6 +67,14 @@ class TestClusterMarkers:
         markers = cluster_markers(workload=None, pods=[], events=[], ready_object=rayservice)
         assert markers == {"engine_ready": at(300)}
 
+    def test_ready_pods_under_a_job_not_ready_yet_are_not_engine_ready(self):
+        """Markers are kept as first seen: a pods-Ready time would stay, and charge the time until
+        the RayService is Ready (KubeRay, Ray Serve loading the model) to the portal (bench B10)."""
+        starting = {"status": {"conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": iso(at(5))}]}}
+        pods = [pod("w-0", scheduled=31, started=90, ready=200)]
+        markers = cluster_markers(workload=WORKLOAD, pods=pods, events=[], ready_object=starting)
+        assert "engine_ready" not in markers and markers["image_pulled"] == at(90)
+
 
 class TestLogMarkers:
     def test_vllm_lines_give_weights_loading_and_engine_ready(self):
