@@ -11,14 +11,18 @@ ClusterQueues in the cohort `llm-serving` with `reclaimWithinCohort: Any`
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from deployments import services
 from deployments.choices import State
 from deployments.models import ModelDeployment
 from deployments.reconcile import reconcile
-from deployments.sweep import sweep
+from deployments.specs import deployment_spec
+from deployments.sweep import last_orphans, orphan_delete, sweep
 from runtime import k8s
+from runtime.backends import get_backend
 from tests.cluster.chain import condition, converge, onboard, request_and_approve, workload_of
 
 
@@ -170,3 +174,37 @@ def test_an_autoscaling_deployment_is_charged_what_the_portal_sized_for_its_head
     quota = {r["name"]: r["nominalQuota"] for r in cpu_flavor["resources"]}
     # One head per nominal GPU of alpha (8 H100 + 4 A100): 12 x 2500m, 12 x 8704Mi.
     assert (str(quota["cpu"]), quota["memory"]) == ("30", "102Gi"), quota
+
+
+def test_an_orphaned_rayservice_is_reported_and_its_delete_collects_everything_it_made(world, kube):
+    """A portal-labelled RayService no deployment claims (a restored database, a lost row): the
+    sweep reports it and nothing else; a platform admin's delete removes it, and the real garbage
+    collector its RayCluster, pods and Workload; the next sweep finds no orphan."""
+    onboard(kube, world.h100)
+    dep = request_and_approve(world, flavor=world.h100, name="kept")
+    converge(kube, dep, lambda d: d.state == State.READY, what="ready")
+    spec = replace(deployment_spec(dep), deployment_id=9999, name="ghost-9999")
+    backend = get_backend("kuberay")
+    kube.admin.apply(backend.desired(spec))
+    kube.wait(lambda: kube.pods(dep.tenant.namespace) and len(pods_named(kube, "ghost-9999")) == 2, what="ghost runs")
+
+    report = sweep()
+    assert report["orphans"] == [f"{dep.tenant.namespace}/ghost-9999"], report
+    assert [(o["kind"], o["name"]) for o in last_orphans()] == [("RayService", "ghost-9999")]
+
+    assert orphan_delete(
+        actor=world.users["platform_admin"], backend="kuberay", namespace=dep.tenant.namespace, name="ghost-9999"
+    )
+    kube.wait(lambda: not pods_named(kube, "ghost-9999"), timeout=60, what="the ghost's pods collected")
+    kube.wait(
+        lambda: all("ghost" not in w["metadata"]["name"] for w in kube.list(k8s.WORKLOAD, dep.tenant.namespace)),
+        timeout=60,
+        what="the ghost's Workload collected",
+    )
+    assert sweep()["orphans"] == []
+    dep.refresh_from_db()
+    assert dep.state == State.READY and len(pods_of(kube, dep)) == 2  # the claimed deployment is untouched
+
+
+def pods_named(kube, prefix: str) -> list[dict]:
+    return [p for p in kube.pods("alpha") if p["metadata"]["name"].startswith(f"{prefix}-")]
