@@ -66,7 +66,14 @@ def kueue_webhook(cluster: k8s.Cluster) -> tuple[str, str]:
             return AMBER, f"Cannot try its webhook (dry-run create of a ResourceFlavor): {error}."
         return RED, f"Its webhook refused a dry-run ResourceFlavor: {error}."
     except k8s.TransientClusterError as error:
-        return RED, f"Its webhook does not answer (a dry-run ResourceFlavor failed: {error})."
+        # Kueue registers a webhook for every job framework, a no-op one for those not enabled,
+        # all failurePolicy Fail (config/components/webhook/manifests.yaml at v0.19.2): seen on the
+        # real plane, a KServe predictor's Deployment was refused as well as every RayService.
+        return RED, (
+            f"Its webhook does not answer (a dry-run ResourceFlavor failed: {error}). Until it does, the API "
+            "server refuses every RayService, and every Deployment in tenant namespaces (KServe "
+            "predictors), whether or not that integration is on."
+        )
     if IN_USE_FINALIZER in ((answer.get("metadata") or {}).get("finalizers") or []):
         return GREEN, "Its webhook answers."
     return RED, "Its webhooks are not configured: a dry-run ResourceFlavor came back without its finalizer."

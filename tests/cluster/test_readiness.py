@@ -80,6 +80,7 @@ def test_kueue_down_is_red_on_the_page_and_a_deployment_waits_then_runs_once_it_
     try:
         kueue = checks()["controller:kueue"]
         assert kueue["status"] == "red" and "does not answer" in kueue["detail"], kueue
+        assert "every Deployment in tenant namespaces" in kueue["detail"]
 
         # Kueue's RayService webhook is failurePolicy Fail: nothing reaches the cluster unqueued.
         # The reconcile raises for Celery to retry with backoff, and says why on the deployment.
