@@ -257,6 +257,34 @@ def stuck_eviction(obj: dict, conditions: list[dict], now: datetime | None = Non
     return eviction.get("message") or eviction.get("reason") or "Evicted by Kueue."
 
 
+# How old a suspended, Kueue-managed RayService may be without a Workload before the portal calls
+# it stuck (stuck_without_workload): Kueue creates one within seconds of a create.
+WORKLOAD_GRACE_SECONDS = 60
+
+
+def stuck_without_workload(obj: dict, conditions: list[dict], now: datetime | None = None) -> bool:
+    """True when a Kueue-managed RayService is suspended, has no Workload, and is older than
+    WORKLOAD_GRACE_SECONDS: Kueue will not admit it, and nothing runs.
+
+    Seen on Kueue 0.19.2 with KubeRay 1.6.2 (issue 41, tests/cluster/test_states.py): a patch of a
+    running RayService's worker `replicas`, `minReplicas` and `maxReplicas` makes Kueue delete the
+    Workload that no longer matches and suspend the job, and it never creates another. The portal
+    never makes that edit itself; when someone else does, the caller replaces the RayService (its
+    pods are gone already), which brings back the approved spec and a new Workload.
+    """
+    meta = obj.get("metadata") or {}
+    managed = bool((meta.get("labels") or {}).get(LABEL_QUEUE_NAME))
+    suspended = ((obj.get("spec") or {}).get("rayClusterConfig") or {}).get("suspend") is True
+    admitted = _find(conditions, "Admitted") or {}
+    if not (managed and suspended and admitted.get("reason") == "NoWorkload"):
+        return False
+    try:
+        created = datetime.fromisoformat(str(meta.get("creationTimestamp")).replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return ((now or datetime.now(UTC)) - created).total_seconds() >= WORKLOAD_GRACE_SECONDS
+
+
 def rayservice_observation(
     obj: dict, workload: dict | None, *, app_name: str, expected_generation: int | None
 ) -> Observation:

@@ -11,7 +11,7 @@ from runtime.manifests.common import ANNOTATION_CLUSTER_HASH, ANNOTATION_SPEC_HA
 from runtime.manifests.rayservice import SERVE_APP_NAME, render_rayservice
 from runtime.manifests.topology import TAS_ANNOTATION_PREFIX
 from runtime.spec import DeploymentSpec
-from runtime.status import Observation, rayservice_observation, stuck_eviction
+from runtime.status import Observation, rayservice_observation, stuck_eviction, stuck_without_workload
 
 
 def _cluster_part(rayservice: dict, *, autoscaling: bool = False) -> dict:
@@ -171,16 +171,19 @@ class KubeRayBackend(ClusterObjectBackend):
                 events.append(("Normal", "Updated", f"Applied generation {spec.generation}."))
         obs = self._observe(spec, current, events)
         if why := stuck_eviction(current, obs.conditions):
-            # Its pods are gone already (suspended): replacing it loses nothing and lets Kueue's
-            # preemption finish; the new RayService queues for quota again.
-            self.cluster.delete(self.kind, spec.name, spec.namespace)
             said = f"Preempted by Kueue ({why}); the Ray cluster was suspended. Queued again for quota."
-            return Observation(
-                exists=True,
-                state="queued",
-                reason="Requeued",
-                message=said,
-                conditions=obs.conditions,
-                events=[*obs.events, ("Warning", "Requeued", said)],
-            )
-        return obs
+        elif stuck_without_workload(current, obs.conditions):
+            said = "Suspended with no Kueue Workload (its worker counts were edited on the cluster): replaced."
+        else:
+            return obs
+        # Its pods are gone already (suspended): replacing it loses nothing, frees what Kueue holds
+        # for it, and the new RayService (the approved spec) queues for quota again.
+        self.cluster.delete(self.kind, spec.name, spec.namespace)
+        return Observation(
+            exists=True,
+            state="queued",
+            reason="Requeued",
+            message=said,
+            conditions=obs.conditions,
+            events=[*obs.events, ("Warning", "Requeued", said)],
+        )

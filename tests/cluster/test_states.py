@@ -5,8 +5,11 @@ released (issue 41: every state the portal shows has a test that puts the cluste
 
 from __future__ import annotations
 
+import json
+
 from deployments.choices import State
-from tests.cluster.chain import converge, onboard, request_and_approve
+from runtime import k8s
+from tests.cluster.chain import condition, converge, onboard, request_and_approve, workload_of
 
 
 def head_ip(kube, dep) -> str:
@@ -36,3 +39,27 @@ def test_an_unhealthy_application_is_degraded_then_ready_and_a_failed_deploy_rel
     converge(kube, dep, lambda d: d.state == State.FAILED, timeout=60, what="failed")
     assert "could not load the model" in dep.status_message, dep.status_message
     assert dep.reserved_gpus == 0
+
+
+def test_worker_counts_edited_on_the_cluster_leave_no_workload_and_the_portal_replaces_it(world, kube, monkeypatch):
+    """Someone patches replicas, minReplicas and maxReplicas of a running RayService (issue 41:
+    Kueue deletes the Workload, suspends the job, and never creates another). The portal sees a
+    suspended RayService with no Workload, replaces it, and the approved spec runs again."""
+    from runtime import status
+
+    onboard(kube, world.h100)
+    dep = request_and_approve(world, flavor=world.h100)
+    converge(kube, dep, lambda d: d.state == State.READY, what="ready")
+    monkeypatch.setattr(status, "WORKLOAD_GRACE_SECONDS", 5)  # the object is older than that already
+    fields = ("replicas", "minReplicas", "maxReplicas")
+    ops = [{"op": "replace", "path": f"/spec/rayClusterConfig/workerGroupSpecs/0/{f}", "value": 2} for f in fields]
+    kube.plane.kubectl(
+        "patch", "rayservice", dep.resource_name, "-n", dep.tenant.namespace, "--type=json", f"-p={json.dumps(ops)}"
+    )
+    kube.wait(lambda: workload_of(kube, dep) is None, timeout=30, what="Kueue deleting the Workload")
+
+    converge(kube, dep, lambda d: d.events.filter(reason="Requeued").exists(), timeout=60, what="replaced")
+    converge(kube, dep, lambda d: d.state == State.READY, timeout=90, what="ready again")
+    service = kube.get(k8s.RAYSERVICE, dep.resource_name, dep.tenant.namespace)
+    assert service["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["replicas"] == 1  # the approved spec
+    assert condition(workload_of(kube, dep), "Admitted").get("status") == "True"

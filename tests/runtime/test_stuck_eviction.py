@@ -7,7 +7,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from runtime.status import EVICTION_GRACE_SECONDS, kueue_history, stuck_eviction
+from runtime.status import (
+    EVICTION_GRACE_SECONDS,
+    WORKLOAD_GRACE_SECONDS,
+    kueue_history,
+    stuck_eviction,
+    stuck_without_workload,
+)
 
 NOW = datetime(2026, 12, 6, 3, 0, tzinfo=UTC)
 
@@ -55,3 +61,32 @@ def test_suspended_evicted_past_the_grace_and_still_reserving_quota_is_stuck():
 def test_anything_else_is_left_to_kueue(suspend, evicted_ago, quota_reserved):
     conds = admitted_condition(workload(evicted_ago=evicted_ago, quota_reserved=quota_reserved))
     assert stuck_eviction(rayservice(suspend), conds, NOW) is None
+
+
+def managed_rayservice(*, suspend: bool, age: float, queue: bool = True) -> dict:
+    created = (NOW - timedelta(seconds=age)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    labels = {"kueue.x-k8s.io/queue-name": "alpha"} if queue else {}
+    return {
+        "metadata": {"creationTimestamp": created, "labels": labels},
+        "spec": {"rayClusterConfig": {"suspend": suspend}},
+    }
+
+
+NO_WORKLOAD = [{"type": "Admitted", "status": "False", "reason": "NoWorkload"}]
+
+
+def test_suspended_with_no_workload_past_the_grace_is_stuck():
+    assert stuck_without_workload(managed_rayservice(suspend=True, age=WORKLOAD_GRACE_SECONDS), NO_WORKLOAD, NOW)
+
+
+@pytest.mark.parametrize(
+    "obj, conditions",
+    [
+        (managed_rayservice(suspend=True, age=WORKLOAD_GRACE_SECONDS - 1), NO_WORKLOAD),  # Kueue may still make one
+        (managed_rayservice(suspend=False, age=600), NO_WORKLOAD),  # running: not Kueue's to hold
+        (managed_rayservice(suspend=True, age=600, queue=False), NO_WORKLOAD),  # not managed by Kueue
+        (managed_rayservice(suspend=True, age=600), [{"type": "Admitted", "status": "False", "reason": "Pending"}]),
+    ],
+)
+def test_otherwise_it_waits_for_kueue(obj, conditions):
+    assert not stuck_without_workload(obj, conditions, NOW)
