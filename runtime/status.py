@@ -176,14 +176,38 @@ def current_workload(workloads: list[dict]) -> dict | None:
     return max(pool, key=created) if pool else None
 
 
-def cluster_story(obj: dict) -> tuple[str, str] | None:
+def active_cluster_name(obj: dict) -> str | None:
+    """The RayCluster that serves a RayService now (KubeRay's `activeServiceStatus`)."""
+    return ((obj.get("status") or {}).get("activeServiceStatus") or {}).get("rayClusterName") or None
+
+
+def ready_worker_pods(pods: list[dict], cluster_name: str) -> int:
+    """Worker pods of one Ray cluster that are Ready and not terminating, counted as KubeRay
+    counts `readyWorkerReplicas` (labels `ray.io/cluster` and `ray.io/node-type: worker`)."""
+    count = 0
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if labels.get("ray.io/cluster") != cluster_name or labels.get("ray.io/node-type") != "worker":
+            continue
+        if not meta.get("deletionTimestamp") and _true(_find((pod.get("status") or {}).get("conditions"), "Ready")):
+            count += 1
+    return count
+
+
+def cluster_story(obj: dict, ready_workers: int | None = None) -> tuple[str, str] | None:
     """Why a RayService that KubeRay calls Ready does not serve as asked, or None.
 
     KubeRay 1.6.2 sets Ready=True once the head reports serve endpoints (ray-project/kuberay
     ray-operator/controllers/ray/rayservice_controller.go, `NonZeroServeEndpoints`), which says
     nothing about the GPU workers the LLM runs on: a worker Pending on the scheduler, or a Ray
     cluster Kueue suspended after deleting its Workload, still reads Ready. The RayCluster's own
-    status, mirrored into `activeServiceStatus.rayClusterStatus`, tells.
+    status, mirrored into `activeServiceStatus.rayClusterStatus`, tells, except that the mirror's
+    worker count can stay behind for good: KubeRay writes the RayService status only when its
+    cluster name, applications or conditions change ("The RayClusterStatus field is only for
+    observability in RayService CR, and changes to it will not trigger the status update",
+    ray-operator/controllers/ray/utils/consistency.go, v1.6.2; seen on the real plane with both
+    workers Ready and the mirror at 1 of 2). `ready_workers`, counted from the pods, overrides it.
     """
     active = (obj.get("status") or {}).get("activeServiceStatus") or {}
     if not active.get("rayClusterName"):
@@ -195,7 +219,7 @@ def cluster_story(obj: dict) -> tuple[str, str] | None:
     if cluster.get("state") == "suspended" or _true(_find(conditions, "RayClusterSuspended")):
         return "Suspended", "The Ray cluster is suspended: Kueue took its pods away and has not admitted it again."
     desired = cluster.get("desiredWorkerReplicas")
-    ready = cluster.get("readyWorkerReplicas") or 0
+    ready = (cluster.get("readyWorkerReplicas") or 0) if ready_workers is None else ready_workers
     if desired and ready < desired:
         return "WorkersNotReady", f"{ready} of {desired} GPU workers are ready; the others are not running yet."
     return None
@@ -286,9 +310,15 @@ def stuck_without_workload(obj: dict, conditions: list[dict], now: datetime | No
 
 
 def rayservice_observation(
-    obj: dict, workload: dict | None, *, app_name: str, expected_generation: int | None
+    obj: dict,
+    workload: dict | None,
+    *,
+    app_name: str,
+    expected_generation: int | None,
+    ready_workers: int | None = None,
 ) -> Observation:
-    """Derive state and conditions from a RayService (+ its Kueue Workload)."""
+    """Derive state and conditions from a RayService (+ its Kueue Workload, and the ready worker
+    pods of its active cluster where the caller counted them: see `cluster_story`)."""
     meta, status = obj.get("metadata") or {}, obj.get("status") or {}
     conds = status.get("conditions") or []
     ready = _find(conds, "Ready")
@@ -319,7 +349,7 @@ def rayservice_observation(
     elif _true(ready) and managed and admitted is not True:
         # Kueue manages it but no admitted Workload stands behind it: nothing serves for long.
         result.state, result.reason, result.message = "queued", q_reason, q_message
-    elif _true(ready) and (story := cluster_story(obj)):
+    elif _true(ready) and (story := cluster_story(obj, ready_workers)):
         result.state, (result.reason, result.message) = "provisioning", story
     elif _true(ready):
         result.state, result.reason = "ready", "Ready"

@@ -11,7 +11,14 @@ from runtime.manifests.common import ANNOTATION_CLUSTER_HASH, ANNOTATION_SPEC_HA
 from runtime.manifests.rayservice import SERVE_APP_NAME, render_rayservice
 from runtime.manifests.topology import TAS_ANNOTATION_PREFIX
 from runtime.spec import DeploymentSpec
-from runtime.status import Observation, rayservice_observation, stuck_eviction, stuck_without_workload
+from runtime.status import (
+    Observation,
+    active_cluster_name,
+    rayservice_observation,
+    ready_worker_pods,
+    stuck_eviction,
+    stuck_without_workload,
+)
 
 
 def _cluster_part(rayservice: dict, *, autoscaling: bool = False) -> dict:
@@ -96,7 +103,19 @@ class KubeRayBackend(ClusterObjectBackend):
         return f"http://{host}:{PORT_SERVE}/v1", f"http://{head}:{PORT_METRICS}/metrics"
 
     def status(self, spec: DeploymentSpec, obj: dict, workload: dict | None) -> Observation:
-        return rayservice_observation(obj, workload, app_name=SERVE_APP_NAME, expected_generation=spec.generation)
+        obs = rayservice_observation(obj, workload, app_name=SERVE_APP_NAME, expected_generation=spec.generation)
+        if obs.reason == "WorkersNotReady" and (cluster_name := active_cluster_name(obj)):
+            # The worker count KubeRay mirrors into the RayService can stay behind (see
+            # runtime.status.cluster_story): only then, the pods of the active cluster say.
+            pods = self.cluster.list(k8s.POD, spec.namespace, label_selector={"ray.io/cluster": cluster_name})
+            obs = rayservice_observation(
+                obj,
+                workload,
+                app_name=SERVE_APP_NAME,
+                expected_generation=spec.generation,
+                ready_workers=ready_worker_pods(pods, cluster_name),
+            )
+        return obs
 
     def _observe(self, spec: DeploymentSpec, obj: dict, events: list) -> Observation:
         obs = super()._observe(spec, obj, events)

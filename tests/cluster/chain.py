@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from deployments import services
 from deployments.models import ModelDeployment
 from deployments.reconcile import reconcile
@@ -48,8 +50,33 @@ def converge(kube, dep: ModelDeployment, until, *, timeout: float = 60, what: st
         dep.refresh_from_db()
         return until(dep)
 
-    kube.wait(step, timeout=timeout, what=f"{dep.resource_name}: {what} (last state {dep.state}: {dep.status_message})")
+    try:
+        kube.wait(step, timeout=timeout, what=f"{dep.resource_name}: {what}")
+    except AssertionError as exc:  # say where it stopped, not where it started
+        dep.refresh_from_db()
+        raise AssertionError(f"last state {dep.state}: {dep.status_message}\n{scene(kube, dep)}\n{exc}") from None
     return dep
+
+
+def scene(kube, dep: ModelDeployment) -> str:
+    """What the cluster holds for a deployment, for a failing wait: the RayService's status, its
+    Workload's conditions and each pod's phase, node and scheduling gates."""
+    namespace = dep.tenant.namespace
+    obj = kube.get(k8s.RAYSERVICE, dep.resource_name, namespace) or {}
+    workload = workload_of(kube, dep) or {}
+    lines = [f"rayservice status: {json.dumps(obj.get('status'))[:3000]}"]
+    lines += [
+        f"workload {c.get('type')}={c.get('status')} {c.get('reason')}: {c.get('message')}"
+        for c in (workload.get("status") or {}).get("conditions") or []
+    ]
+    for pod in kube.pods(namespace):
+        spec, status = pod["spec"], pod.get("status") or {}
+        gates = [g["name"] for g in spec.get("schedulingGates") or []]
+        waiting = [c.get("message") for c in status.get("conditions") or [] if c.get("status") == "False"]
+        lines.append(
+            f"pod {pod['metadata']['name']}: {status.get('phase')} on {spec.get('nodeName')} gates={gates} {waiting}"
+        )
+    return "\n".join(lines)
 
 
 def workload_of(kube, dep: ModelDeployment) -> dict | None:

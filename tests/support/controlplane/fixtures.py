@@ -198,6 +198,10 @@ class Kube:
         for name in self.volumes:
             self.plane.request("DELETE", f"/api/v1/persistentvolumes/{name}")
         self.volumes = []
+        # Pod addresses come back for the next test's heads: the stand-in forgets what it was told.
+        urllib.request.urlopen(
+            urllib.request.Request(f"http://{self.plane.net.ns_addr}:8265/_standin/reset", method="POST"), timeout=5
+        ).read()
         # The next test may reuse a namespace name: wait until the namespace controller is done.
         self.wait(
             lambda: not any(n["metadata"]["name"] in doomed for n in self.raw("/api/v1/namespaces")["items"]),

@@ -10,7 +10,9 @@ address, so each RayService's head has its own. It serves a real Ray Serve LLM e
 
 Tests steer it over HTTP on the dashboard port: `POST /_standin/status` with
 `{"status": "DEPLOY_FAILED", "message": "..."}` sets what this head reports for its apps (the
-socket's local address says which head); `GET /_standin/state` returns what it holds.
+socket's local address says which head); `GET /_standin/state` returns what it holds;
+`POST /_standin/reset` forgets every head, so a pod that later gets a deleted head's address (KWOK
+reuses them) starts healthy instead of inheriting a failure an earlier test set.
 """
 
 from __future__ import annotations
@@ -92,6 +94,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):  # noqa: N802
         ip = self.connection.getsockname()[0]
+        if self.path == "/_standin/reset":
+            with _LOCK:
+                _STATE.clear()
+            return self._send(200, b"{}")
         if self.path == "/_standin/status":
             change = json.loads(self._body() or b"{}")
             with _LOCK:
