@@ -64,6 +64,7 @@ from b2_reconcile import (  # noqa: E402
     make_admin,
     purge_broker,
     sweep_phase,
+    sweep_rows,
 )
 
 HEADS_PER_CPU_NODE = 40  # a head asks for 2 CPUs of a 96-CPU node; a node's /26 holds 64 pod IPs
@@ -400,14 +401,7 @@ def sweep_real(args, real: dict, flavor, admin) -> dict:
     writes = sum(n for verb, n in first_calls.items() if verb in WRITES)
     row("sweep(): Cluster.calls", fmt_calls(first_calls), target=f"list <= {2 * args.tenants}, no writes")
     row("sweep(): LIST per namespace", f"{first_calls['list'] / args.tenants:.2f}", target="<= 2")
-    row(
-        "sweep(): checked / enqueued / orphans / messages in broker",
-        f"{first_report['checked']} / {first_report['enqueued']} / {len(first_report['orphans'])} / {queued}",
-        target="enqueued 0",
-    )
-    row("sweep(): writes", writes, target="0")
-    row("sweep() wall time, 3 runs", " / ".join(f"{t:.2f} s" for t in timings))
-    row("sweep() per deployment checked (best)", f"{min(timings) / first_report['checked'] * 1e3:.2f} ms")
+    sweep_rows(first_report, queued, writes, timings)
     probe = create_and_approve(real["tenants"][:1], real["members"][:1], admin, flavor, 1, "probe")[0]
     purge_broker()  # its reconcile message: run here instead
     started = time.perf_counter()

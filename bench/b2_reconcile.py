@@ -60,6 +60,18 @@ def calls_of(cluster, fn):
     return result, +after
 
 
+def sweep_rows(report: dict, queued: int, writes: int, timings: list[float]) -> None:
+    """The rows both sweep benchmarks print (b2 on the emulator, b10 on the real plane)."""
+    row(
+        "sweep(): checked / enqueued / orphans / messages in broker",
+        f"{report['checked']} / {report['enqueued']} / {len(report['orphans'])} / {queued}",
+        target="enqueued 0",
+    )
+    row("sweep(): writes", writes, target="0")
+    row("sweep() wall time, 3 runs", " / ".join(f"{t:.2f} s" for t in timings))
+    row("sweep() per deployment checked (best)", f"{min(timings) / report['checked'] * 1e3:.2f} ms")
+
+
 def fmt_calls(calls: Counter, per: int = 1) -> str:
     return ", ".join(f"{verb}={n / per:g}" for verb, n in sorted(calls.items())) or "none"
 
@@ -165,14 +177,7 @@ def sweep_phase(flavor, admin, count: int, *, namespaces: int = NAMESPACES, pref
     writes = sum(n for verb, n in first_calls_sweep.items() if verb in WRITES)
     row("sweep(): Cluster.calls", fmt_calls(first_calls_sweep), target=f"list = {2 * namespaces}, no writes")
     row("sweep(): requests the API server saw, by method", dict(server_seen))
-    row(
-        "sweep(): checked / enqueued / orphans / messages in broker",
-        f"{first_report['checked']} / {first_report['enqueued']} / {len(first_report['orphans'])} / {queued}",
-        target="enqueued 0",
-    )
-    row("sweep(): writes", writes, target="0")
-    row("sweep() wall time, 3 runs", " / ".join(f"{t:.2f} s" for t in timings))
-    row("sweep() per deployment checked (best)", f"{min(timings) / first_report['checked'] * 1e3:.2f} ms")
+    sweep_rows(first_report, queued, writes, timings)
     server.stop()
     return {
         "calls": first_calls_sweep,
