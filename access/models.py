@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import models
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from quotas.models import TenantOwnedQuerySet
+from quotas.models import Membership, TenantOwnedQuerySet, platform_admins_q
 
 
 class ApiKeyQuerySet(TenantOwnedQuerySet):
     def active(self):
         """Keys that authenticate now: not revoked and not expired."""
         return self.filter(revoked_at__isnull=True, expires_at__gt=timezone.now())
+
+    def unentitled(self):
+        """Keys whose maker may no longer mint them: the maker is deleted or deactivated, or is
+        neither a platform admin nor a member of the key's tenant in a role that mints
+        (access.permissions.minting_roles)."""
+        from access.permissions import minting_roles
+
+        member = Membership.objects.filter(
+            tenant=OuterRef(OuterRef("tenant")), user=OuterRef("pk"), role__in=minting_roles()
+        )
+        maker = get_user_model().objects.filter(pk=OuterRef("created_by"), is_active=True)
+        return self.exclude(Exists(maker.filter(platform_admins_q() | Exists(member))))
 
 
 class ApiKey(models.Model):

@@ -2,7 +2,9 @@
 
 Viewers see a tenant's keys' names, prefixes and dates (nothing secret: the key itself is shown
 once, to its maker, and only its digest is kept); members mint keys for their tenant and revoke
-their own; tenant admins revoke any key of the tenant; platform admins everything.
+their own; tenant admins revoke any key of the tenant; platform admins everything. A key lives
+only as long as its maker may mint it: leaving the tenant, a role that no longer mints,
+deactivation or deletion revokes it (portal.deprovision, at once; the keys sweep, as a backstop).
 """
 
 from __future__ import annotations
@@ -32,6 +34,12 @@ PERMISSIONS: dict[KeyAction, frozenset[Actor]] = {
 
 def allowed(actor: Actor | None, action: KeyAction) -> bool:
     return actor in PERMISSIONS[action]
+
+
+def minting_roles() -> list[str]:
+    """The tenant roles that mint keys (platform admins mint besides). A key opens an endpoint only
+    while its maker may still mint it: ApiKeyQuerySet.unentitled reads this."""
+    return [actor.value for actor in PERMISSIONS[KeyAction.MINT] if actor != Actor.PLATFORM_ADMIN]
 
 
 def may_revoke(user, key) -> bool:

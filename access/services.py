@@ -7,6 +7,7 @@ import re
 import secrets
 from datetime import timedelta
 
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -15,12 +16,14 @@ from access.keystore import seal
 from access.models import ApiKey
 from access.permissions import authorize_mint, authorize_revoke
 from core.exceptions import ConflictError, DomainError
+from core.limits import check_room
 from core.models import audit
 from deployments.models import ModelDeployment
 from deployments.states import DELETED_OR_DELETING, GONE
-from quotas.models import Tenant
+from quotas.models import Membership, Tenant
+from runtime.keys import MINTED_KEY_PREFIX
 
-KEY_PREFIX = "llmp_"
+KEY_PREFIX = MINTED_KEY_PREFIX  # one place: runtime.keys, where the redactor reads its shape
 PREFIX_SHOWN = len(KEY_PREFIX) + 8
 DEFAULT_DAYS = 90
 MAX_DAYS = 365
@@ -60,8 +63,21 @@ def key_mint(
     The plaintext is returned once and never stored: the row keeps its digest. It is published
     (gateway Secret, local engine file) by a task after the commit.
     """
-    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)  # serializes with archiving
+    # NO KEY UPDATE locks: they serialize with archiving, membership changes and each other, but
+    # not with inserts of rows that reference these (audit, keys), which take KEY SHARE; a plain
+    # FOR UPDATE there can close a deadlock cycle with a transaction that inserted such a row.
+    tenant = Tenant.objects.select_for_update(no_key=True).get(pk=tenant.pk)
+    # The maker's row and memberships, fresh and locked: a removal or deactivation committed
+    # meanwhile is seen here, and one still running waits for this key, then revokes it.
+    user = get_user_model().objects.select_for_update(no_key=True).get(pk=user.pk)
+    list(Membership.objects.select_for_update(no_key=True).filter(tenant=tenant, user=user))
     authorize_mint(tenant, user)
+    # Under the maker's row lock (above): two concurrent mints cannot both see room for one more.
+    check_room(
+        held=ApiKey.objects.active().filter(created_by=user).count(),
+        setting="MAX_API_KEYS_PER_USER",
+        what="active keys made by you",
+    )
     if tenant.archived:
         raise ConflictError("The tenant is archived: no new keys.")
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
@@ -102,13 +118,48 @@ def key_revoke(*, user, key_id: int, reason: str = "") -> ApiKey:
     authorize_revoke(user, key)
     if key.revoked_at is not None:
         raise ConflictError("The key is already revoked.")
-    key.revoked_at, key.revoked_by = timezone.now(), user
+    return _revoke(key, actor=user, reason=reason)
+
+
+def _revoke(key: ApiKey, *, actor, reason: str) -> ApiKey:
+    """Revoke a locked, live key: record who and why, and withdraw it from every front door
+    (gateway Secret, local engine file and the engines using it) once the transaction commits."""
+    key.revoked_at, key.revoked_by = timezone.now(), actor if getattr(actor, "pk", None) else None
     key.save(update_fields=["revoked_at", "revoked_by"])
-    audit(actor=user, action="apikey.revoke", obj=key, tenant=key.tenant, reason=reason, changes={"prefix": key.prefix})
+    audit(
+        actor=actor, action="apikey.revoke", obj=key, tenant=key.tenant, reason=reason, changes={"prefix": key.prefix}
+    )
     from access.tasks import withdraw_key_task
 
     withdraw_key_task.delay_on_commit(key.pk)
     return key
+
+
+@transaction.atomic
+def keys_revoke_unentitled(*, maker_id: int | None = None, reason: str = "") -> list[int]:
+    """Revoke the live keys whose maker may no longer mint them (ApiKeyQuerySet.unentitled: they
+    left the tenant, hold a role that does not mint, were deactivated or deleted); only the keys
+    of `maker_id` when given. Audited with the actor "system"; returns the revoked keys' ids.
+
+    Called at once by portal.deprovision when a membership, a role, a platform-admin standing or
+    an account changes, and every minute by the keys sweep for changes that sent no signal (a
+    bulk `update()`)."""
+    keys = ApiKey.objects.active()  # an expired key is the expiry sweep's to withdraw
+    if maker_id is not None:
+        keys = keys.filter(created_by_id=maker_id)
+    return _revoke_all(keys.unentitled(), reason or "Its maker may no longer mint keys for this tenant.")
+
+
+@transaction.atomic
+def keys_revoke_of_maker(*, maker_id: int, reason: str) -> list[int]:
+    """Revoke every live key `maker_id` made, whatever their standing (their account is being
+    deleted: once it is gone, nothing would say whose the keys were). Returns the keys' ids."""
+    return _revoke_all(ApiKey.objects.active().filter(created_by_id=maker_id), reason)
+
+
+def _revoke_all(keys, reason: str) -> list[int]:
+    due = keys.select_for_update(of=("self",)).select_related("tenant").order_by("pk")
+    return [_revoke(key, actor="system", reason=reason).pk for key in due]
 
 
 def keys_expire() -> list[int]:

@@ -49,7 +49,8 @@ def withdraw_key_task(key_id: int) -> str | None:
 
 @shared_task(acks_late=True)
 def expire_keys_task() -> list[int]:
-    """Every minute (beat): withdraw keys past their expiry."""
-    from access.services import keys_expire
+    """Every minute (beat): withdraw keys past their expiry, and revoke those whose maker may no
+    longer mint them (a change that reached no signal, such as a bulk update)."""
+    from access.services import keys_expire, keys_revoke_unentitled
 
-    return keys_expire()
+    return keys_expire() + keys_revoke_unentitled()

@@ -38,9 +38,9 @@ def register_remaining(app_label: str) -> None:
 
 @admin.register(AuditEvent)
 class AuditEventAdmin(ReadOnlyAdmin):
-    list_display = ["created", "actor_name", "action", "tenant", "object_type", "object_id", "reason"]
+    list_display = ["created", "actor_name", "action", "tenant", "object_type", "object_id", "reason", "ip_address"]
     list_filter = ["action", "object_type", "tenant"]
-    search_fields = ["actor_name", "action", "object_id", "reason"]
+    search_fields = ["actor_name", "action", "object_id", "reason", "user_agent"]
     date_hierarchy = "created"
     list_select_related = ["tenant"]
 

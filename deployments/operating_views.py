@@ -10,8 +10,10 @@ from django.http import HttpResponse
 from django.shortcuts import render
 
 from core.exceptions import DomainError
+from core.params import query_int
 from deployments import operating
 from deployments.views import _visible
+from runtime.backends.insight import LOG_LINES_MAX
 
 # At most one live Events read per deployment in this many seconds, whoever asks.
 REFRESH_INTERVAL_SECONDS = 5
@@ -20,11 +22,6 @@ REFRESH_INTERVAL_SECONDS = 5
 def refresh_allowed(dep_id: int) -> bool:
     """Whether a live read may happen now (one per deployment per REFRESH_INTERVAL_SECONDS)."""
     return cache.add(f"deployment-events-refresh:{dep_id}", 1, timeout=REFRESH_INTERVAL_SECONDS)
-
-
-def _int_param(request, name: str) -> int | None:
-    value = request.GET.get(name, "")
-    return int(value) if value.isdigit() and len(value) <= 9 else None
 
 
 @login_required
@@ -49,8 +46,9 @@ def deployment_timeline(request, pk: int):
 @login_required
 def deployment_logs(request, pk: int):
     dep = _visible(request, pk)
+    lines = query_int(request.GET, "lines", minimum=1, maximum=LOG_LINES_MAX)  # the API's bounds; 400 otherwise
     try:
-        result = operating.logs(dep, request.user, lines=_int_param(request, "lines"))
+        result = operating.logs(dep, request.user, lines=lines)
     except DomainError as error:
         # 200, not 403: htmx swaps only successful answers, and the panel should say why.
         return render(request, "deployments/_logs_body.html", {"dep": dep, "refused": error.message})

@@ -143,6 +143,9 @@ def endpoint_note(dep: ModelDeployment) -> str:
     if not backend_traits(dep.backend).on_cluster:
         return "The local engine accepts keys minted for this deployment or for its tenant."
     if settings.GATEWAY_PUBLIC_URL:
+        exposed = dep.condition("Exposed")
+        if exposed is not None and exposed.get("status") != "True":  # runtime.backends.exposure
+            return f"Not exposed yet: {exposed.get('message') or exposed.get('reason')}"
         return "Through the platform Gateway: send a key minted for this deployment or for its tenant."
     # Without the Gateway no Kuadrant AuthPolicy stands in front of the engine, and the engine
     # itself is started without a key: the Authorization header the examples send is ignored.

@@ -200,7 +200,10 @@ def _remove_strays(dep: ModelDeployment, spec) -> bool:
             other = get_backend(name)
         except k8s.PermanentClusterError:
             continue
-        gone = other.remove(spec) and gone
+        # Only the workload: the route and policies are named alike on every backend, and the
+        # serving backend's must stay (deleting its AuthPolicy would park the route again).
+        removed = other.remove_workload(spec) if isinstance(other, ClusterObjectBackend) else other.remove(spec)
+        gone = removed and gone
     return gone
 
 

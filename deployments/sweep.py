@@ -26,8 +26,7 @@ from deployments.specs import deployment_spec
 from deployments.states import GONE, REQUESTED, RUNNING, TEAR_DOWN
 from runtime import k8s
 from runtime.backends import get_backend, names, record_presence
-from runtime.backends.base import ClusterObjectBackend
-from runtime.manifests.common import ANNOTATION_SPEC_HASH
+from runtime.backends.base import ClusterObjectBackend, stale
 from runtime.status import now_iso, workload_gpus
 
 log = logging.getLogger(__name__)
@@ -57,9 +56,8 @@ def _cluster_drifted(dep: ModelDeployment, backend: ClusterObjectBackend, obj: d
     if obj is None or dep.state not in RUNNING:
         return drifted(dep, state=None, converged=False, exists=obj is not None)
     spec = deployment_spec(dep)
-    want = backend.desired(spec)["metadata"]["annotations"][ANNOTATION_SPEC_HASH]
-    if ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPEC_HASH) != want:
-        return drifted(dep, state=None, converged=False, exists=True)  # an object of another spec
+    if stale(obj, backend.desired(spec)):  # another spec, or an exposure Kuadrant does not enforce yet
+        return drifted(dep, state=None, converged=False, exists=True)
     obs = backend.sweep_observation(spec, obj, workloads)
     return drifted(dep, state=obs.state, converged=obs.converged, exists=True)
 

@@ -24,6 +24,7 @@ from runtime.backends import traits as backend_traits
 from runtime.backends.local.paths import confined_model_path
 from runtime.manifests.common import DNS1035_LABEL, placement_error
 from runtime.manifests.rayservice import RAYSERVICE_NAME_MAX
+from runtime.manifests.syntax import dns1123_subdomain_problem
 
 NAME_MAX = 40  # "<name>-<id>" must stay within RAYSERVICE_NAME_MAX for ids below 10^6
 HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
@@ -32,7 +33,6 @@ PVC_URI = re.compile(r"^pvc://([a-z0-9]([-a-z0-9]*[a-z0-9])?)(/[A-Za-z0-9._/-]*)
 LOCAL_PATH = re.compile(r"^/[A-Za-z0-9._/-]+$")
 _SOURCE_FORMS = "Use a Hugging Face id (org/model), an s3://bucket/path URI or pvc://claim/path"
 SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
-SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
 @dataclass
@@ -134,8 +134,8 @@ def check_draft(data: dict, *, tenant: Tenant | None, credit_gpus: int = 0, with
     if served and not SERVED_NAME.fullmatch(served):
         errors["served_model_name"] = "Letters, digits, '.', '_', '-', '/' only (at most 200)."
     secret = data.get("hf_token_secret") or ""
-    if secret and (len(secret) > 253 or not SECRET_NAME.fullmatch(secret)):
-        errors["hf_token_secret"] = "Not a valid Kubernetes Secret name."
+    if secret and (problem := dns1123_subdomain_problem(secret)):  # a Secret's name: a DNS-1123 subdomain
+        errors["hf_token_secret"] = f"Not a valid Kubernetes Secret name. {problem}"
     flavor: GpuFlavor | None = data.get("flavor")
     if flavor is None:
         errors["flavor"] = "Choose a GPU flavor."

@@ -11,6 +11,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from core.exceptions import DomainError, Forbidden
+from core.params import query_int
 from core.redirects import safe_next
 from deployments import services
 from deployments.changes import revision_pair_diff
@@ -105,9 +106,9 @@ def _show_applied(request, form: DeploymentForm, dep: ModelDeployment | None = N
 
 def _draft_form(request) -> DeploymentForm:
     """The request form (or, with ?deployment=<id>, the edit form) bound to the POSTed draft."""
-    editing = request.GET.get("deployment", "")
-    if editing.isdigit():
-        return DeploymentEditForm(request.POST, deployment=_visible(request, int(editing)), user=request.user)
+    editing = query_int(request.GET, "deployment", minimum=1)
+    if editing is not None:
+        return DeploymentEditForm(request.POST, deployment=_visible(request, editing), user=request.user)
     return DeploymentForm(request.POST, user=request.user)
 
 

@@ -7,7 +7,12 @@ both use :func:`combine`, and every ratio is divided here, at read time. Pure: n
   summed — the ratios built from them are then ratios of sums, correct at any resolution;
 * gauges and latency quantiles: the mean of the points (a quantile of a bucket cannot be
   rebuilt without its histogram; the mean of the per-interval quantiles is an approximation,
-  said so on the charts' page).
+  said so on the charts' page);
+* peaks (:data:`PEAKS`): the highest sample of a gauge in the bucket. vLLM exposes requests
+  running and KV-cache use as gauges only (no histogram or counter holds their maximum), so the
+  highest value between two scrapes is unknowable; what a rollup can keep is the highest value
+  scraped, which a mean would flatten (one busy sample among four reads a quarter of it). A raw
+  point stores no peak: it is one sample, its own peak.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from runtime.exposition.derive import SERIES_FIELDS, ratio_pct
 
 RATES = ("prompt_tokens_per_s", "generation_tokens_per_s", "requests_per_s", "errors_per_s", "preemptions_per_s")
 INCREMENTS = ("interval_s", "prefix_cache_hits", "prefix_cache_queries", "requests_finished", "requests_failed")
-COLUMNS: tuple[str, ...] = ("interval_s", *SERIES_FIELDS)  # the stored columns, in row order
-MEANS = tuple(name for name in COLUMNS if name not in RATES and name not in INCREMENTS)
+PEAKS = {"running_peak": "running", "kv_cache_pct_peak": "kv_cache_pct"}  # peak column: its gauge
+COLUMNS: tuple[str, ...] = ("interval_s", *SERIES_FIELDS, *PEAKS)  # the stored columns, in row order
+MEANS = tuple(name for name in COLUMNS if name not in RATES and name not in INCREMENTS and name not in PEAKS)
 # Shown on charts and in the API beside the stored columns, computed by :func:`with_ratios`.
 RATIOS = {
     "prefix_cache_hit_pct": ("prefix_cache_hits", "prefix_cache_queries"),
@@ -37,6 +43,11 @@ def combine(rows: Sequence[Sequence[float | None]]) -> dict[str, float | None]:
     for name in MEANS:
         present = [r[index[name]] for r in rows if r[index[name]] is not None]
         out[name] = sum(present) / len(present) if present else None
+    for name, gauge in PEAKS.items():
+        # A raw row has no peak of its own: its gauge is one.
+        present = [r[index[name]] if r[index[name]] is not None else r[index[gauge]] for r in rows]
+        present = [v for v in present if v is not None]
+        out[name] = max(present) if present else None
     dt = index["interval_s"]
     for name in RATES:
         weighted = [(r[index[name]], r[dt]) for r in rows if r[index[name]] is not None and r[dt]]

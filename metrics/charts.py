@@ -29,6 +29,7 @@ __all__ = [
     "prefix_cache_chart",
     "queue_chart",
     "quota_bars",
+    "replicas_chart",
     "request_rate_chart",
     "tokens_chart",
     "ttft_chart",
@@ -67,21 +68,47 @@ def _isolated(y: Sequence[float | None]) -> bool:
     return False
 
 
-def _figure(title: str, y_title: str, *, percent: bool = False) -> go.Figure:
-    fig = go.Figure()
+# The one axis style of every figure: labels stay horizontal (Plotly tilts them by 30 degrees
+# on its own wherever they would touch, so crowded charts looked unlike the rest), few enough
+# ticks that they never touch, and margins that grow to fit them.
+AXIS = {"tickangle": 0, "automargin": True}
+TIME_AXIS = {**AXIS, "type": "date", "nticks": 6}
+
+
+def _styled(fig: go.Figure, title: str, *, height: int, x: dict, y: dict, **layout: Any) -> go.Figure:
+    """Every figure's look, in one place: title, template, margins, legend and axes."""
     fig.update_layout(
         title={"text": title, "x": 0.01, "xanchor": "left"},
         template="plotly_white",
-        height=280,
+        height=height,
         margin={"l": 60, "r": 20, "t": 50, "b": 40},
-        hovermode="x unified",
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
-        xaxis={"title": {"text": "Time (UTC)"}, "type": "date"},
-        yaxis={"title": {"text": y_title}, "rangemode": "tozero"},
+        xaxis=x,
+        yaxis={**AXIS, "rangemode": "tozero", **y},
+        **layout,
+    )
+    return fig
+
+
+def _figure(title: str, y_title: str, *, percent: bool = False) -> go.Figure:
+    fig = _styled(
+        go.Figure(),
+        title,
+        height=280,
+        x={**TIME_AXIS, "title": {"text": "Time (UTC)"}},
+        y={"title": {"text": y_title}},
+        hovermode="x unified",
     )
     if percent:
         fig.update_yaxes(range=[0, 100])
     return fig
+
+
+# Drawn only where the series has values: a peak exists for rollups (metrics.aggregate.PEAKS),
+# Ray Serve's replica counts where Ray Serve reports them (a chart left with no trace is not
+# shown: static/portal/dashboard.js).
+OPTIONAL = frozenset({"running_peak", "kv_cache_pct_peak", "replicas_running", "replicas_target"})
+DASHED = frozenset({"running_peak", "kv_cache_pct_peak", "replicas_target"})
 
 
 def _lines(
@@ -100,7 +127,8 @@ def _lines(
     A value with no neighbour (a one-point series, or a point between gaps) is drawn as a
     marker: a line needs two points. The x axis spans the window (`span`) when given, so one
     point sits where it belongs in time instead of filling an axis of a few milliseconds; a
-    series of only zeros gets a y axis of 0-1 instead of Plotly's -1..1.
+    series of only zeros gets a y axis of 0-1 instead of Plotly's -1..1. A series in
+    :data:`OPTIONAL` without a value is left out (no empty legend entry).
     """
     fig = _figure(title, y_title, percent=percent)
     x = _x(timestamps)
@@ -109,6 +137,8 @@ def _lines(
         y = list(series.get(key, [None] * len(x)))
         if len(y) != len(x):
             raise ValueError(f"series {key!r} has {len(y)} values for {len(x)} timestamps")
+        if key in OPTIONAL and all(v is None for v in y):
+            continue
         present += [v for v in y if v is not None]
         fig.add_trace(
             go.Scatter(
@@ -117,8 +147,8 @@ def _lines(
                 name=name,
                 mode="lines+markers" if _isolated(y) else "lines",
                 marker={"size": 7, "color": COLOURS[colour]},
-                line={"color": COLOURS[colour], "width": 2},
-                fill="tozeroy" if fill else None,
+                line={"color": COLOURS[colour], "width": 2, "dash": "dot" if key in DASHED else "solid"},
+                fill="tozeroy" if fill and key not in DASHED else None,
                 connectgaps=False,
             )
         )
@@ -145,13 +175,14 @@ def tokens_chart(timestamps: Timestamps, series: Series, *, span: Span = None) -
 
 
 def kv_cache_chart(timestamps: Timestamps, series: Series, *, span: Span = None) -> go.Figure:
-    """KV-cache use, 0-100 % (mean over replicas)."""
+    """KV-cache use, 0-100 % (mean over replicas); on rollups also the highest sample of each
+    interval ("peak"), which the mean flattens."""
     return _lines(
         "KV-cache use",
         "%",
         timestamps,
         series,
-        [("kv_cache_pct", "KV cache", "primary")],
+        [("kv_cache_pct", "KV cache", "primary"), ("kv_cache_pct_peak", "KV cache, peak", "primary")],
         percent=True,
         fill=True,
         span=span,
@@ -159,13 +190,30 @@ def kv_cache_chart(timestamps: Timestamps, series: Series, *, span: Span = None)
 
 
 def queue_chart(timestamps: Timestamps, series: Series, *, span: Span = None) -> go.Figure:
-    """Requests running in the batch vs waiting in the queue."""
+    """Requests running in the batch vs waiting in the queue; on rollups also the highest
+    running sample of each interval ("peak"), which the mean flattens."""
     return _lines(
         "Running vs waiting requests",
         "requests",
         timestamps,
         series,
-        [("running", "running", "primary"), ("waiting", "waiting", "bad")],
+        [
+            ("running", "running", "primary"),
+            ("running_peak", "running, peak", "primary"),
+            ("waiting", "waiting", "bad"),
+        ],
+        span=span,
+    )
+
+
+def replicas_chart(timestamps: Timestamps, series: Series, *, span: Span = None) -> go.Figure:
+    """Ray Serve's replicas of the model: healthy ones against the autoscaler's target."""
+    return _lines(
+        "Replicas",
+        "replicas",
+        timestamps,
+        series,
+        [("replicas_running", "running", "primary"), ("replicas_target", "target", "muted")],
         span=span,
     )
 
@@ -240,6 +288,7 @@ CHARTS = {
     "requests": request_rate_chart,
     "queue": queue_chart,
     "kv_cache": kv_cache_chart,
+    "replicas": replicas_chart,
     "ttft": ttft_chart,
     "itl": itl_chart,
     "e2e": e2e_chart,
@@ -266,7 +315,8 @@ class QuotaRow:
 def quota_bars(rows: Sequence[QuotaRow | Mapping[str, Any]], title: str = "GPU quota") -> go.Figure:
     """Grouped bars per flavor: reserved vs nominal vs borrowable GPUs."""
     items = [r if isinstance(r, QuotaRow) else QuotaRow(**r) for r in rows]
-    labels = [r.label for r in items]
+    # "tenant / flavor" on two lines: horizontal labels that fit a narrow chart.
+    labels = [r.label.replace(" / ", "<br>") for r in items]
     fig = go.Figure()
     for attr, name, colour in (
         ("reserved", "reserved", "primary"),
@@ -283,21 +333,14 @@ def quota_bars(rows: Sequence[QuotaRow | Mapping[str, Any]], title: str = "GPU q
                 textposition="auto",
             )
         )
-    fig.update_layout(
-        title={"text": title, "x": 0.01, "xanchor": "left"},
-        template="plotly_white",
+    return _styled(
+        fig,
+        title,
         height=300,
-        margin={"l": 60, "r": 20, "t": 50, "b": 40},
+        x={**AXIS, "title": {"text": "GPU flavor"}},
+        y={"title": {"text": "GPUs"}, "dtick": 1 if _small(items) else None},
         barmode="group",
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
-        xaxis={"title": {"text": "GPU flavor"}},
-        yaxis={
-            "title": {"text": "GPUs"},
-            "rangemode": "tozero",
-            "dtick": 1 if _small(items) else None,
-        },
     )
-    return fig
 
 
 def _small(items: Sequence[QuotaRow]) -> bool:

@@ -5,11 +5,12 @@ cycle (runtime.exposition.promql), whatever the number of deployments, which Pro
 from its own scrapes. Otherwise the deployments' own endpoints. A
 local engine has one (vLLM /metrics or its Ray metrics port). A KubeRay deployment has one per
 pod: Ray exports a node's metrics on that node, and the replicas (with their ray_vllm_*
-series) run on the worker pods, never on the head (num-gpus 0). So each cycle lists the pods
-of those deployments, one LIST per namespace, and reads every running worker pod's metrics
-port (the head is skipped); a deployment's reads are merged into one snapshot, and all of them
-must succeed. A failing endpoint leaves a gap and a recorded error for that deployment only;
-it never stops the cycle or produces a number from a partial read.
+series) run on the worker pods, never on the head (num-gpus 0), while the Serve controller on the
+head reports the replicas and the autoscaler's target (ray_serve_*). So each cycle lists the pods
+of those deployments, one LIST per namespace, and reads every running pod's metrics port; a
+deployment's reads are merged into one snapshot, and all of them must succeed. A failing
+endpoint leaves a gap and a recorded error for that deployment only; it never stops the cycle
+or produces a number from a partial read.
 
 A cycle is cut into shards of METRICS_SHARD_SIZE deployments (metrics.tasks): parsing is CPU
 work under the GIL, so one process tops out at about one core; shards spread it over every
@@ -44,7 +45,6 @@ from runtime.exposition.sources import scrape_many
 from runtime.manifests.common import LABEL_DEPLOYMENT_ID, LABEL_MANAGED_BY, MANAGED_BY, PORT_METRICS
 
 log = logging.getLogger(__name__)
-LABEL_RAY_NODE_TYPE = "ray.io/node-type"  # set by KubeRay on every pod: head or worker
 # rate() needs at least two samples in its window; Prometheus's guidance is a range of four
 # scrape intervals or more, and 30 s is a common interval. A cycle longer than this uses its own.
 PROMETHEUS_RATE_WINDOW_S = 120.0
@@ -124,8 +124,6 @@ def _ray_pod_targets(deps: list[ModelDeployment]) -> dict[int, list[str] | Scrap
         urls: dict[str, list[str]] = {}
         for pod in pods:
             labels = (pod.get("metadata") or {}).get("labels") or {}
-            if labels.get(LABEL_RAY_NODE_TYPE) == "head":
-                continue  # num-gpus 0: no replica, so no vLLM series, ever (runtime/manifests/rayservice.py)
             owner, url = labels.get(LABEL_DEPLOYMENT_ID), pod_metrics_url(pod)
             if owner and url:
                 urls.setdefault(owner, []).append(url)

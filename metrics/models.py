@@ -40,6 +40,12 @@ class MetricSample(models.Model):
     prefix_cache_queries = models.FloatField(null=True)
     requests_finished = models.FloatField(null=True)
     requests_failed = models.FloatField(null=True)
+    # Ray Serve's replicas of the model (healthy, and the autoscaler's target), where it reports them.
+    replicas_running = models.FloatField(null=True)
+    replicas_target = models.FloatField(null=True)
+    # The highest sampled value of a gauge in a rollup's bucket (metrics.aggregate.PEAKS); None on raw rows.
+    running_peak = models.FloatField(null=True)
+    kv_cache_pct_peak = models.FloatField(null=True)
 
     class Meta:
         # The table and index keep the names they had in the deployments app (moved without a copy).

@@ -17,7 +17,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from deployments.models import ModelDeployment
-from metrics.aggregate import COLUMNS, INCREMENTS, combine, window_ratios, with_ratios
+from metrics.aggregate import COLUMNS, INCREMENTS, PEAKS, combine, window_ratios, with_ratios
 from metrics.models import MetricSample, Resolution
 from runtime.exposition.derive import MetricPoint
 
@@ -38,7 +38,7 @@ ROLLUPS = ((Resolution.MINUTE, Resolution.RAW), (Resolution.TEN_MINUTES, Resolut
 
 def new_sample(deployment_id: int, point: MetricPoint) -> MetricSample:
     """The raw sample for `point`, unsaved (the scrape cycle writes a shard's samples at once)."""
-    values = {name: getattr(point, name) for name in COLUMNS}
+    values = {name: getattr(point, name) for name in COLUMNS if name not in PEAKS}  # peaks: rollups only
     return MetricSample(
         deployment_id=deployment_id,
         resolution=Resolution.RAW,
@@ -80,7 +80,9 @@ def window_rows(deployment_id: int, window: str, *, now: datetime) -> list[tuple
 
 
 def series(deployment: ModelDeployment, window: str, *, now: datetime | None = None) -> dict:
-    """Timestamps and one list per metric for `window`, ratios divided at read time."""
+    """Timestamps and one list per metric for `window`, ratios divided at read time. `start` is
+    where the chart's axis begins: the window's start, or the first point of a deployment younger
+    than the window (:func:`window_start`)."""
     span, resolution = WINDOWS[window]
     now = now or timezone.now()
     rows = window_rows(deployment.pk, window, now=now)
@@ -89,12 +91,26 @@ def series(deployment: ModelDeployment, window: str, *, now: datetime | None = N
     return {
         "window": window,
         "resolution_s": int(resolution),
-        "start": now - span,
+        "start": window_start(deployment.pk, timestamps, since=now - span, now=now),
         "end": now,
         "timestamps": timestamps,
         "series": with_ratios(columns),
         "totals": window_ratios(columns),
     }
+
+
+MIN_AXIS = timedelta(minutes=5)  # a first point a moment old still sits on an axis of minutes
+
+
+def window_start(deployment_id: int, timestamps: list[datetime], *, since: datetime, now: datetime) -> datetime:
+    """The window's start, unless the deployment has no point before it (younger than the
+    window): then its first point, so a new deployment's data fills the chart instead of a
+    sliver at its right edge. A gap in an older deployment's data keeps the whole window."""
+    if not timestamps or timestamps[0] <= since:
+        return since
+    if MetricSample.objects.filter(deployment_id=deployment_id, ts__lt=since).exists():
+        return since
+    return max(since, min(timestamps[0], now - MIN_AXIS))
 
 
 def summary(deployment: ModelDeployment) -> dict | None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from knox.models import get_token_model
@@ -13,6 +16,7 @@ from rest_framework.decorators import api_view, permission_classes
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
+from core.limits import check_room
 from core.models import AuditEvent, audit
 from core.throttles import WriteThrottle
 from quotas.choices import Role
@@ -41,8 +45,13 @@ class TokenCreatedSerializer(TokenSerializer):
         fields = TokenSerializer.Meta.fields + ["token"]
 
 
+@transaction.atomic
 def token_create(*, user, name: str, expires_in_days: int | None = None):
-    """Create a named token; returns (instance, secret). The secret is never stored or logged."""
+    """Create a named token; returns (instance, secret). The secret is never stored or logged.
+    At most MAX_API_TOKENS_PER_USER unexpired tokens (core.limits), counted under the user's row lock."""
+    get_user_model().objects.select_for_update(no_key=True).get(pk=user.pk)  # serializes this user's creations
+    unexpired = ApiToken.objects.filter(Q(expiry__isnull=True) | Q(expiry__gt=timezone.now()), user=user)
+    check_room(held=unexpired.count(), setting="MAX_API_TOKENS_PER_USER", what="unexpired API tokens of yours")
     ttl = timedelta(days=expires_in_days) if expires_in_days else settings.REST_KNOX["TOKEN_TTL"]
     instance, secret = ApiToken.objects.create(user=user, expiry=ttl, name=name)
     # The token's primary key is its digest: audit by the public prefix instead.
@@ -56,12 +65,15 @@ def token_create(*, user, name: str, expires_in_days: int | None = None):
     return instance, secret
 
 
-def token_revoke(*, user, token) -> None:
+def token_revoke(*, user, token, reason: str = "") -> None:
+    """Delete a token (it stops authenticating at once); `user` is the actor: the token's holder,
+    or "system" when portal.deprovision revokes a leaver's tokens."""
     audit(
         actor=user,
         action="token.revoke",
         obj=token,
         object_id=token.token_key,
+        reason=reason,
         changes={"name": token.name, "prefix": token.token_key},
     )
     token.delete()
@@ -110,6 +122,8 @@ class AuditEventSerializer(serializers.ModelSerializer):
             "object_id",
             "reason",
             "changes",
+            "ip_address",
+            "user_agent",
         ]
         extra_kwargs = {
             "actor_name": {

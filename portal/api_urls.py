@@ -3,7 +3,9 @@ from rest_framework.routers import DefaultRouter
 
 from deployments.api.profiles import ServingProfilesView
 from deployments.api.views import DeploymentViewSet
+from portal.account_views import InvitationView
 from portal.api import AuditEventViewSet, TokenViewSet, me
+from portal.audit_api import AuditExportCsvView, AuditExportJsonLinesView
 from portal.cluster_api import ClusterReadinessView, ClusterSweepView, OrphanDeleteView
 from portal.platform_api import TenantViewSet
 from quotas.api.views import (
@@ -38,6 +40,10 @@ urlpatterns = [
     path("cluster/sweep/", ClusterSweepView.as_view(), name="cluster-sweep"),
     path("cluster/readiness/", ClusterReadinessView.as_view(), name="cluster-readiness"),
     path("cluster/orphans/delete/", OrphanDeleteView.as_view(), name="cluster-orphan-delete"),
+    # Before the router's audit/<pk>/: "export" is not an id.
+    path("audit/export/jsonl/", AuditExportJsonLinesView.as_view(), name="audit-export-jsonl"),
+    path("audit/export/csv/", AuditExportCsvView.as_view(), name="audit-export-csv"),
+    path("invitations/", InvitationView.as_view(), name="invitations"),
     path("", include(router.urls)),
     path("", include("metrics.api.urls")),  # deployments/<id>/metrics/, summary/, advice/
     path("", include("deployments.api.operating_urls")),  # deployments/<id>/timeline/, phases/, logs/

@@ -1,9 +1,10 @@
-"""System checks for settings that serve a one-process demo but fail a real deployment (`check --deploy`)."""
+"""System checks for settings that serve a one-process demo but fail a real deployment (`check --deploy`),
+and for settings that become Kubernetes names (every command)."""
 
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.checks import Tags, Warning, register
+from django.core.checks import Error, Tags, Warning, register
 
 # Each web process (and each pod) would keep its own count, and a restart forgets them all;
 # the dummy cache keeps nothing at all; the file cache has no atomic increment.
@@ -31,4 +32,41 @@ def check_sign_in_lockout_cache(app_configs, **kwargs):
             hint="Set CACHE_URL=redis://… (the Redis every web process reaches).",
             id="portal.W001",
         )
+    ]
+
+
+# Settings that become Kubernetes names, and the syntax each must have (runtime.manifests.syntax):
+# a value the API server would refuse stops the portal at start instead of every Kueue sync.
+KUBERNETES_NAME_SETTINGS = (
+    ("KUEUE_COHORT", "dns1123_label_problem"),  # a Cohort, like a tenant's own cohort
+    ("KUEUE_CPU_FLAVOR", "dns1123_label_problem"),  # a ResourceFlavor and the llm-portal.io/flavor value
+    ("KUEUE_CONFIG_NAMESPACE", "dns1123_label_problem"),
+    ("KUEUE_CONFIG_MAP", "dns1123_subdomain_problem"),
+    ("GATEWAY_NAME", "dns1123_subdomain_problem"),
+    ("GATEWAY_NAMESPACE", "dns1123_label_problem"),
+    ("API_KEY_NAMESPACE", "dns1123_label_problem"),
+    ("MODEL_CACHE_PVC", "dns1123_subdomain_problem"),  # may be empty: no cache
+    ("KARPENTER_NODE_CLASS_NAME", "dns1123_subdomain_problem"),  # may be empty: each flavor names its own
+)
+OPTIONAL_NAMES = frozenset({"MODEL_CACHE_PVC", "KARPENTER_NODE_CLASS_NAME"})
+
+
+@register()
+def check_kubernetes_names(app_configs, **kwargs):
+    """portal.E001: a setting that becomes a Kubernetes name or node label is not valid as one."""
+    from runtime.manifests import syntax
+
+    problems = []
+    for name, rule in KUBERNETES_NAME_SETTINGS:
+        value = getattr(settings, name, "")
+        if not value and name in OPTIONAL_NAMES:
+            continue
+        if problem := getattr(syntax, rule)(value):
+            problems.append(f"{name}={value!r}: {problem}")
+    for key, value in getattr(settings, "KUEUE_CPU_NODE_LABELS", {}).items():
+        if problem := syntax.label_key_problem(key) or syntax.label_value_problem(value):
+            problems.append(f"KUEUE_CPU_NODE_LABELS: {problem}")
+    return [
+        Error(problem, hint="Kubernetes would refuse the objects named by it; fix the setting.", id="portal.E001")
+        for problem in problems
     ]

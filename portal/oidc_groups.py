@@ -36,6 +36,15 @@ def _grant(group: str, value: object) -> tuple[str, str]:
     return slug, role
 
 
+def grant_named(name: str) -> tuple[str, str] | None:
+    """The grant a group named "tenant-slug:role" itself spells (SCIM groups, portal.scim), or
+    None when the name is not of that form."""
+    try:
+        return _grant(name, name)
+    except MappingError:
+        return None
+
+
 def parse_group_roles(text: str | None) -> GroupRoles:
     """The mapping from its JSON text (empty: no group grants anything)."""
     if not text or not text.strip():

@@ -3,10 +3,12 @@
 from django.urls import path
 
 from portal import platform_views as views
+from portal.account_views import invite
 
 urlpatterns = [
     path("platform/", views.platform_home, name="platform"),
     path("platform/tenants/new/", views.tenant_new, name="platform-tenant-new"),
+    path("platform/invite/", invite, name="platform-invite"),
     path("platform/tenants/<slug:slug>/", views.tenant_edit, name="platform-tenant"),
     path("platform/tenants/<slug:slug>/archive/", views.tenant_archive_confirm, name="platform-tenant-archive"),
     path("platform/flavors/new/", views.flavor_edit, name="platform-flavor-new"),

@@ -31,7 +31,7 @@ from quotas.forms import (
 from quotas.models import GpuFlavor, Tenant, is_platform_admin
 from quotas.nodepools import pool_summary
 from quotas.policy import SCALAR_FIELDS
-from quotas.presenters import quota_rows
+from quotas.presenters import current_quota_values, quota_rows
 
 
 def _require_platform_admin(request) -> None:
@@ -86,11 +86,25 @@ def _tenant_forms(request, tenant: Tenant) -> dict:
             request.POST if posted == "tenant" else None,
             initial=initial,
             prefix="tenant",
-            slug_locked=tenant.slug_locked,
+            slug_locked=True,  # an existing tenant's slug never changes (quotas.models.Tenant)
         ),
         "policy": PolicyForm(request.POST if posted == "policy" else None, initial=policy_initial, prefix="policy"),
-        "quota": QuotaSetForm(request.POST if posted == "quota" else None, prefix="quota"),
+        "quota": QuotaSetForm(
+            request.POST if posted == "quota" else None,
+            prefix="quota",
+            current=current_quota_values(tenant),
+            flavor=_quota_flavor(request, tenant),
+        ),
     }
+
+
+def _quota_flavor(request, tenant: Tenant) -> GpuFlavor | None:
+    """The flavor the quota form opens on: ?flavor=<name>, else the tenant's first quota's."""
+    name = request.GET.get("flavor")
+    if name:
+        return GpuFlavor.objects.filter(active=True, name=name).first()
+    quota = tenant.quotas.filter(flavor__active=True).select_related("flavor").order_by("flavor__name").first()
+    return quota.flavor if quota else None
 
 
 def _save(request, tenant: Tenant, name: str, form) -> Tenant:
@@ -105,7 +119,8 @@ def _save(request, tenant: Tenant, name: str, form) -> Tenant:
             if f"policy-{field}" not in request.POST or (data[field] is None and field != "monthly_budget"):
                 data.pop(field)
         return tenants.tenant_policy_set(tenant_id=tenant.pk, actor=request.user, **data)
-    services.quota_set(tenant=tenant, flavor=data.pop("flavor"), actor=request.user, **data)
+    values = form.values()  # what the request left out keeps its current value
+    services.quota_set(tenant=tenant, flavor=values.pop("flavor"), actor=request.user, **values)
     return tenant
 
 
@@ -128,7 +143,13 @@ def tenant_edit(request, slug: str):
             messages.success(request, SAVED[name])
             return redirect("platform-tenant", slug=tenant.slug)
     history = AuditEvent.objects.filter(tenant=tenant).select_related("actor")[:30]
-    context = {"tenant": tenant, "forms": forms, "rows": quota_rows(tenant), "history": history}
+    context = {
+        "tenant": tenant,
+        "forms": forms,
+        "rows": quota_rows(tenant),
+        "history": history,
+        "current_quota": current_quota_values(tenant),
+    }
     return render(request, "platform/tenant_edit.html", context)
 
 

@@ -14,17 +14,19 @@ from quotas.models import GpuFlavor, Tenant, is_platform_admin
 from quotas.specs import flavor_spec
 from runtime import k8s
 from runtime.backends import get_cluster, names
+from runtime.platform import gateway_spec
 from runtime.readiness import AMBER, GREEN, RED, ReadinessConfig, readiness
 
 
 def readiness_config() -> ReadinessConfig:
+    gateway = gateway_spec()  # exposure on: the Gateway API and Kuadrant are required
     return ReadinessConfig(
         backends=tuple(n for n in names(on_cluster=True) if n in settings.RUNTIME_BACKENDS),
         flavors=tuple(flavor_spec(f) for f in GpuFlavor.objects.filter(active=True).order_by("name")),
         namespaces=tuple(t.namespace for t in Tenant.objects.order_by("slug")),
         model_cache_pvc=settings.MODEL_CACHE_PVC or None,
         prometheus_url=settings.PROMETHEUS_URL,
-        gateway_api=settings.GATEWAY_API,
+        gateway_api=settings.GATEWAY_API or gateway is not None,
         kueue_config=(
             settings.KUEUE_CONFIG_NAMESPACE,
             settings.KUEUE_CONFIG_MAP,
@@ -32,6 +34,7 @@ def readiness_config() -> ReadinessConfig:
         pools=tuple(GpuFlavor.objects.exclude(provisioning={}).order_by("name").values_list("name", flat=True)),
         topology=GpuFlavor.objects.exclude(topology_levels=[]).exists(),
         queueing_strategy=settings.KUEUE_QUEUEING_STRATEGY,
+        gateway=None if gateway is None else (gateway.gateway_namespace, gateway.gateway_name),
     )
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 import plotly
 from django.core.exceptions import ImproperlyConfigured
 
+from core.jsonlog import FORMATS as LOG_FORMATS
+from core.jsonlog import logging_config
 from portal.env import (
     env_bool,
     env_choice,
@@ -23,7 +25,6 @@ from portal.env import (
     env_str,
     env_url,
 )
-from portal.oidc_groups import MappingError, parse_group_roles
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PORTAL_VAR_DIR", str(BASE_DIR / "var")))
@@ -75,6 +76,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "portal.auditing.AuditOriginMiddleware",  # audit rows carry the client address and user agent
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -273,6 +275,11 @@ REST_KNOX = {
     "TOKEN_PREFIX": "llmp_",
 }
 
+# --- bounds on what people create (core.limits: a 400 naming the limit when it is reached) ------
+MAX_API_TOKENS_PER_USER = env_int("MAX_API_TOKENS_PER_USER", 50, minimum=1, maximum=10_000)  # unexpired
+MAX_API_KEYS_PER_USER = env_int("MAX_API_KEYS_PER_USER", 100, minimum=1, maximum=100_000)  # active, all tenants
+MAX_DEPLOYMENTS_PER_TENANT = env_int("MAX_DEPLOYMENTS_PER_TENANT", 500, minimum=1, maximum=100_000)  # not deleted
+
 # --- OIDC (optional, purely by environment) ----------------------------------------------------
 OIDC_ENABLED = bool(env_str("OIDC_OP_DISCOVERY_ISSUER") or env_str("OIDC_RP_CLIENT_ID"))
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
@@ -290,16 +297,20 @@ if OIDC_ENABLED:
         raise ImproperlyConfigured("OIDC needs OIDC_OP_AUTHORIZATION/TOKEN/USER_ENDPOINT")
     OIDC_RP_SCOPES = env_str("OIDC_RP_SCOPES", "openid email profile groups")
     OIDC_USE_PKCE = env_bool("OIDC_USE_PKCE", True)
-# Tenant roles from the provider's groups, applied at every sign-in (portal/oidc.py): the claim
-# that lists the groups, the JSON mapping group → "tenant-slug:role" (portal/oidc_groups.py), and
-# the groups whose members are platform admins (empty: the provider does not decide that).
-OIDC_GROUPS_CLAIM = env_str("OIDC_GROUPS_CLAIM", "groups")
-OIDC_USERNAME_CLAIM = env_str("OIDC_USERNAME_CLAIM", "preferred_username")
-try:
-    OIDC_GROUP_ROLES = parse_group_roles(env_str("OIDC_GROUP_ROLES", ""))
-except MappingError as _error:
-    raise ImproperlyConfigured(f"OIDC_GROUP_ROLES: {_error}") from None
-OIDC_PLATFORM_ADMIN_GROUPS = env_list("OIDC_PLATFORM_ADMIN_GROUPS", [])
+    OIDC_CALLBACK_CLASS = "portal.oidc_callback.AuditedOIDCCallbackView"  # a refusal by the provider is audited
+# Group roles, SCIM and the first platform admin (portal/settings_identity.py).
+from portal.settings_identity import (  # noqa: E402, F401 - settings are module attributes
+    OIDC_GROUP_ROLES,
+    OIDC_GROUPS_CLAIM,
+    OIDC_PLATFORM_ADMIN_GROUPS,
+    OIDC_USERNAME_CLAIM,
+    PASSWORD_RESET_TIMEOUT,
+    PLATFORM_ADMIN_EMAIL,
+    PLATFORM_ADMIN_PASSWORD_FILE,
+    PLATFORM_ADMIN_USERNAME,
+    SCIM_BEARER_TOKEN,
+    SCIM_BEARER_TOKEN_FILE,
+)
 
 # --- Celery ------------------------------------------------------------------------------------
 # A host name, though the file-system transport ignores it: without one kombu warns "No hostname
@@ -375,6 +386,10 @@ CELERY_BEAT_SCHEDULE = {
     "quota-temporary-revert": {  # temporary quota ends (quotas.temporary)
         "task": "quotas.tasks.revert_temporary_quota_task",
         "schedule": 60.0,
+    },
+    "audit-purge": {  # AUDIT_RETENTION_DAYS (core.tasks)
+        "task": "core.tasks.purge_audit_task",
+        "schedule": 3600.0,
     },
 }
 
@@ -460,22 +475,13 @@ METRICS_SHARD_SIZE = env_int("METRICS_SHARD_SIZE", 100, minimum=1)
 METRICS_TOKEN = env_str("METRICS_TOKEN")  # bearer token for the portal's own /metrics; unset = off
 LOCAL_RUNTIME_DIR = Path(env_str("LOCAL_RUNTIME_DIR", str(VAR_DIR / "local-runtime")))
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {
-        # The API test server's access log drowns test output; it is not the portal's log.
-        "aiohttp.access": {"level": "WARNING"},
-        # A 4xx is an answer, not a fault: the access log has it, and Django would log each 403 / 404
-        # with the exception's traceback. 5xx stay (ERROR, with the traceback, once).
-        "django.request": {"level": "ERROR"},
-        # Django's own console handler (DEBUG only) would print every record a second time beside root's.
-        "django": {"handlers": [], "level": "INFO"},
-    },
-    "root": {"handlers": ["console"], "level": env_choice("LOG_LEVEL", "INFO", {"DEBUG", "INFO", "WARNING", "ERROR"})},
-}
+# LOG_FORMAT=json: one JSON object per line (core.jsonlog), audit rows included, for a SIEM.
+LOGGING = logging_config(
+    level=env_choice("LOG_LEVEL", "INFO", {"DEBUG", "INFO", "WARNING", "ERROR"}),
+    fmt=env_choice("LOG_FORMAT", "plain", LOG_FORMATS),
+)
+# Audit rows older than this are deleted by core.tasks.purge_audit_task, daily; 0 keeps them all.
+AUDIT_RETENTION_DAYS = env_int("AUDIT_RETENTION_DAYS", 400, minimum=0, maximum=36500)
 
 # knox's own migration creates its default token table even though ApiToken replaces it; that
 # orphan table references auth_user and breaks TRUNCATE in tests. Our model is the only one.

@@ -10,6 +10,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 
 from core.observability import metrics_view
 from portal import health
+from portal.account_views import InviteAcceptView
 from portal.login import ThrottledLoginView
 
 # The API docs pages (templates/drf_spectacular/) follow the site-wide Content-Security-Policy plus:
@@ -46,8 +47,10 @@ urlpatterns = [
     path("api/docs/", api_docs, name="api-docs"),
     path("api/redoc/", api_redoc, name="api-redoc"),
     path("api/v1/", include("portal.api_urls")),
+    path("scim/v2/", include("portal.scim_urls")),  # the identity provider's provisioning
     path("accounts/login/", ThrottledLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/invite/<uidb64>/<token>/", InviteAcceptView.as_view(), name="invite-accept"),
     path("", include("deployments.urls")),  # revisions, confirmations: before ui_urls' action catch-all
     path("", include("portal.ui_urls")),
 ]

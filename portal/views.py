@@ -11,6 +11,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from core.exceptions import DomainError
 from deployments.choices import RevisionStatus
 from deployments.forms import ApprovalDecisionForm
 from deployments.models import DeploymentRevision, ModelDeployment
@@ -184,8 +185,12 @@ def tokens(request):
 
         form = TokenSerializer(data={"name": name, "expires_in_days": days})
         if form.is_valid():
-            _, created = token_create(user=request.user, **form.validated_data)
-            messages.success(request, "Token created. Copy it now: it is not shown again.")
+            try:
+                _, created = token_create(user=request.user, **form.validated_data)
+            except DomainError as error:  # the limit on tokens (core.limits)
+                messages.error(request, error.message)
+            else:
+                messages.success(request, "Token created. Copy it now: it is not shown again.")
         else:
             for field, errors in form.errors.items():
                 label = "Expires in (days)" if field == "expires_in_days" else field.replace("_", " ").capitalize()

@@ -94,7 +94,7 @@ class TenantAdmin(ServiceSaveMixin, admin.ModelAdmin):
         return self.inlines if obj is not None else []
 
     def get_readonly_fields(self, request, obj=None):
-        locked = ["slug"] if obj is not None and obj.slug_locked else []
+        locked = ["slug"] if obj is not None else []  # fixed once the tenant exists (Tenant says why)
         return locked + self.readonly_fields
 
     def has_delete_permission(self, request, obj=None) -> bool:

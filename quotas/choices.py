@@ -10,6 +10,7 @@ class Role(models.TextChoices):
 class MembershipSource(models.TextChoices):
     MANUAL = "manual", "Added in the portal"
     IDP = "idp", "Identity-provider group"
+    SCIM = "scim", "Identity-provider provisioning (SCIM)"
 
 
 # Higher rank includes the lower ones.

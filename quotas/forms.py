@@ -6,6 +6,7 @@ from django import forms
 
 from quotas.choices import Role
 from quotas.models import GpuFlavor
+from quotas.services import QUOTA_VALUES
 from quotas.validators import validate_node_labels
 
 
@@ -59,7 +60,7 @@ class TenantForm(forms.Form):
     slug = forms.CharField(
         max_length=40,
         help_text="The tenant's Kubernetes namespace and queue name: lowercase letters, digits and '-'. "
-        "Fixed once the namespace exists.",
+        "Fixed once the tenant exists.",
     )
     display_name = forms.CharField(max_length=100, label="Display name")
     cohort = forms.CharField(
@@ -71,7 +72,7 @@ class TenantForm(forms.Form):
         super().__init__(*args, **kwargs)
         if slug_locked:
             self.fields["slug"].disabled = True
-            self.fields["slug"].help_text = "Fixed: the tenant's namespace exists on the cluster."
+            self.fields["slug"].help_text = "Fixed: it names the tenant's namespace, queues, API keys and endpoints."
 
 
 class PolicyForm(forms.Form):
@@ -150,6 +151,10 @@ class PolicyForm(forms.Form):
 
 
 class QuotaSetForm(forms.Form):
+    """A platform admin's quota for one flavor. Unbound, it shows `flavor` with its current values
+    (`current`: quotas.presenters.current_quota_values); bound, a value the request leaves out keeps
+    its current one (:meth:`values`, quotas.services.quota_set), so it is never reset unseen."""
+
     flavor = forms.ModelChoiceField(queryset=GpuFlavor.objects.filter(active=True), label="GPU flavor")
     nominal_gpus = forms.IntegerField(min_value=0, max_value=100_000, label="Nominal GPUs")
     borrowing_limit_gpus = forms.IntegerField(min_value=0, max_value=100_000, initial=0, label="Borrowing limit")
@@ -157,6 +162,18 @@ class QuotaSetForm(forms.Form):
         min_value=0, max_value=100_000, required=False, label="Lending limit", help_text="Empty: all unused quota."
     )
     reason = _reason()
+
+    def __init__(self, *args, current: dict | None = None, flavor: GpuFlavor | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not self.is_bound and flavor is not None:
+            self.initial = {"flavor": flavor.pk, **(current or {}).get(str(flavor.pk), {})}
+        self.omitted = {name for name in QUOTA_VALUES if self.is_bound and self.add_prefix(name) not in self.data}
+        for name in self.omitted:
+            self.fields[name].required = False
+
+    def values(self) -> dict:
+        """The cleaned values for quota_set, without those the request left out."""
+        return {name: value for name, value in self.cleaned_data.items() if name not in self.omitted}
 
 
 class MemberAddForm(forms.Form):

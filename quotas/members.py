@@ -13,11 +13,16 @@ from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
 
 from core.exceptions import ConflictError, DomainError, Forbidden
+from core.identity import users_with_email
 from core.models import audit
 from quotas.choices import MembershipSource, Role
 from quotas.models import PLATFORM_ADMIN_GROUP, Membership, Tenant, is_platform_admin
 
 IDP_ACTOR = "identity-provider"  # the audit log's actor for changes made from a sign-in's groups
+SIGN_IN = "Identity-provider groups at sign-in."
+# The two ways a provider manages memberships: its groups at each sign-in, and SCIM provisioning
+# (portal.scim). Each manages its own; neither takes over or removes the other's.
+PROVIDER_SOURCES = (MembershipSource.IDP, MembershipSource.SCIM)
 
 
 def can_manage_members(tenant: Tenant, user) -> bool:
@@ -41,14 +46,15 @@ def _role(role: str) -> str:
 
 
 def find_user(identifier: str):
-    """The active user with this username, or else with this e-mail address (case-insensitive)."""
+    """The active user with this username, or else with this e-mail address (the one matching
+    rule, core.identity: the local part exactly, the domain ignoring case)."""
     users = get_user_model().objects.filter(is_active=True)
     identifier = (identifier or "").strip()
     if not identifier or len(identifier) > 254:
         raise DomainError("Enter a username or an e-mail address.", field="user")
     match = users.filter(username=identifier).first()
     if match is None and "@" in identifier:
-        found = list(users.filter(email__iexact=identifier)[:2])
+        found = users_with_email(users, identifier)
         if len(found) > 1:
             raise DomainError("Several people have this e-mail address; use the username.", field="user")
         match = found[0] if found else None
@@ -82,9 +88,30 @@ def membership_add(*, tenant: Tenant, actor, user: str, role: str, reason: str =
     return membership
 
 
+def _keeps_an_admin(tenant: Tenant, membership: Membership, new_role: str | None) -> None:
+    """The one rule for the last tenant admin: no removal or demotion (by themselves or anyone
+    else) may leave the tenant without an active tenant admin.
+
+    Race-safe: the caller holds the tenant row's lock (`_locked`), so two admins demoting each
+    other (or themselves) at once are serialised and the second counts after the first commits."""
+    if membership.role != Role.TENANT_ADMIN or new_role == Role.TENANT_ADMIN:
+        return
+    others = Membership.objects.filter(tenant=tenant, role=Role.TENANT_ADMIN, user__is_active=True)
+    if not others.exclude(pk=membership.pk).exists():
+        raise DomainError(
+            f"{membership.user.username} is the last tenant admin of {tenant.slug}: make someone else "
+            "tenant admin first.",
+            field="role" if new_role else "user",
+            code="last_tenant_admin",
+        )
+
+
 def _locked(tenant: Tenant, username: str) -> Membership:
+    # The tenant row first, then the membership: every path that changes an admin's role takes
+    # the locks in this order (see _keeps_an_admin), so two of them cannot deadlock.
+    Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk).first()
     membership = (
-        Membership.objects.select_for_update(of=("self",))
+        Membership.objects.select_for_update(of=("self",), no_key=True)
         .select_related("user")
         .filter(tenant=tenant, user__username=username)
         .first()
@@ -102,6 +129,7 @@ def membership_set_role(*, tenant: Tenant, actor, username: str, role: str, reas
     membership = _locked(tenant, username)
     _guard(tenant, actor, membership.user)
     before = membership.role
+    _keeps_an_admin(tenant, membership, _role(role))
     membership.role = _role(role)
     if before != membership.role:
         membership.save(update_fields=["role"])
@@ -123,6 +151,7 @@ def membership_remove(*, tenant: Tenant, actor, username: str, reason: str = "")
         raise Forbidden("Only platform admins and this tenant's admins manage its members.")
     membership = _locked(tenant, username)
     _guard(tenant, actor, membership.user)
+    _keeps_an_admin(tenant, membership, None)
     audit(
         actor=actor,
         action="membership.remove",
@@ -135,15 +164,24 @@ def membership_remove(*, tenant: Tenant, actor, username: str, reason: str = "")
 
 
 @transaction.atomic
-def memberships_sync_from_idp(*, user, roles: dict[str, str]) -> dict[str, tuple[str | None, str | None]]:
-    """Make the user's provider-managed memberships match `roles` (tenant slug → role), as the
-    identity provider's groups grant them at this sign-in.
+def memberships_sync_from_idp(
+    *,
+    user,
+    roles: dict[str, str],
+    source: str = MembershipSource.IDP,
+    actor: str = IDP_ACTOR,
+    reason: str = SIGN_IN,
+) -> dict[str, tuple[str | None, str | None]]:
+    """Make the user's memberships managed by `source` match `roles` (tenant slug → role), as the
+    identity provider's groups grant them at this sign-in (or its SCIM groups, portal.scim).
 
     Memberships the groups grant are created or updated (a membership added by hand that a group
-    now covers becomes provider-managed); provider-managed memberships whose group is gone are
-    removed; memberships added by hand and not covered by a group are left alone. Archived and
-    unknown tenants are skipped. Returns what changed: slug → (old role, new role).
+    now covers becomes managed by `source`); those managed by `source` whose group is gone are
+    removed; memberships added by hand and not covered by a group, and those the other provider
+    source manages, are left alone. Archived and unknown tenants are skipped. Returns what
+    changed: slug → (old role, new role).
     """
+    foreign = set(PROVIDER_SOURCES) - {source}
     tenants = {t.slug: t for t in Tenant.objects.filter(slug__in=roles, archived_at__isnull=True)}
     current = {m.tenant.slug: m for m in Membership.objects.select_for_update(of=("self",)).filter(user=user)}
     changed: dict[str, tuple[str | None, str | None]] = {}
@@ -152,34 +190,32 @@ def memberships_sync_from_idp(*, user, roles: dict[str, str]) -> dict[str, tuple
             continue
         membership = current.get(slug)
         if membership is None:
-            membership = Membership.objects.create(
-                user=user, tenant=tenants[slug], role=role, source=MembershipSource.IDP
-            )
+            membership = Membership.objects.create(user=user, tenant=tenants[slug], role=role, source=source)
             changed[slug] = (None, role)
-        elif (membership.role, membership.source) != (role, MembershipSource.IDP):
+        elif membership.source not in foreign and (membership.role, membership.source) != (role, source):
             if membership.role != role:
                 changed[slug] = (membership.role, role)
-            membership.role, membership.source = role, MembershipSource.IDP
+            membership.role, membership.source = role, source
             membership.save(update_fields=["role", "source"])
     for slug, membership in current.items():
-        if membership.source == MembershipSource.IDP and slug not in roles:
+        if membership.source == source and slug not in roles:
             changed[slug] = (membership.role, None)
             membership.delete()
     for slug, (old, new) in changed.items():
         tenant = tenants.get(slug) or current[slug].tenant
         audit(
-            actor=IDP_ACTOR,
+            actor=actor,
             action="membership.sync",
             obj=user,
             tenant=tenant,
-            reason="Identity-provider groups at sign-in.",
+            reason=reason,
             changes={"user": user.username, "from": old, "to": new},
         )
     return changed
 
 
 @transaction.atomic
-def platform_admin_sync_from_idp(*, user, is_admin: bool) -> bool | None:
+def platform_admin_sync_from_idp(*, user, is_admin: bool, actor: str = IDP_ACTOR, reason: str = SIGN_IN) -> bool | None:
     """Put the user in the platform-admins group, or take them out, as the provider's groups say.
     Staff and superusers are platform admins by their flags, which this never changes. Returns
     the new standing when it changed, None when it did not."""
@@ -193,10 +229,10 @@ def platform_admin_sync_from_idp(*, user, is_admin: bool) -> bool | None:
         user.groups.remove(group)
     user.__dict__.pop("_is_platform_admin", None)
     audit(
-        actor=IDP_ACTOR,
+        actor=actor,
         action="platform_admin.grant" if is_admin else "platform_admin.revoke",
         obj=user,
-        reason="Identity-provider groups at sign-in.",
+        reason=reason,
         changes={"user": user.username, "from": member, "to": is_admin},
     )
     return is_admin

@@ -9,12 +9,16 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q, QuerySet
+from django.db.models.functions import Now
 
 from quotas.choices import ROLE_RANK, MembershipSource, QuotaChangeStatus, Role
 from quotas.validators import (
+    TENANT_SLUG_MAX,
     validate_dns1123_label,
+    validate_flavor_name,
     validate_label_value,
     validate_node_labels,
+    validate_tenant_slug,
     validate_tolerations,
 )
 
@@ -22,7 +26,8 @@ PLATFORM_ADMIN_GROUP = "platform-admins"
 
 
 def is_platform_admin(user) -> bool:
-    """Platform admins are staff users or members of the `platform-admins` group."""
+    """Platform admins are staff users or members of the `platform-admins` group (the same rule
+    as a query: platform_admins_q)."""
     if not getattr(user, "is_authenticated", False) or not user.is_active:
         return False
     if user.is_staff or user.is_superuser:
@@ -32,6 +37,12 @@ def is_platform_admin(user) -> bool:
         cached = user.groups.filter(name=PLATFORM_ADMIN_GROUP).exists()
         user._is_platform_admin = cached
     return cached
+
+
+def platform_admins_q() -> Q:
+    """`is_platform_admin` as a filter on users: the same rule, for queries over many users at
+    once (the keys sweep)."""
+    return Q(is_active=True) & (Q(is_staff=True) | Q(is_superuser=True) | Q(groups__name=PLATFORM_ADMIN_GROUP))
 
 
 class TenantQuerySet(QuerySet):
@@ -58,13 +69,22 @@ class TenantOwnedQuerySet(QuerySet):
 
 
 class Tenant(models.Model):
-    """A team. Its slug is its Kubernetes namespace and its Kueue LocalQueue name."""
+    """A team. Its slug is its Kubernetes namespace and its Kueue LocalQueue name.
+
+    The slug is fixed at creation and never given to another tenant: it names things outside
+    the database (the Namespace and queues, the key files of the local engines, the tenant label
+    on API-key Secrets that the AuthPolicies select, the routes, identity-provider groups), so a
+    renamed or reused slug would hand what was published under it to another team. quotas.tenants
+    refuses a change with a field message, and a slug in RetiredTenantSlug; the database refuses
+    a rename that bypasses it, records the slug of a deleted row there and refuses a new row with
+    a retired slug (migration 0005). The portal archives tenants; it deletes none.
+    """
 
     slug = models.CharField(
-        max_length=40,
+        max_length=TENANT_SLUG_MAX,
         unique=True,
-        validators=[validate_dns1123_label],
-        help_text="Kubernetes namespace and Kueue LocalQueue name (DNS-1123 label).",
+        validators=[validate_tenant_slug],
+        help_text="Kubernetes namespace and Kueue LocalQueue name (DNS-1123 label); fixed once the tenant exists.",
     )
     display_name = models.CharField(max_length=100)
     cohort = models.CharField(
@@ -138,7 +158,7 @@ class Tenant(models.Model):
     namespace_created = models.DateTimeField(
         null=True,
         blank=True,
-        help_text="When the Kueue sync first applied the tenant's Namespace; the slug is fixed from then on.",
+        help_text="When the Kueue sync first applied the tenant's Namespace.",
     )
     archived_at = models.DateTimeField(
         null=True, blank=True, help_text="Archived tenants run nothing, hold no quota and take no requests."
@@ -159,11 +179,6 @@ class Tenant(models.Model):
     @property
     def namespace(self) -> str:
         return self.slug
-
-    @property
-    def slug_locked(self) -> bool:
-        """The slug names the Namespace and queues on the cluster: fixed once they exist."""
-        return self.namespace_created is not None
 
     @property
     def archived(self) -> bool:
@@ -199,6 +214,20 @@ class Tenant(models.Model):
         return held is not None and ROLE_RANK[held] >= ROLE_RANK[role]
 
 
+class RetiredTenantSlug(models.Model):
+    """The slug of a tenant row that was deleted (written by the database's trigger, migration
+    0005): what was published under it may remain, so no new tenant may take it."""
+
+    slug = models.CharField(max_length=TENANT_SLUG_MAX, primary_key=True)
+    retired_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
 class Membership(models.Model):
     """A user's role in a tenant."""
 
@@ -209,7 +238,10 @@ class Membership(models.Model):
         max_length=10,
         choices=MembershipSource.choices,
         default=MembershipSource.MANUAL,
-        help_text="Who manages it: an admin in the portal, or the identity provider's groups at each sign-in.",
+        help_text=(
+            "Who manages it: an admin in the portal, or the identity provider (its groups at each sign-in, "
+            "or its SCIM provisioning)."
+        ),
     )
 
     class Meta:
@@ -223,7 +255,7 @@ class Membership(models.Model):
 class GpuFlavor(models.Model):
     """A GPU node type, mirrored as a Kueue ResourceFlavor."""
 
-    name = models.CharField(max_length=63, unique=True, validators=[validate_dns1123_label])
+    name = models.CharField(max_length=63, unique=True, validators=[validate_flavor_name])
     gpu_model = models.CharField(max_length=60, help_text="e.g. H100 SXM5, A100 PCIe 80GB")
     accelerator_type = models.CharField(
         max_length=40,

@@ -12,6 +12,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
+from quotas.ceiling import archived_error
 from quotas.choices import Fit
 from quotas.models import GpuFlavor, Tenant
 
@@ -25,7 +26,8 @@ def allowed_flavor_ids(tenant: Tenant) -> set[int] | None:
 def policy_errors(*, tenant: Tenant, flavor: GpuFlavor | None, gpus: int) -> dict[str, str]:
     """Field errors for a draft needing `gpus` GPUs of `flavor` in `tenant` (empty: allowed)."""
     if tenant.archived:
-        return {"tenant": f"Tenant {tenant.slug} is archived and takes no new requests or changes."}
+        error = archived_error(tenant)
+        return {error.field: error.message}
     if reason := budget_block_reason(tenant):
         return {"tenant": reason}
     errors = {}
@@ -63,7 +65,8 @@ def budget_block_reason(tenant: Tenant, *, now: datetime | None = None) -> str:
 
 def auto_approves(*, tenant: Tenant, gpus: int, fit: str | None) -> bool:
     """Whether the policy approves a request on its own: within nominal quota and at most the
-    tenant's auto-approve ceiling (0 turns auto-approval off)."""
+    tenant's auto-approve ceiling (0 turns auto-approval off). `fit` is quotas.services' preview,
+    measured against quotas.ceiling: an ended temporary raise or an archived tenant gives no fit."""
     limit = tenant.auto_approve_max_gpus
     return bool(limit) and not tenant.archived and fit == Fit.NOMINAL and gpus <= limit
 

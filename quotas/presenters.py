@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from quotas.models import Tenant
+from quotas.models import GpuFlavor, Tenant
 from quotas.temporary import active_temporary
 
 
@@ -28,3 +28,19 @@ def quota_rows(tenant: Tenant) -> list[dict]:
             }
         )
     return rows
+
+
+def current_quota_values(tenant: Tenant) -> dict[str, dict]:
+    """The tenant's quota values per active flavor (by id, as the forms' flavor choices send it),
+    for the quota forms to open on: a flavor without quota has none yet (nominal empty, no
+    borrowing, lending all unused, as quota_set makes a new one)."""
+    quotas = {q.flavor_id: q for q in tenant.quotas.all()}
+    out = {}
+    for flavor in GpuFlavor.objects.filter(active=True).order_by("name"):
+        q = quotas.get(flavor.pk)
+        out[str(flavor.pk)] = {
+            "nominal_gpus": q.nominal_gpus if q else None,
+            "borrowing_limit_gpus": q.borrowing_limit_gpus if q else 0,
+            "lending_limit_gpus": q.lending_limit_gpus if q else None,
+        }
+    return out

@@ -19,9 +19,10 @@ repeat them):
 
 What the NodePool makes of the flavor's own fields is checked here as well, because the API
 server (or Karpenter) would refuse it later, after the flavor was saved: node labels must exist
-(they are what Kueue pins pods by), none may sit in a label domain Karpenter keeps for itself
-unless Karpenter derives it from the instance, and every keyed toleration becomes a taint, so
-its key and value must be valid taint fields.
+(they are what Kueue pins pods by) and none may sit in a label domain Karpenter keeps for itself
+unless Karpenter derives it from the instance. (Every keyed toleration becomes a taint; its key
+and value are valid taint fields because validate_tolerations holds them to the same syntax.)
+The Kubernetes syntax itself (label keys and values, DNS names) is runtime.manifests.syntax's.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from runtime.manifests import syntax
 from runtime.manifests.karpenter import (
     LABEL_CAPACITY_TYPE,
     LABEL_INSTANCE_TYPE,
@@ -50,19 +52,10 @@ MAX_TOPOLOGY_LEVELS = 16  # the Topology CRD's maxItems
 
 # Karpenter's duration syntax (NodePool CRD patterns for consolidateAfter / expireAfter).
 _DURATION = re.compile(r"^(([0-9]{1,6}(s|m|h)){1,3}|Never)$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_QUALIFIED_NAME = re.compile(
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$"
-)
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 def _label_key_ok(key: object) -> bool:
-    """A Kubernetes label key: optional DNS prefix (≤ 253) / name (≤ 63)."""
-    if not isinstance(key, str) or not _QUALIFIED_NAME.fullmatch(key):
-        return False
-    prefix, _, name = key.rpartition("/")
-    return len(prefix) <= 253 and len(name) <= 63
+    return syntax.label_key_problem(key) is None
 
 
 def _string_list(value: object, *, field: str, limit: int) -> tuple[list[str], list[str]]:
@@ -95,7 +88,7 @@ def _instance_types(value: object) -> list[str]:
     items, problems = _string_list(value, field="instance_types", limit=MAX_INSTANCE_TYPES)
     if problems:
         return problems
-    bad = [item for item in items if not item or len(item) > 63 or not _LABEL_VALUE.fullmatch(item)]
+    bad = [item for item in items if not item or syntax.label_value_problem(item)]
     return [f"instance_types: {bad[0][:70]!r} is not an instance type name."] if bad else []
 
 
@@ -106,7 +99,7 @@ def _duration(value: object, field: str) -> list[str]:
 
 
 def _node_class(value: object) -> list[str]:
-    if not isinstance(value, str) or (value and (len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value))):
+    if not isinstance(value, str) or (value and syntax.dns1123_subdomain_problem(value)):
         return ["node_class: the name of a node class (lowercase DNS name), or empty for the platform's."]
     return []
 
@@ -124,8 +117,8 @@ def _agreement(settings: dict[str, Any], node_labels: dict) -> list[str]:
     return problems
 
 
-def _flavor_fields(node_labels: object, tolerations: object) -> list[str]:
-    """What the NodePool would make of the flavor's labels and tolerations."""
+def _flavor_fields(node_labels: object) -> list[str]:
+    """What the NodePool would make of the flavor's labels."""
     if not isinstance(node_labels, dict) or not node_labels:
         return ["a provisioned flavor needs node labels: they are what Kueue pins its pods by."]
     problems = [
@@ -136,19 +129,10 @@ def _flavor_fields(node_labels: object, tolerations: object) -> list[str]:
         for key in sorted(node_labels)
         if _label_key_ok(key) and is_restricted(key) and not is_well_known(key)
     ]
-    for index, toleration in enumerate(tolerations if isinstance(tolerations, list) else [], start=1):
-        if not isinstance(toleration, dict) or not toleration.get("key"):
-            continue  # validate_tolerations reports malformed ones; no key makes no taint
-        key, value = toleration.get("key"), toleration.get("value", "")
-        if not _label_key_ok(key):
-            problems.append(f"toleration {index}: its key {str(key)[:70]!r} cannot be a node taint's key.")
-        elif toleration.get("operator", "Equal") == "Equal" and value:
-            if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
-                problems.append(f"toleration {index}: its value {str(value)[:70]!r} cannot be a node taint's value.")
     return problems
 
 
-def clean_provisioning(value: object, *, node_labels: object, tolerations: object) -> tuple[dict, list[str]]:
+def clean_provisioning(value: object, *, node_labels: object) -> tuple[dict, list[str]]:
     """(the provisioning with defaults filled in, problems); ({}, []) for a flavor not provisioned."""
     if value in (None, {}):
         return {}, []
@@ -166,7 +150,7 @@ def clean_provisioning(value: object, *, node_labels: object, tolerations: objec
         *_node_class(settings["node_class"]),
     ]
     if not problems:
-        problems = _flavor_fields(node_labels, tolerations)
+        problems = _flavor_fields(node_labels)
     if not problems:
         problems = _agreement(settings, node_labels)  # type: ignore[arg-type]
     return (settings if not problems else {}), problems
@@ -199,9 +183,7 @@ def provisioning_errors(flavor) -> dict[str, list[str]]:
     """Field errors for a flavor's provisioning and topology levels; normalises `provisioning`
     (defaults filled in) when it is valid. Called by GpuFlavor.clean."""
     errors: dict[str, list[str]] = {}
-    cleaned, problems = clean_provisioning(
-        flavor.provisioning, node_labels=flavor.node_labels, tolerations=flavor.tolerations
-    )
+    cleaned, problems = clean_provisioning(flavor.provisioning, node_labels=flavor.node_labels)
     if problems:
         errors["provisioning"] = problems
     else:

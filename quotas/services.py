@@ -1,7 +1,8 @@
 """Quota accounting and quota-change decisions. Every write with an invariant lives here.
 
 Invariant: for every TenantQuota, reserved_gpus == sum of its active reservations and
-reserved_gpus <= nominal_gpus + borrowing_limit_gpus. Reservations take row locks on the
+reserved_gpus <= nominal_gpus + borrowing_limit_gpus. What new reservations and new quota values
+are measured against is quotas.ceiling (the one ceiling rule). Reservations take row locks on the
 quota rows of the whole cohort for that flavor, always in primary-key order, so concurrent
 reservations serialize without deadlocks (also enforced by a CHECK constraint).
 """
@@ -9,12 +10,14 @@ reservations serialize without deadlocks (also enforced by a CHECK constraint).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from core.exceptions import ConflictError, DomainError, Forbidden, QuotaExceeded
 from core.models import audit
+from quotas.ceiling import Ceiling, check_quota_values, quota_ceilings
 from quotas.choices import Fit, QuotaChangeStatus, Role
 from quotas.models import (
     GpuFlavor,
@@ -44,13 +47,13 @@ class QuotaPreview:
         return asdict(self)
 
 
-def _cohort_lendable(quota: TenantQuota, peers: list[TenantQuota]) -> int:
+def _cohort_lendable(quota: TenantQuota, peers: list[TenantQuota], ceilings: dict[int, Ceiling]) -> int:
     """GPUs the cohort's other queues leave unused and may lend (Kueue lendingLimit applies)."""
     total = 0
     for peer in peers:
         if peer.pk == quota.pk:
             continue
-        unused = max(0, peer.nominal_gpus - peer.reserved_gpus)
+        unused = max(0, ceilings[peer.pk].nominal - peer.reserved_gpus)
         if peer.lending_limit_gpus is not None:
             unused = min(unused, peer.lending_limit_gpus)
         total += unused
@@ -66,15 +69,18 @@ def _peers(quota: TenantQuota, *, lock: bool) -> list[TenantQuota]:
 
 
 def _evaluate(quota: TenantQuota | None, peers: list[TenantQuota], gpus: int) -> QuotaPreview:
+    """Whether `gpus` more fit under the quota's ceiling (quotas.ceiling) and the cohort's lending."""
     if quota is None:
         return QuotaPreview(Fit.NO_FIT, gpus, 0, 0, 0, 0, 0, "This tenant has no quota for this GPU flavor.")
-    free_nominal = max(0, quota.nominal_gpus - quota.reserved_gpus)
-    used_borrow = max(0, quota.reserved_gpus - quota.nominal_gpus)
-    borrowable = min(max(0, quota.borrowing_limit_gpus - used_borrow), _cohort_lendable(quota, peers))
+    ceilings = quota_ceilings(peers if quota in peers else [quota, *peers])
+    ceiling = ceilings[quota.pk]
+    free_nominal = max(0, ceiling.nominal - quota.reserved_gpus)
+    used_borrow = max(0, quota.reserved_gpus - ceiling.nominal)
+    borrowable = min(max(0, ceiling.borrowing - used_borrow), _cohort_lendable(quota, peers, ceilings))
     numbers = dict(
         gpus=gpus,
-        nominal=quota.nominal_gpus,
-        borrowing_limit=quota.borrowing_limit_gpus,
+        nominal=ceiling.nominal,
+        borrowing_limit=ceiling.borrowing,
         reserved=quota.reserved_gpus,
         free_nominal=free_nominal,
         borrowable=borrowable,
@@ -84,7 +90,7 @@ def _evaluate(quota: TenantQuota | None, peers: list[TenantQuota], gpus: int) ->
             Fit.NOMINAL,
             message=(
                 f"Fits within nominal quota: {gpus} of {free_nominal} free GPUs "
-                f"({quota.reserved_gpus}/{quota.nominal_gpus} reserved)."
+                f"({quota.reserved_gpus}/{ceiling.nominal} reserved)."
             ),
             **numbers,
         )
@@ -98,12 +104,13 @@ def _evaluate(quota: TenantQuota | None, peers: list[TenantQuota], gpus: int) ->
             ),
             **numbers,
         )
+    why = f" ({ceiling.why[0].upper()}{ceiling.why[1:]}.)" if ceiling.why else ""
     return QuotaPreview(
         Fit.NO_FIT,
         message=(
             f"Does not fit: needs {gpus} GPUs, {free_nominal} free within nominal quota and "
-            f"{borrowable} borrowable ({quota.reserved_gpus}/{quota.nominal_gpus} reserved, "
-            f"borrowing limit {quota.borrowing_limit_gpus})."
+            f"{borrowable} borrowable ({quota.reserved_gpus}/{ceiling.nominal} reserved, "
+            f"borrowing limit {ceiling.borrowing}).{why}"
         ),
         **numbers,
     )
@@ -142,14 +149,14 @@ def quota_reserve(*, tenant: Tenant, flavor: GpuFlavor, gpus: int, owner_type: s
     )
     if current is not None and current.quota_id == quota.pk and current.gpus == gpus:
         return current
+    # Shrinking on the same quota always succeeds, even above a lowered ceiling (quotas.ceiling).
+    shrinking = current is not None and current.quota_id == quota.pk and gpus <= current.gpus
     if current is not None:
         _release_locked(current, quota if current.quota_id == quota.pk else None)
     preview = _evaluate(quota, peers, gpus)
-    if preview.fit == Fit.NO_FIT:
+    if preview.fit == Fit.NO_FIT and not shrinking:
         raise QuotaExceeded(preview.message, field="max_replicas")
-    borrowed = max(0, quota.reserved_gpus + gpus - quota.nominal_gpus) - max(
-        0, quota.reserved_gpus - quota.nominal_gpus
-    )
+    borrowed = max(0, quota.reserved_gpus + gpus - preview.nominal) - max(0, quota.reserved_gpus - preview.nominal)
     quota.reserved_gpus += gpus
     quota.save(update_fields=["reserved_gpus", "updated"])
     return QuotaReservation.objects.create(
@@ -204,6 +211,7 @@ def quota_change_request_create(
     (quotas.temporary reverts it)."""
     if not tenant.has_role(user, Role.TENANT_ADMIN):
         raise Forbidden("Only tenant admins can request quota changes.")
+    check_quota_values(tenant=tenant, quota=None, nominal=nominal_gpus, borrowing=borrowing_limit_gpus)
     check_ends_at(ends_at)
     if not justification or not justification.strip():
         raise DomainError("Say why the team needs this quota.", field="justification")
@@ -252,6 +260,16 @@ def quota_change_request_create(
     return request
 
 
+def _lock_tenant(tenant: Tenant) -> Tenant:
+    """The tenant row, locked and read afresh: new quota values serialize with archiving (which
+    locks the tenant, then its quotas), so none lands on a tenant archived meanwhile.
+
+    FOR NO KEY UPDATE, not FOR UPDATE: a reservation holding the quota rows inserts audit and
+    event rows that reference the tenant (FOR KEY SHARE on it), which FOR UPDATE would block while
+    this transaction waits for those quota rows: a deadlock."""
+    return Tenant.objects.select_for_update(no_key=True).get(pk=tenant.pk)
+
+
 def _decide(request_id: int, approver) -> QuotaChangeRequest:
     if not is_platform_admin(approver):
         raise Forbidden("Only platform admins decide quota changes.")
@@ -271,15 +289,13 @@ def quota_change_approve(*, request_id: int, approver, comment: str = "") -> Quo
     than queued: the admin sees the numbers and can reject, or approve once deployments stop.
     """
     request = _decide(request_id, approver)
+    request.tenant = _lock_tenant(request.tenant)
     quota, _ = TenantQuota.objects.get_or_create(tenant=request.tenant, flavor=request.flavor)
     quota = TenantQuota.objects.select_for_update().get(pk=quota.pk)
-    ceiling = request.nominal_gpus + request.borrowing_limit_gpus
-    if quota.reserved_gpus > ceiling:
-        raise ConflictError(
-            f"{quota.reserved_gpus} GPUs are reserved by running deployments, more than the "
-            f"requested nominal + borrowing ({ceiling}). Stop deployments first or reject.",
-            code="below_reserved",
-        )
+    # The request stays pending on a refusal: the admin can reject, or approve once deployments stop.
+    check_quota_values(
+        tenant=request.tenant, quota=quota, nominal=request.nominal_gpus, borrowing=request.borrowing_limit_gpus
+    )
     prepare_approval(request, quota, approver=approver)  # end date still ahead; ends an older temporary change
     before = {
         "nominal_gpus": quota.nominal_gpus,
@@ -326,39 +342,50 @@ def quota_change_reject(*, request_id: int, approver, comment: str) -> QuotaChan
     return request
 
 
+class _Keep:
+    """A quota value the caller left out: the quota keeps the one it has."""
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP: Any = _Keep()
+QUOTA_VALUES = ("nominal_gpus", "borrowing_limit_gpus", "lending_limit_gpus")
+NEW_QUOTA = {"borrowing_limit_gpus": 0, "lending_limit_gpus": None}  # a new quota's values left out
+
+
 @transaction.atomic
 def quota_set(
     *,
     tenant: Tenant,
     flavor: GpuFlavor,
     actor,
-    nominal_gpus: int,
-    borrowing_limit_gpus: int = 0,
-    lending_limit_gpus: int | None = None,
+    nominal_gpus: int = KEEP,
+    borrowing_limit_gpus: int = KEEP,
+    lending_limit_gpus: int | None = KEEP,
     reason: str = "",
 ) -> TenantQuota:
-    """Platform admin sets a quota directly (same guard as an approval)."""
+    """Platform admin sets a quota directly (same guard as an approval). A value left out keeps
+    the quota's current one, so a new nominal alone never resets the borrowing limit; a new quota
+    needs its nominal and starts with no borrowing, lending all unused quota."""
     if not is_platform_admin(actor):
         raise Forbidden("Only platform admins set quotas.")
-    if tenant.archived:
-        raise ConflictError("This tenant is archived: it holds no quota.", code="archived")
-    quota, _ = TenantQuota.objects.get_or_create(tenant=tenant, flavor=flavor)
-    quota = TenantQuota.objects.select_for_update().get(pk=quota.pk)
-    if quota.reserved_gpus > nominal_gpus + borrowing_limit_gpus:
-        raise ConflictError(
-            f"{quota.reserved_gpus} GPUs are reserved; the new ceiling "
-            f"{nominal_gpus + borrowing_limit_gpus} is below that.",
-            field="nominal_gpus",
-        )
-    if lending_limit_gpus is not None and lending_limit_gpus > nominal_gpus:
+    tenant = _lock_tenant(tenant)  # serialises quota_set per tenant, so the row below cannot appear meanwhile
+    quota = TenantQuota.objects.select_for_update().filter(tenant=tenant, flavor=flavor).first()
+    given = dict(zip(QUOTA_VALUES, (nominal_gpus, borrowing_limit_gpus, lending_limit_gpus), strict=True))
+    if quota is None and given["nominal_gpus"] is KEEP:
+        raise DomainError("A new quota needs its nominal GPUs.", field="nominal_gpus")
+    current = {name: getattr(quota, name) for name in QUOTA_VALUES} if quota else NEW_QUOTA
+    values = {name: current[name] if value is KEEP else value for name, value in given.items()}
+    check_quota_values(
+        tenant=tenant, quota=quota, nominal=values["nominal_gpus"], borrowing=values["borrowing_limit_gpus"]
+    )
+    if values["lending_limit_gpus"] is not None and values["lending_limit_gpus"] > values["nominal_gpus"]:
         raise DomainError("Cannot lend more than the nominal quota.", field="lending_limit_gpus")
-    before = {
-        "nominal_gpus": quota.nominal_gpus,
-        "borrowing_limit_gpus": quota.borrowing_limit_gpus,
-        "lending_limit_gpus": quota.lending_limit_gpus,
-    }
-    quota.nominal_gpus, quota.borrowing_limit_gpus = nominal_gpus, borrowing_limit_gpus
-    quota.lending_limit_gpus = lending_limit_gpus
+    quota = quota or TenantQuota.objects.create(tenant=tenant, flavor=flavor)
+    before = {name: getattr(quota, name) for name in QUOTA_VALUES}
+    for name, value in values.items():
+        setattr(quota, name, value)
     quota.save()
     audit(
         actor=actor,
@@ -366,14 +393,7 @@ def quota_set(
         obj=quota,
         tenant=tenant,
         reason=reason,
-        changes={
-            "from": before,
-            "to": {
-                "nominal_gpus": nominal_gpus,
-                "borrowing_limit_gpus": borrowing_limit_gpus,
-                "lending_limit_gpus": lending_limit_gpus,
-            },
-        },
+        changes={"from": before, "to": values},
     )
     schedule_kueue_sync(tenant.pk)
     return quota

@@ -23,8 +23,9 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from core.exceptions import DomainError
+from core.exceptions import ConflictError, DomainError
 from core.models import audit
+from quotas.ceiling import check_quota_values
 from quotas.choices import QuotaChangeStatus
 from quotas.models import QuotaChangeRequest, TenantQuota
 from quotas.notify import notify_tenant_admins
@@ -118,7 +119,7 @@ def quota_change_revert(*, request_id: int, now: datetime | None = None) -> str:
     if request.ends_at is None or request.ends_at > now:
         return "none"
     current, baseline = {field: getattr(quota, field) for field in FIELDS}, _baseline(request)
-    if current != _values(request):
+    if current != _values(request) or request.tenant.archived:
         request.reverted_at, request.revert_waiting_since = now, None
         request.save(update_fields=["reverted_at", "revert_waiting_since"])
         audit(
@@ -126,12 +127,20 @@ def quota_change_revert(*, request_id: int, now: datetime | None = None) -> str:
             action="quota_change.superseded",
             obj=request,
             tenant=request.tenant,
-            reason="The quota was set to other values while this temporary change ran; they stand.",
+            reason="The tenant was archived: it holds no quota."
+            if request.tenant.archived
+            else "The quota was set to other values while this temporary change ran; they stand.",
         )
         return "superseded"
-    ceiling = baseline["nominal_gpus"] + baseline["borrowing_limit_gpus"]
-    if quota.reserved_gpus > ceiling:
-        return _wait(request, quota, ceiling, now)
+    try:  # the one rule for new quota values (quotas.ceiling): never below what is held now
+        check_quota_values(
+            tenant=request.tenant,
+            quota=quota,
+            nominal=baseline["nominal_gpus"],
+            borrowing=baseline["borrowing_limit_gpus"],
+        )
+    except ConflictError:
+        return _wait(request, quota, baseline["nominal_gpus"] + baseline["borrowing_limit_gpus"], now)
     for field, value in baseline.items():
         setattr(quota, field, value)
     quota.save()

@@ -16,13 +16,12 @@ from django.utils import timezone
 
 from core.exceptions import ConflictError, DomainError, Forbidden
 from core.models import audit
-from quotas.models import GpuFlavor, Tenant, TenantQuota, is_platform_admin
+from quotas.models import GpuFlavor, RetiredTenantSlug, Tenant, TenantQuota, is_platform_admin
 from quotas.policy import SCALAR_FIELDS, policy_summary
 from quotas.schedule import ScheduleError, parse_schedule
 from quotas.services import schedule_kueue_sync
-from quotas.validators import validate_dns1123_label
+from quotas.validators import validate_dns1123_label, validate_tenant_slug
 
-SLUG_MAX = Tenant._meta.get_field("slug").max_length
 EDITABLE = ("slug", "display_name", "cohort")
 
 
@@ -32,14 +31,11 @@ def _require_platform_admin(actor) -> None:
 
 
 def _check_names(*, slug: str, display_name: str, cohort: str) -> None:
-    for field, value, required, max_length in (
-        ("slug", slug, True, SLUG_MAX),
-        ("cohort", cohort, False, 63),
-    ):
-        if not value and not required:
+    for field, value, validate in (("slug", slug, validate_tenant_slug), ("cohort", cohort, validate_dns1123_label)):
+        if not value and field == "cohort":
             continue
         try:
-            validate_dns1123_label(value, max_length=max_length)
+            validate(value)
         except ValidationError as error:
             raise DomainError(error.messages[0], field=field) from None
     if not display_name or not display_name.strip() or len(display_name) > 100:
@@ -55,6 +51,13 @@ def tenant_create(*, actor, slug: str, display_name: str, cohort: str = "", reas
     """A new tenant; its Namespace and queues follow on commit (Kueue sync)."""
     _require_platform_admin(actor)
     _check_names(slug=slug, display_name=display_name, cohort=cohort)
+    if RetiredTenantSlug.objects.filter(slug=slug).exists():
+        raise ConflictError(
+            f"The slug {slug!r} belonged to a deleted tenant, and what was published under it may remain; "
+            "choose another.",
+            field="slug",
+            code="retired",
+        )
     try:
         with transaction.atomic():
             tenant = Tenant.objects.create(slug=slug, display_name=display_name.strip(), cohort=cohort)
@@ -73,7 +76,8 @@ def _lock(tenant_id: int) -> Tenant:
 
 @transaction.atomic
 def tenant_update(*, tenant_id: int, actor, reason: str = "", **values) -> Tenant:
-    """Change the display name, cohort or (until its Namespace exists) the slug."""
+    """Change the display name or the cohort. The slug is fixed (Tenant says why): sending the
+    current one is no change, another one is a field error."""
     _require_platform_admin(actor)
     unknown = set(values) - set(EDITABLE)
     if unknown:
@@ -83,10 +87,10 @@ def tenant_update(*, tenant_id: int, actor, reason: str = "", **values) -> Tenan
         raise ConflictError("This tenant is archived.", code="archived")
     before = _values(tenant)
     after = {**before, **values}
-    if after["slug"] != before["slug"] and tenant.slug_locked:
+    if after["slug"] != before["slug"]:
         raise DomainError(
-            f"The slug names the tenant's Namespace and queues on the cluster ({tenant.namespace}), "
-            "which exist now: it can no longer change.",
+            f"The slug {tenant.slug!r} is fixed: it names the tenant's namespace, queues, API keys and "
+            "endpoints. To use another slug, create a new tenant and archive this one.",
             field="slug",
             code="immutable",
         )
@@ -96,11 +100,7 @@ def tenant_update(*, tenant_id: int, actor, reason: str = "", **values) -> Tenan
         return tenant
     for key, value in changed.items():
         setattr(tenant, key, value.strip() if key == "display_name" else value)
-    try:
-        with transaction.atomic():
-            tenant.save(update_fields=list(changed))
-    except IntegrityError:
-        raise ConflictError(f"A tenant with the slug {after['slug']!r} already exists.", field="slug") from None
+    tenant.save(update_fields=list(changed))
     audit(
         actor=actor,
         action="tenant.update",
@@ -109,7 +109,7 @@ def tenant_update(*, tenant_id: int, actor, reason: str = "", **values) -> Tenan
         reason=reason,
         changes={"from": {k: before[k] for k in changed}, "to": changed},
     )
-    if {"slug", "cohort"} & set(changed):
+    if "cohort" in changed:
         schedule_kueue_sync(tenant.pk)
     return tenant
 

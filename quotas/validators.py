@@ -1,72 +1,81 @@
-"""Validators for names and values that end up in Kubernetes objects."""
+"""Validators for names and values that end up in Kubernetes objects: Django's face of the
+syntax rules in runtime.manifests.syntax (one definition each), used by the model fields and
+`clean()` methods so the forms, the API serializers and the admin refuse the same values with
+the same field messages."""
 
-import re
+from __future__ import annotations
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from runtime.manifests.common import DNS1035_LABEL, DNS1123_LABEL, LABEL_DOMAIN, LABEL_FLAVOR, MAX_OWN_NODE_LABELS
+from runtime.manifests import syntax
+from runtime.manifests.common import LABEL_DOMAIN, LABEL_FLAVOR, MAX_OWN_NODE_LABELS
+from runtime.manifests.syntax import DNS1123_LABEL  # noqa: F401 (the tenant serializer's pattern)
+
+TENANT_SLUG_MAX = 40  # "tenant-<slug>" names the ClusterQueue; the slug is also the Namespace
 
 
-def validate_dns1123_label(value: str, max_length: int = 63) -> None:
+def _refuse(problem: str | None, code: str) -> None:
+    if problem:
+        raise ValidationError(problem, code=code)
+
+
+def validate_dns1123_label(value: str, max_length: int = syntax.DNS1123_LABEL_MAX) -> None:
     """A DNS-1123 label: lowercase letters, digits and '-', starts and ends alphanumeric."""
-    if not isinstance(value, str) or not value:
-        raise ValidationError("Enter a name.", code="required")
-    if len(value) > max_length:
-        raise ValidationError(f"At most {max_length} characters (this one has {len(value)}).", code="max_length")
-    if not DNS1123_LABEL.fullmatch(value):
-        raise ValidationError(
-            "Use lowercase letters, digits and '-', starting and ending with a letter or digit "
-            "(a Kubernetes DNS-1123 label).",
-            code="dns1123",
-        )
+    _refuse(syntax.dns1123_label_problem(value, max_length), "dns1123")
 
 
 def validate_dns1035_label(value: str) -> None:
     """A DNS-1035 label (what KubeRay and KServe require of their objects' names): a DNS-1123
     label that starts with a letter."""
-    validate_dns1123_label(value)
-    if not DNS1035_LABEL.fullmatch(value):
-        raise ValidationError(
-            "Start with a lowercase letter (KubeRay and KServe refuse names starting with a digit).",
-            code="dns1035",
-        )
-
-
-LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+    _refuse(syntax.dns1035_label_problem(value), "dns1035")
 
 
 def validate_label_value(value: str) -> None:
     """A Kubernetes label value (≤ 63 chars, alphanumerics, '-', '_', '.')."""
-    if len(value) > 63 or not LABEL_VALUE.fullmatch(value):
+    _refuse(syntax.label_value_problem(value), "label_value")
+
+
+def platform_namespaces() -> frozenset[str]:
+    """The namespaces the platform itself uses (configured): none of them may become a tenant's."""
+    return frozenset({settings.API_KEY_NAMESPACE, settings.GATEWAY_NAMESPACE, settings.KUEUE_CONFIG_NAMESPACE} - {""})
+
+
+def validate_tenant_slug(value: str) -> None:
+    """A tenant's slug names its Namespace, its LocalQueue, its ClusterQueue (`tenant-<slug>`), its
+    key files and the labels on its keys' Secrets: a DNS-1123 label of at most 40 characters that
+    is not a namespace of Kubernetes or of the platform (a tenant named after the API-key
+    namespace would own every key's Secret)."""
+    _refuse(syntax.dns1123_label_problem(value, TENANT_SLUG_MAX), "dns1123")
+    _refuse(syntax.tenant_namespace_problem(value, platform_namespaces()), "reserved")
+
+
+def validate_flavor_name(value: str) -> None:
+    """A GPU flavor's name names its ResourceFlavor, NodePool, Topology and the llm-portal.io/flavor
+    value its pods select: a DNS-1123 label that is not the platform's CPU flavor (whose
+    ResourceFlavor it would overwrite, putting Ray heads on GPU nodes)."""
+    validate_dns1123_label(value)
+    if value == settings.KUEUE_CPU_FLAVOR:
         raise ValidationError(
-            "Not a valid Kubernetes label value (≤ 63 characters: letters, digits, '-', '_', '.').",
-            code="label_value",
+            f"{value!r} is the platform's CPU flavor (KUEUE_CPU_FLAVOR), where Ray heads run; choose another name.",
+            code="reserved",
         )
-
-
-# A label key: an optional DNS-1123 subdomain prefix (≤ 253) and '/', then a name (≤ 63).
-LABEL_KEY = re.compile(
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$"
-)
 
 
 def _node_label_problem(key: object, value: object) -> str | None:
     """Why one node label cannot go on a ResourceFlavor (and a node), or None."""
-    shown = repr(key)[:80]
-    if not isinstance(key, str) or not LABEL_KEY.fullmatch(key):
-        return f"{shown} is not a label key (an optional DNS prefix and '/', then a name)."
-    prefix, _, name = key.rpartition("/")
-    if len(prefix) > 253 or len(name) > 63:
-        return f"{shown} is too long (prefix ≤ 253, name ≤ 63 characters)."
+    problem = syntax.label_key_problem(key)
+    if problem:
+        return problem
+    prefix = key.rpartition("/")[0]  # type: ignore[union-attr]
     if prefix == LABEL_DOMAIN or prefix.endswith("." + LABEL_DOMAIN):
-        return f"{shown} is in the portal's label domain; the portal sets {LABEL_FLAVOR}=<flavor name> itself."
+        return f"{key!r} is in the portal's label domain; the portal sets {LABEL_FLAVOR}=<flavor name> itself."
     if isinstance(value, (dict, list)):
-        return f"{shown}: nested values are not node labels; write each label as one key and one text value."
+        return f"{key!r}: nested values are not node labels; write each label as one key and one text value."
     if not isinstance(value, str):
-        return f"{shown}: the value must be text (quote numbers and true/false)."
-    if len(value) > 63 or not LABEL_VALUE.fullmatch(value):
-        return f"{shown}: {value[:70]!r} is not a label value (≤ 63 characters: letters, digits, '-', '_', '.')."
-    return None
+        return f"{key!r}: the value must be text (quote numbers and true/false)."
+    problem = syntax.label_value_problem(value)
+    return f"{key!r}: {problem}" if problem else None
 
 
 def validate_node_labels(value: object) -> None:
@@ -86,14 +95,15 @@ def validate_node_labels(value: object) -> None:
         raise ValidationError(messages, code="node_label")
 
 
-TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 TOLERATION_OPERATORS = ("Equal", "Exists")
 TOLERATION_FIELDS = frozenset({"key", "operator", "value", "effect"})
 MAX_TOLERATIONS = 8  # the ResourceFlavor CRD's maxItems
 
 
 def _toleration_problems(toleration: object) -> list[str]:
-    """What the Kueue ResourceFlavor CRD (schema + CEL rules) would refuse in one toleration.
+    """What the Kueue ResourceFlavor CRD (schema + CEL rules) and then the pods Kueue copies the
+    toleration into (the core API's ValidateTolerations: key a label key, value a label value)
+    would refuse in one toleration.
 
     Absent fields take the portal's defaults (operator Equal, effect NoSchedule: see
     quotas.specs), so only fields that are present are checked against the lists; an effect
@@ -108,14 +118,19 @@ def _toleration_problems(toleration: object) -> list[str]:
         return ["key, operator, value and effect must be strings."]
     problems = []
     operator = toleration.get("operator", "Equal")
+    key, value = toleration.get("key", ""), toleration.get("value", "")
     if operator not in TOLERATION_OPERATORS:
         problems.append(f"operator {operator!r} is not one of {', '.join(TOLERATION_OPERATORS)}.")
-    if "effect" in toleration and toleration["effect"] not in TOLERATION_EFFECTS:
-        problems.append(f"effect {toleration['effect']!r} is not one of {', '.join(TOLERATION_EFFECTS)}.")
-    if not toleration.get("key") and operator != "Exists":
+    if "effect" in toleration and (problem := syntax.taint_effect_problem(toleration["effect"])):
+        problems.append(problem)
+    if not key and operator != "Exists":
         problems.append("an empty key matches every taint and needs operator 'Exists'.")
-    if operator == "Exists" and toleration.get("value"):
+    elif key and (problem := syntax.label_key_problem(key)):
+        problems.append(problem)
+    if operator == "Exists" and value:
         problems.append("operator 'Exists' matches any value; leave value empty.")
+    elif value and (problem := syntax.label_value_problem(value)):
+        problems.append(problem)
     return problems
 
 

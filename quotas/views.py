@@ -15,7 +15,7 @@ from quotas import services
 from quotas.choices import Role
 from quotas.forms import DecisionForm, QuotaRequestForm
 from quotas.models import QuotaChangeRequest, Tenant
-from quotas.presenters import quota_rows
+from quotas.presenters import current_quota_values, quota_rows
 
 
 @login_required
@@ -47,6 +47,7 @@ def tenant_quota(request, slug: str):
         {
             "tenant": tenant,
             "rows": quota_rows(tenant),
+            "current_quota": current_quota_values(tenant) if form else None,
             "form": form,
             "history": history,
             "requests": tenant.quota_requests.select_related("flavor", "requested_by", "decided_by")[:30],

@@ -36,6 +36,7 @@ class ReadinessConfig:
     pools: tuple[str, ...] = ()  # the flavors the portal keeps a Karpenter NodePool for
     topology: bool = False  # some flavor has topology levels (Kueue must serve Topology)
     queueing_strategy: str = "BestEffortFIFO"
+    gateway: tuple[str, str] | None = None  # (namespace, name) deployments are exposed on, or None
 
 
 def denied(error: k8s.ClusterError) -> bool:

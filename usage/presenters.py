@@ -10,6 +10,7 @@ from datetime import date
 from django.db.models import QuerySet
 from django.http import Http404
 
+from core.exports import Echo, csv_cell
 from quotas.models import Tenant
 from usage.budgets import banner
 from usage.reports import BudgetStatus, monthly_report, parse_month, report_rows, tenant_totals
@@ -58,25 +59,14 @@ def report(tenants: QuerySet[Tenant], *, month: date, sort: str, limit: int, off
     return data
 
 
-def _cell(value) -> str:
-    text = "" if value is None else str(value)
-    # A spreadsheet runs a cell that starts with one of these as a formula.
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
-
-
-class _Echo:
-    def write(self, value: str) -> str:
-        return value
-
-
 def csv_lines(tenants: QuerySet[Tenant], *, month: date, sort: str) -> Iterator[str]:
     """The month's deployment rows as CSV lines, header first."""
-    writer = csv.writer(_Echo())
+    writer = csv.writer(Echo())
     yield writer.writerow(CSV_COLUMNS)
     label = f"{month:%Y-%m}"
     for row in report_rows(tenants, month=month, sort=sort):
         row = {**row, "month": label}
-        yield writer.writerow([_cell(row[name]) for name in CSV_COLUMNS])
+        yield writer.writerow([csv_cell(row[name]) for name in CSV_COLUMNS])
 
 
 def overview_usage(tenants: list[Tenant], month: date | None = None) -> dict[int, dict]:

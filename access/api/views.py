@@ -13,6 +13,7 @@ from rest_framework.response import Response
 from access.api.serializers import ApiKeyCreatedSerializer, ApiKeyCreateSerializer, ApiKeySerializer, RevokeSerializer
 from access.models import ApiKey
 from access.services import key_mint, key_revoke
+from core.params import query_int
 from core.throttles import WriteThrottle
 from quotas.models import Tenant
 
@@ -77,9 +78,9 @@ def filter_keys(queryset, params):
     tenant = str(params.get("tenant") or "")
     if tenant:  # a slug or nothing matches (a NUL or an overlong value never reaches the database)
         queryset = queryset.filter(tenant__slug=tenant) if SLUG.match(tenant) else queryset.none()
-    deployment = str(params.get("deployment") or "")
-    if deployment.isdigit() and len(deployment) < 10:
-        queryset = queryset.filter(deployment_id=int(deployment))
+    deployment = query_int(params, "deployment", minimum=1)  # 400 on anything but a whole number
+    if deployment is not None:
+        queryset = queryset.filter(deployment_id=deployment)
     now = timezone.now()
     wanted = params.get("status")
     if wanted == "active":

@@ -18,6 +18,7 @@ from rest_framework import viewsets
 from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 
+from core.params import ParamError, parse_int
 from deployments import services
 from deployments.api.revision_serializers import (
     RevisionDiffQuerySerializer,
@@ -45,14 +46,16 @@ class DeploymentRevisionViewSet(VisibleDeploymentsMixin, viewsets.GenericViewSet
 
     def _revision(self):
         dep = self.get_object()
-        number = self.kwargs["number"]
-        # ASCII digits only (str.isdigit alone takes other scripts' digits); a number past the
-        # column's range matches nothing (Django's integer lookups), so it is a 404 as well.
-        found = number.isascii() and number.isdigit()
+        # A path segment names a revision or nothing: anything core.params refuses (other scripts'
+        # digits, a number past the column's range) is a 404, like a number with no revision.
+        try:
+            number = parse_int(self.kwargs["number"], name="number", minimum=1)
+        except ParamError:
+            number = None
         revisions = dep.revisions.select_related("proposed_by", "decided_by")
-        rev = revisions.filter(number=int(number)).first() if found else None
+        rev = revisions.filter(number=number).first() if number is not None else None
         if rev is None:
-            raise NotFound(f"Deployment {dep.name} has no revision {number if found else 'by that number'}.")
+            raise NotFound(f"Deployment {dep.name} has no revision {number or 'by that number'}.")
         return dep, rev
 
     def _decided(self, dep):

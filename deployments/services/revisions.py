@@ -15,6 +15,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from core.exceptions import ConflictError, DomainError, Forbidden
+from core.limits import check_room
 from core.models import audit
 from deployments.choices import EventType, RevisionStatus, State
 from deployments.limits import LIMITS
@@ -233,6 +234,12 @@ def deployment_create(*, tenant: Tenant, user, data: dict) -> ModelDeployment:
     """A member requests a deployment: revision 1, approved at once when the tenant policy covers it."""
     if actor_of(tenant, user) not in PERMISSIONS[Action.UPDATE].actors:
         raise Forbidden("Only members of the tenant may request deployments.")
+    # Counted under the tenant's row lock: concurrent requests cannot both see room for one more.
+    # NO KEY: rows that reference the tenant (audit, events) stay insertable meanwhile (no deadlock
+    # with an approval that holds the quota rows).
+    tenant = Tenant.objects.select_for_update(no_key=True).get(pk=tenant.pk)
+    live = ModelDeployment.objects.filter(tenant=tenant).live().count()
+    check_room(held=live, setting="MAX_DEPLOYMENTS_PER_TENANT", what=f"deployments in {tenant.slug}", field="tenant")
     check = check_draft(data, tenant=tenant)
     if check.errors:
         raise DraftInvalid(check.errors)

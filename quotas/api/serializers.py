@@ -3,6 +3,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from quotas.ceiling import quota_ceiling
 from quotas.flavors import FIELDS as FLAVOR_FIELDS
 from quotas.models import GpuFlavor, QuotaChangeRequest, Tenant, TenantQuota, is_platform_admin
 from quotas.nodepools import pool_summary
@@ -63,13 +64,27 @@ class TenantQuotaSerializer(serializers.ModelSerializer):
         read_only_fields = ["reserved_gpus", "updated"]
 
     def get_free_nominal_gpus(self, obj) -> int:
-        return max(0, obj.nominal_gpus - obj.reserved_gpus)
+        # What new reservations may take within nominal: the one ceiling rule (quotas.ceiling), so an
+        # ended temporary raise or an archived tenant shows none free even before the revert runs.
+        return max(0, quota_ceiling(obj).nominal - obj.reserved_gpus)
 
 
 class QuotaSetSerializer(serializers.Serializer):
-    nominal_gpus = serializers.IntegerField(min_value=0, max_value=100_000)
-    borrowing_limit_gpus = serializers.IntegerField(min_value=0, max_value=100_000, default=0)
-    lending_limit_gpus = serializers.IntegerField(min_value=0, max_value=100_000, allow_null=True, default=None)
+    """New quota values: a value left out keeps the quota's current one (quotas.services.quota_set)."""
+
+    nominal_gpus = serializers.IntegerField(
+        min_value=0, max_value=100_000, required=False, help_text="Left out: unchanged (required for a new quota)."
+    )
+    borrowing_limit_gpus = serializers.IntegerField(
+        min_value=0, max_value=100_000, required=False, help_text="Left out: unchanged (0 for a new quota)."
+    )
+    lending_limit_gpus = serializers.IntegerField(
+        min_value=0,
+        max_value=100_000,
+        allow_null=True,
+        required=False,
+        help_text="null: all unused quota may be lent. Left out: unchanged (null for a new quota).",
+    )
     reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
 

@@ -26,9 +26,6 @@ class TenantSerializer(serializers.ModelSerializer):
     cluster_queue = serializers.CharField(read_only=True)
     cohort = serializers.CharField(source="effective_cohort", read_only=True)
     allowed_flavors = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
-    slug_locked = serializers.BooleanField(
-        read_only=True, help_text="True once the tenant's Namespace exists: the slug can no longer change."
-    )
     archived = serializers.BooleanField(read_only=True)
     my_role = serializers.SerializerMethodField()
 
@@ -44,7 +41,6 @@ class TenantSerializer(serializers.ModelSerializer):
             "auto_approve_max_gpus",
             "max_gpus_per_deployment",
             "allowed_flavors",
-            "slug_locked",
             "archived",
             "archived_at",
             "my_role",
@@ -62,7 +58,7 @@ class TenantWriteSerializer(serializers.Serializer):
     slug = serializers.RegexField(
         DNS1123_LABEL.pattern,
         max_length=40,
-        help_text="Kubernetes namespace and LocalQueue name (DNS-1123 label); fixed once the namespace exists.",
+        help_text="Kubernetes namespace and LocalQueue name (DNS-1123 label); fixed once the tenant exists.",
     )
     display_name = serializers.CharField(max_length=100)
     cohort = serializers.RegexField(

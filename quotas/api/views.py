@@ -107,12 +107,10 @@ class QuotaChangeRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelV
         )
 
     def _decide(self, request, decide, **extra):
-        self.get_object()  # 404 for requests this user cannot see
+        found = self.get_object()  # 404 for requests this user cannot see
         body = DecisionSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        result = decide(
-            request_id=int(self.kwargs["pk"]), approver=request.user, comment=body.validated_data["comment"]
-        )
+        result = decide(request_id=found.pk, approver=request.user, comment=body.validated_data["comment"])
         return Response(self.get_serializer(result).data)
 
     @extend_schema(request=DecisionSerializer, responses=QuotaChangeRequestSerializer)

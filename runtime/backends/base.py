@@ -13,9 +13,18 @@ from abc import ABC, abstractmethod
 from typing import Any, Protocol
 
 from runtime import k8s
-from runtime.backends.exposure import expose, exposure_digest, external_endpoint, unexpose
+from runtime.backends.exposure import (
+    WAITING,
+    expose,
+    exposure_digest,
+    exposure_of,
+    external_endpoint,
+    record_exposure,
+    unexpose,
+)
 from runtime.backends.insight import ClusterInsight
 from runtime.manifests.common import (
+    ANNOTATION_EXPOSURE,
     ANNOTATION_GENERATION,
     ANNOTATION_SPEC_HASH,
     LABEL_DEPLOYMENT_ID,
@@ -65,6 +74,14 @@ def annotation(obj: dict[str, Any], key: str) -> str | None:
     return ((obj.get("metadata") or {}).get("annotations") or {}).get(key)
 
 
+def stale(current: dict[str, Any], desired: dict[str, Any]) -> bool:
+    """Whether the object on the cluster is not what `desired` wants: another spec, or an
+    exposure that is not (or no longer known to be) enforced. The one rule for ensure and sweep."""
+    return any(
+        annotation(current, key) != annotation(desired, key) for key in (ANNOTATION_SPEC_HASH, ANNOTATION_EXPOSURE)
+    )
+
+
 class ClusterObjectBackend(ClusterInsight, ABC):
     """A deployment served by one custom object that Kueue admits through the tenant's LocalQueue.
 
@@ -85,15 +102,23 @@ class ClusterObjectBackend(ClusterInsight, ABC):
 
     def expose_stamp(self, obj: dict[str, Any], spec: DeploymentSpec) -> None:
         """Fold the exposure objects' hash into the object's spec hash: a changed route or limit
-        makes the object (and its exposure) apply again, and the sweep sees it as drift."""
+        makes the object (and its exposure) apply again, and the sweep sees it as drift. What is
+        wanted is an enforced exposure (runtime.backends.exposure)."""
         extra = exposure_digest(spec, self.gateway)
         if extra:
             annotations = obj["metadata"]["annotations"]
             annotations[ANNOTATION_SPEC_HASH] = digest([annotations[ANNOTATION_SPEC_HASH], extra])
+            record_exposure(obj, spec, self.gateway, None)
 
-    def expose(self, spec: DeploymentSpec) -> None:
-        """Apply the deployment's route, policies and Try-it key (nothing without a Gateway)."""
-        expose(self.cluster, spec, self.gateway, self.key_seed)
+    def expose(self, spec: DeploymentSpec, desired: dict[str, Any], events: list[tuple[str, str, str]]) -> None:
+        """Apply the deployment's policies, route and Try-it key (nothing without a Gateway),
+        policies first and the route parked until Kuadrant enforces the AuthPolicy; stamp the
+        verdict on `desired`, the object about to be applied."""
+        verdict = expose(self.cluster, spec, self.gateway, self.key_seed)
+        record_exposure(desired, spec, self.gateway, verdict)
+        if verdict is not None:  # waiting for Kuadrant is the normal course; a policy it cannot take is not
+            expected = verdict.exposed or verdict.reason == WAITING
+            events.append(("Normal" if expected else "Warning", verdict.reason, verdict.message))
 
     @abstractmethod
     def desired(self, spec: DeploymentSpec) -> dict[str, Any]:
@@ -108,7 +133,7 @@ class ClusterObjectBackend(ClusterInsight, ABC):
         """State and conditions from the object and its Kueue Workload (None: no Workload yet)."""
 
     def _create(self, spec: DeploymentSpec, desired: dict[str, Any], events: list[tuple[str, str, str]]) -> dict:
-        self.expose(spec)
+        self.expose(spec, desired, events)
         current = self.cluster.apply(desired)
         events.append(("Normal", "Created", f"{self.kind.kind} {spec.name} created in {spec.namespace}."))
         return current
@@ -122,13 +147,23 @@ class ClusterObjectBackend(ClusterInsight, ABC):
 
     def _observe(self, spec: DeploymentSpec, obj: dict, events: list) -> Observation:
         workload = self._workload(obj)
-        obs = with_kueue_history(self.status(spec, obj, workload), workload)
+        obs = self._exposure(spec, obj, with_kueue_history(self.status(spec, obj, workload), workload))
         obs.events = events + obs.events
         return obs
 
-    def public_endpoint(self, spec: DeploymentSpec, internal: str | None) -> str | None:
-        """The endpoint users call: the Gateway's route when one is configured."""
-        return external_endpoint(spec, self.gateway, internal)
+    def _exposure(self, spec: DeploymentSpec, obj: dict, obs: Observation) -> Observation:
+        """Add the Exposed condition; an exposure Kuadrant does not enforce yet is not converged
+        (the reconcile looks again, and the sweep sees drift)."""
+        verdict = exposure_of(obj, spec, self.gateway)
+        if verdict is not None:
+            obs.conditions = [*obs.conditions, verdict.condition()]
+            obs.converged = obs.converged and verdict.exposed
+        return obs
+
+    def public_endpoint(self, spec: DeploymentSpec, obj: dict, internal: str | None) -> str | None:
+        """The endpoint users call: the Gateway's route when one is configured, once Kuadrant
+        enforces its AuthPolicy ("" until then)."""
+        return external_endpoint(spec, self.gateway, internal, obj)
 
     def observe(self, spec: DeploymentSpec) -> Observation:
         current = self.cluster.get(self.kind, spec.name, spec.namespace)
@@ -137,8 +172,14 @@ class ClusterObjectBackend(ClusterInsight, ABC):
         return self._observe(spec, current, [])
 
     def remove(self, spec: DeploymentSpec) -> bool:
-        """Delete the object; True once it is gone (finalizers may keep it a while)."""
+        """Delete the route and policies, then the object; True once it is gone (finalizers may
+        keep it a while)."""
         unexpose(self.cluster, spec, self.gateway)
+        return self.remove_workload(spec)
+
+    def remove_workload(self, spec: DeploymentSpec) -> bool:
+        """Delete the object only, leaving the exposure, which every backend of the deployment
+        names alike: a stray on another backend must not take the serving one's policy away."""
         if self.cluster.get(self.kind, spec.name, spec.namespace) is None:
             return True
         self.cluster.delete(self.kind, spec.name, spec.namespace)
@@ -165,4 +206,4 @@ class ClusterObjectBackend(ClusterInsight, ABC):
     def sweep_observation(self, spec: DeploymentSpec, obj: dict, workloads: dict[str, dict]) -> Observation:
         """Observation from objects already listed by the sweep (no extra API calls)."""
         workload = workloads.get((obj.get("metadata") or {}).get("uid"))
-        return with_kueue_history(self.status(spec, obj, workload), workload)
+        return self._exposure(spec, obj, with_kueue_history(self.status(spec, obj, workload), workload))

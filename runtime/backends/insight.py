@@ -5,7 +5,6 @@ Workload, pods, Events and engine log give (runtime.phases). Mixed into ClusterO
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,6 +12,7 @@ from runtime import k8s
 from runtime.k8s.reads import event_time
 from runtime.manifests.common import LABEL_DEPLOYMENT_ID, LABEL_MANAGED_BY, MANAGED_BY
 from runtime.phases import cluster_markers, log_markers
+from runtime.redaction import redact
 from runtime.spec import DeploymentSpec
 
 # Bounds on what a log read may return: per container, lines then bytes (the API server applies
@@ -23,32 +23,6 @@ LOG_BYTES_DEFAULT = 64 * 1024
 LOG_BYTES_MAX = 512 * 1024
 LOG_PODS_MAX = 16
 MARKER_LOG_LINES = 400  # read while weights load, to find the engine's log markers
-
-REDACTED = "[redacted]"
-# Secrets that may reach an engine's log: Hugging Face tokens, bearer tokens, API keys given on
-# a command line or in a config dump, and any NAME=value whose name says it is a credential.
-_SECRET_PATTERNS = (
-    re.compile(r"\bhf_[A-Za-z0-9]{8,}"),
-    re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}"),
-    re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=\-]+"),
-    re.compile(r"(?i)(--api[-_]key(?:=|\s+))\S+"),
-    re.compile(r"""(?i)(\bapi[_-]?keys?['"]?\s*[:=]\s*\[?\s*['"]?)[^\s'",\]]+"""),
-    # The credential word ends the name or is followed by "_…": `max_num_batched_tokens` is not one.
-    re.compile(
-        r"""(?i)(\b[A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY)(?:_[A-Z0-9]+)*['"]?\s*[:=]\s*['"]?)"""
-        r"""[^\s'",]+"""
-    ),
-)
-
-
-def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
-    """`text` with every secret pattern (and each exact value in `secrets`) replaced."""
-    for value in secrets:
-        if value and len(value) >= 4:
-            text = text.replace(value, REDACTED)
-    for pattern in _SECRET_PATTERNS:
-        text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + REDACTED, text)
-    return text
 
 
 def bounded(lines: int | None, max_bytes: int | None) -> tuple[int, int]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from runtime import k8s
-from runtime.backends.base import ClusterObjectBackend, annotation, stamp
-from runtime.manifests.common import ANNOTATION_GENERATION, ANNOTATION_SPEC_HASH
+from runtime.backends.base import ClusterObjectBackend, annotation, stale, stamp
+from runtime.manifests.common import ANNOTATION_GENERATION
 from runtime.manifests.kserve import CONTAINER_NAME, kserve_status, render_inferenceservice
 from runtime.spec import DeploymentSpec
 from runtime.status import Observation, kueue_story, standard_conditions
@@ -55,10 +55,11 @@ class KServeBackend(ClusterObjectBackend):
         events: list[tuple[str, str, str]] = []
         if current is None:
             current = self._create(spec, desired, events)
-        elif annotation(current, ANNOTATION_SPEC_HASH) != desired["metadata"]["annotations"][ANNOTATION_SPEC_HASH]:
-            self.expose(spec)
-            current = self.cluster.apply(desired)  # KServe rolls out a new revision itself
-            events.append(("Normal", "Updated", f"Applied generation {spec.generation}."))
+        elif stale(current, desired):
+            self.expose(spec, desired, events)
+            if stale(current, desired):  # not when only an exposure still pending was retried
+                current = self.cluster.apply(desired)  # KServe rolls out a new revision itself
+                events.append(("Normal", "Updated", f"Applied generation {spec.generation}."))
         return self._observe(spec, current, events)
 
     def status(self, spec: DeploymentSpec, obj: dict, workload: dict | None) -> Observation:
@@ -84,7 +85,7 @@ class KServeBackend(ClusterObjectBackend):
         if status["scaled_to_zero"]:
             result.message = "Scaled to zero: the first request wakes it (GPUs stay reserved)."
         if status["url"]:
-            result.endpoint_url = self.public_endpoint(spec, status["url"].rstrip("/") + "/v1")
+            result.endpoint_url = self.public_endpoint(spec, obj, status["url"].rstrip("/") + "/v1")
             result.metrics_url = None  # scraped through Prometheus (pods sit behind Knative)
         result.conditions = standard_conditions(
             ready=(result.state == "ready", result.reason, result.message),

@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 from runtime import k8s
-from runtime.backends.base import ClusterObjectBackend, annotation, digest, stamp
-from runtime.manifests.common import ANNOTATION_CLUSTER_HASH, ANNOTATION_SPEC_HASH, PORT_METRICS, PORT_SERVE
+from runtime.backends.base import ClusterObjectBackend, annotation, digest, stale, stamp
+from runtime.manifests.common import ANNOTATION_CLUSTER_HASH, PORT_METRICS, PORT_SERVE
 from runtime.manifests.rayservice import SERVE_APP_NAME, render_rayservice
 from runtime.manifests.topology import TAS_ANNOTATION_PREFIX
 from runtime.spec import DeploymentSpec
@@ -125,7 +125,7 @@ class KubeRayBackend(ClusterObjectBackend):
                 if condition["type"] == "Ready":
                     condition["message"] = obs.message[:1000]
         obs.endpoint_url, obs.metrics_url = self.urls(spec)
-        obs.endpoint_url = self.public_endpoint(spec, obs.endpoint_url)
+        obs.endpoint_url = self.public_endpoint(spec, obj, obs.endpoint_url)
         return obs
 
     def _pending_pod_reason(self, spec: DeploymentSpec, obj: dict) -> str:
@@ -179,15 +179,16 @@ class KubeRayBackend(ClusterObjectBackend):
                     events=[("Normal", "Recreating", "Ray cluster settings changed; recreating the RayService.")],
                     message="Recreating the Ray cluster for the new spec.",
                 )
-            if annotation(current, ANNOTATION_SPEC_HASH) != want[ANNOTATION_SPEC_HASH]:
+            if stale(current, desired):
                 if spec.autoscaling:
                     # The Ray autoscaler owns the worker replica count once running; a forced
                     # apply of `replicas` would scale it back to the minimum on every update.
                     for group in desired["spec"]["rayClusterConfig"].get("workerGroupSpecs", []):
                         group.pop("replicas", None)
-                self.expose(spec)
-                current = self.cluster.apply(desired)
-                events.append(("Normal", "Updated", f"Applied generation {spec.generation}."))
+                self.expose(spec, desired, events)
+                if stale(current, desired):  # not when only an exposure still pending was retried
+                    current = self.cluster.apply(desired)
+                    events.append(("Normal", "Updated", f"Applied generation {spec.generation}."))
         obs = self._observe(spec, current, events)
         if why := stuck_eviction(current, obs.conditions):
             said = f"Preempted by Kueue ({why}); the Ray cluster was suspended. Queued again for quota."

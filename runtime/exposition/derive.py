@@ -46,6 +46,8 @@ class MetricPoint:
     itl_p95: float | None = None
     e2e_p50: float | None = None
     e2e_p95: float | None = None
+    replicas_running: float | None = None  # Ray Serve: healthy replicas of the engine's deployment
+    replicas_target: float | None = None  # Ray Serve: the autoscaler's target for it
 
     @property
     def prefix_cache_hit_pct(self) -> float | None:
@@ -137,10 +139,13 @@ def derive(prev: Snapshot | None, cur: Snapshot) -> MetricPoint:
     a sum would exceed 100 % with two replicas.
     """
     kv = cur.gauge_mean("kv_cache_usage_perc")
+    replicas_running, replicas_target = cur.serve_replicas()
     gauges = {
         "kv_cache_pct": None if kv is None else kv * 100.0,
         "running": cur.gauge_sum("num_requests_running"),
         "waiting": cur.gauge_sum("num_requests_waiting"),
+        "replicas_running": replicas_running,
+        "replicas_target": replicas_target,
     }
     dt = None if prev is None else cur.timestamp - prev.timestamp
     if prev is None or dt is None or dt <= 0:

@@ -14,6 +14,7 @@ from runtime.exposition.snapshot import (
     GAUGES,
     HISTOGRAMS,
     PREFIXES,
+    SERVE_GAUGES,
     HistogramSeries,
     SeriesKey,
     Snapshot,
@@ -39,12 +40,12 @@ def _accepted_names() -> frozenset[str]:
             names.add(prefix + name)
         for name in HISTOGRAMS:
             names.update(prefix + name + s for s in ("", "_bucket", "_sum", "_count"))
-    return frozenset(names)
+    return frozenset(names | set(SERVE_GAUGES))
 
 
 _ACCEPTED = _accepted_names()
 _SAMPLE_NAME = re.compile(r"[^{\s]+")
-_LINE_STARTS = ("#", *PREFIXES)
+_LINE_STARTS = ("#", *PREFIXES, *SERVE_GAUGES)
 # Labels Ray stamps on every series that say where and by what it was recorded, not which
 # series it is (a replica's series stay apart by ReplicaId/WorkerId, engine, model_name,
 # finished_reason). They are most of a Ray line's characters, and prometheus_client reads
@@ -87,7 +88,9 @@ def filter_exposition(text: str) -> str:
 
 
 def _normalise(sample_name: str) -> str | None:
-    """``vllm:x`` / ``ray_vllm_x`` → ``x``; None for anything else."""
+    """``vllm:x`` / ``ray_vllm_x`` → ``x``; Ray Serve's gauges keep their names; None for anything else."""
+    if sample_name in SERVE_GAUGES:
+        return sample_name
     for prefix in PREFIXES:
         if sample_name.startswith(prefix):
             return sample_name[len(prefix) :]
@@ -115,7 +118,7 @@ class SnapshotBuilder:
         # the deployment total right either way.
         if name in COUNTERS:
             add_to(self.counters.setdefault(name, {}), key, value)
-        elif name in GAUGES:
+        elif name in GAUGES or name in SERVE_GAUGES:
             add_to(self.gauges.setdefault(name, {}), key, value)
         elif name.endswith("_bucket") and name[:-7] in HISTOGRAMS and le is not None:
             add_to(self.buckets.setdefault(name[:-7], {}).setdefault(key, {}), parse_le(le), value)
@@ -126,7 +129,8 @@ class SnapshotBuilder:
 
     @property
     def empty(self) -> bool:
-        return not (self.counters or self.gauges or self.buckets)
+        """Whether no vLLM series was added (Ray Serve's replica gauges alone do not count)."""
+        return not (self.counters or set(self.gauges) - set(SERVE_GAUGES) or self.buckets)
 
     def build(self, timestamp: float) -> Snapshot:
         histograms: dict[str, dict[SeriesKey, HistogramSeries]] = {}

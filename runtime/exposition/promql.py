@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 
 from runtime.exposition.derive import NORMAL_FINISH_REASONS, MetricPoint
 from runtime.exposition.parse import ScrapeError
+from runtime.exposition.snapshot import SERVE_GAUGES, SERVE_LLM_DEPLOYMENT
 from runtime.exposition.sources import get_text
 
 DEPLOYMENT_LABELS = ("namespace", "model_name")
@@ -83,6 +84,16 @@ def cycle_queries(window_s: float) -> tuple[Query, ...]:
         Query("requests_gauges", f"sum {_by('__name__')} ({_names('num_requests_running', 'num_requests_waiting')})")
     )
     queries.append(Query("kv_cache_pct", f"avg {_by()} ({_names('kv_cache_usage_perc')})"))
+    # Ray Serve's replica gauges carry the Serve deployment ("LLMServer:<model id>"), not
+    # model_name: label_replace gives them the model_name the other answers are keyed by.
+    serve = f'{{__name__=~"{"|".join(SERVE_GAUGES)}", deployment=~"{SERVE_LLM_DEPLOYMENT}.+"}}'
+    queries.append(
+        Query(
+            "replicas",
+            f"label_replace(sum by (namespace, deployment, __name__) ({serve}), "
+            f'"model_name", "$1", "deployment", "{SERVE_LLM_DEPLOYMENT}(.+)")',
+        )
+    )
     for short, family in QUANTILE_FIELDS:
         buckets = f"sum {_by('le')} (rate({_names(family + '_bucket')}[{w}]))"
         # Both quantiles in one answer: label_replace tells them apart (and keeps `or` from
@@ -159,6 +170,9 @@ def fleet_points(
                 row["errors_per_s"] = (row.get("errors_per_s") or 0.0) + (value or 0.0 if failed else 0.0)
             elif query.name == "requests_gauges":
                 row["waiting" if metric.get("__name__", "").endswith("waiting") else "running"] = value
+            elif query.name == "replicas":
+                target = metric.get("__name__", "").endswith("target_replicas")
+                row["replicas_target" if target else "replicas_running"] = value
             elif query.name == "kv_cache_pct":
                 row["kv_cache_pct"] = None if value is None else value * 100.0
             elif query.name in ("ttft", "itl", "e2e"):
@@ -192,6 +206,8 @@ def _point(row: dict[str, float | None], at: float, window_s: float) -> MetricPo
             "kv_cache_pct",
             "running",
             "waiting",
+            "replicas_running",
+            "replicas_target",
             *(f"{short}_p{round(q * 100)}" for short, _ in QUANTILE_FIELDS for q in QUANTILES),
         )
     }

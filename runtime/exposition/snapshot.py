@@ -20,6 +20,14 @@ COUNTERS = (
     "prefix_cache_hits_total",
 )
 GAUGES = ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc")
+# Ray Serve's replica gauges, kept under their own names (Ray 2.60.0, as captured in
+# ../shared/fixtures/metrics/ray-serve-llm-*.prom): one series per Serve deployment (the target),
+# and per replica or per deployment (healthy: 1 per healthy replica, or their count). The Serve
+# controller records them, so under KubeRay they come from the head pod.
+SERVE_GAUGES = ("ray_serve_autoscaling_target_replicas", "ray_serve_deployment_replica_healthy")
+# The Serve deployment that runs the engine: `ray.serve.llm.build_openai_app` names it
+# "LLMServer:<model id>" beside its "OpenAiIngress" (same fixtures).
+SERVE_LLM_DEPLOYMENT = "LLMServer:"
 # Only the histograms the derived series use: every other family is dropped before parsing,
 # which is the expensive step (queue time, per-output-token time and the token-count
 # histograms would add ~45 % to a Ray exposition's parse for nothing; bench/b3_metrics.py).
@@ -108,6 +116,20 @@ class Snapshot:
         values = self.gauges.get(name)
         return sum(values.values()) / len(values) if values else None
 
+    def serve_replicas(self) -> tuple[float | None, float | None]:
+        """(healthy, target) replicas of the engine's Ray Serve deployment(s); None where Ray
+        Serve does not report them (vLLM alone, a Ray node without the Serve controller)."""
+
+        def total(name: str) -> float | None:
+            values = [
+                v
+                for key, v in self.gauges.get(name, {}).items()
+                if dict(key).get("deployment", "").startswith(SERVE_LLM_DEPLOYMENT)
+            ]
+            return sum(values) if values else None
+
+        return total("ray_serve_deployment_replica_healthy"), total("ray_serve_autoscaling_target_replicas")
+
     def histogram(self, name: str) -> HistogramSeries | None:
         """All series of ``name`` summed bucket by bucket; None when absent."""
         series = self.histograms.get(name)
@@ -131,7 +153,8 @@ class Snapshot:
 
     @property
     def empty(self) -> bool:
-        return not (self.counters or self.gauges or self.histograms)
+        """Whether it holds no vLLM series (Ray Serve's replica gauges alone do not count)."""
+        return not (self.counters or set(self.gauges) - set(SERVE_GAUGES) or self.histograms)
 
     @classmethod
     def merged(cls, parts: Iterable[Snapshot]) -> Snapshot:

@@ -45,6 +45,7 @@ PORTAL: tuple[tuple[str, str, str], ...] = (
         for resource in ("authpolicies", "tokenratelimitpolicies", "ratelimitpolicies")
         for verb in ("create", "patch", "delete")
     ),
+    ("get", "kuadrant.io", "authpolicies"),  # enforced yet? the route stays parked until it is
 )
 
 # API-key Secrets, in the key namespace only (API_KEY_NAMESPACE; deploy/k8s/gateway's Role):
@@ -60,4 +61,5 @@ READINESS: tuple[tuple[str, str, str], ...] = (
     ("get", "apiextensions.k8s.io", "customresourcedefinitions"),  # KubeRay's and KServe's versions
     ("list", "kueue.x-k8s.io", "clusterqueues"),  # GPU quota against node capacity
     ("list", "kueue.x-k8s.io", "resourceflavors"),
+    ("list", "kuadrant.io", "authpolicies"),  # the Gateway's deny-all and the deployments' policies
 )

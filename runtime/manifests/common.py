@@ -6,9 +6,9 @@ that stamp and read them and the metrics scrape cannot drift apart. Pure: no ORM
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from runtime.manifests.syntax import DNS1035_LABEL, DNS1123_LABEL  # noqa: F401 (re-exported: the names' one home is syntax)
 from runtime.spec import DeploymentSpec, FlavorSpec, PlatformSpec, RenderError, Toleration
 
 # ---------------------------------------------------------------------------------------------
@@ -36,6 +36,8 @@ ANNOTATION_ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"
 ANNOTATION_GENERATION = "llm-portal.io/generation"
 ANNOTATION_SPEC_HASH = "llm-portal.io/spec-hash"
 ANNOTATION_CLUSTER_HASH = "llm-portal.io/cluster-hash"
+# The hash of the exposure that Kuadrant enforces, or why it is not exposed (runtime.backends.exposure).
+ANNOTATION_EXPOSURE = "llm-portal.io/exposure"
 
 
 def deployment_labels(spec: DeploymentSpec) -> dict[str, str]:
@@ -191,19 +193,12 @@ def model_cache_volume(platform: PlatformSpec) -> tuple[dict[str, Any], dict[str
 # ---------------------------------------------------------------------------------------------
 
 PVC_MODEL_ROOT = "/models"
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-# A DNS-1035 label: a DNS-1123 label that starts with a letter. KubeRay requires it of a
-# RayService's name (ray-project/kuberay v1.6.2, ray-operator/controllers/ray/utils/validation.go,
-# ValidateRayServiceMetadata: `7b-chat` is accepted by the API server and then marked
-# Ready=False/ValidationFailed for good — tests/cluster/test_names.py), and KServe of an
-# InferenceService's (its name becomes a Knative/Service name).
-DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
 def parse_pvc_source(model_source: str) -> tuple[str, str]:
     """`pvc://claim/some/path` → ("claim", "some/path"); the path may be empty."""
     claim, _, path = model_source.removeprefix("pvc://").partition("/")
-    if not DNS1123_LABEL.match(claim):
+    if not DNS1123_LABEL.fullmatch(claim):
         raise RenderError(f"model source {model_source!r} does not name a valid PVC")
     path = path.strip("/")
     # Defence in depth (deployments.validation refuses these first): the path must stay inside the

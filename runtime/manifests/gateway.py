@@ -72,9 +72,23 @@ def _hostnames(gateway: GatewaySpec) -> list[str]:
     return [host]
 
 
-def render_httproute(spec: DeploymentSpec, gateway: GatewaySpec) -> dict[str, Any]:
-    """The HTTPRoute: `<prefix>/...` on the platform Gateway, rewritten to `/...` for the engine."""
+def render_httproute(spec: DeploymentSpec, gateway: GatewaySpec, *, routed: bool = True) -> dict[str, Any]:
+    """The HTTPRoute: `<prefix>/...` on the platform Gateway, rewritten to `/...` for the engine.
+
+    `routed=False` renders it parked: the same parent, hostnames and match (the same route rule
+    for Kuadrant, which enforces an AuthPolicy only on a route that exists and its Gateway
+    accepted), but no filter and no backend, so nothing it matches reaches the engine (Gateway
+    API HTTPRouteRule.backendRefs: with no valid backend and no filter, every matching request
+    gets a 500). The exposure keeps it so until Kuadrant enforces the AuthPolicy
+    (runtime.backends.exposure).
+    """
     service, port = backend_service(spec)
+    rule: dict[str, Any] = {"matches": [{"path": {"type": "PathPrefix", "value": route_prefix(spec)}}]}
+    if routed:
+        rule["filters"] = [
+            {"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}}}
+        ]
+        rule["backendRefs"] = [{"group": "", "kind": "Service", "name": service, "port": port}]
     route: dict[str, Any] = {
         "parentRefs": [
             {
@@ -84,18 +98,7 @@ def render_httproute(spec: DeploymentSpec, gateway: GatewaySpec) -> dict[str, An
                 "namespace": gateway.gateway_namespace,
             }
         ],
-        "rules": [
-            {
-                "matches": [{"path": {"type": "PathPrefix", "value": route_prefix(spec)}}],
-                "filters": [
-                    {
-                        "type": "URLRewrite",
-                        "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}},
-                    }
-                ],
-                "backendRefs": [{"group": "", "kind": "Service", "name": service, "port": port}],
-            }
-        ],
+        "rules": [rule],
     }
     hostnames = _hostnames(gateway)
     if hostnames:
@@ -165,11 +168,16 @@ def render_ratelimitpolicy(spec: DeploymentSpec) -> dict[str, Any] | None:
     }
 
 
+def policy_objects(spec: DeploymentSpec) -> list[dict[str, Any]]:
+    """The Kuadrant policies on `spec`'s route: the AuthPolicy first, then the limits it sets."""
+    limits = (render_tokenratelimitpolicy(spec), render_ratelimitpolicy(spec))
+    return [render_authpolicy(spec), *(o for o in limits if o is not None)]
+
+
 def exposure_objects(spec: DeploymentSpec, gateway: GatewaySpec) -> list[dict[str, Any]]:
-    """Every object that exposes `spec` on the Gateway, in apply order (route first)."""
-    objects = [render_httproute(spec, gateway), render_authpolicy(spec)]
-    objects += [o for o in (render_tokenratelimitpolicy(spec), render_ratelimitpolicy(spec)) if o is not None]
-    return objects
+    """Every object that exposes `spec` on the Gateway, in apply order: the policies before the
+    route, so the route never exists without the policy that guards it."""
+    return [*policy_objects(spec), render_httproute(spec, gateway)]
 
 
 def key_secret_name(key_id: int) -> str:

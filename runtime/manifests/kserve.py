@@ -40,7 +40,6 @@ itself all the same, or Kueue could admit it into another flavor's quota
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -57,6 +56,7 @@ from runtime.manifests.common import (
     placement_error,
     shm_volume,
 )
+from runtime.manifests.syntax import DNS1035_LABEL
 from runtime.manifests.topology import single_pod_annotations
 from runtime.spec import DeploymentSpec, PlatformSpec, RenderError
 
@@ -84,7 +84,6 @@ PROGRESS_DEADLINE = "1800s"
 # The Knative revision is named `<name>-predictor-00001`, which must be a DNS-1123 label
 # (63 characters); KServe also requires the name to start with a letter (DNS-1035).
 INFERENCESERVICE_NAME_MAX = 63 - len("-predictor-00001")
-_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -99,7 +98,7 @@ def inferenceservice_name(deployment_name: str) -> str:
             f"InferenceService name {deployment_name!r} is {len(deployment_name)} characters; "
             f"KServe's Knative revision names allow at most {INFERENCESERVICE_NAME_MAX}"
         )
-    if not _DNS1035_LABEL.match(deployment_name):
+    if not DNS1035_LABEL.fullmatch(deployment_name):
         raise RenderError(
             f"InferenceService name {deployment_name!r} is not a DNS-1035 label "
             "(lowercase letters, digits and '-', starting with a letter)"

@@ -71,7 +71,7 @@ def rayservice_name(deployment_name: str) -> str:
             f"RayService name {deployment_name!r} is {len(deployment_name)} characters; "
             f"KubeRay allows at most {RAYSERVICE_NAME_MAX}"
         )
-    if not DNS1035_LABEL.match(deployment_name):
+    if not DNS1035_LABEL.fullmatch(deployment_name):
         raise RenderError(
             f"RayService name {deployment_name!r} is not a DNS-1035 label "
             "(lowercase letters, digits and '-', starting with a letter and ending with an alphanumeric)"

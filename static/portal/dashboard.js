@@ -38,7 +38,10 @@ function portalDashboard(charts) {
       return;
     }
     const meta = figures._meta;
-    note.textContent = meta.points ? `${plural(meta.points, "point")} at ${meta.resolution_s} s resolution.`
+    // Running requests and KV-cache use are gauges read at each scrape: a point of a coarser
+    // window is the mean of its samples, drawn with their peak (metrics.aggregate.PEAKS).
+    const peaks = meta.resolution_s > 15 ? " Running requests and KV cache: the mean of each interval's 15 s samples and their peak." : "";
+    note.textContent = meta.points ? `${plural(meta.points, "point")} at ${meta.resolution_s} s resolution.${peaks}`
                                    : `No metrics in the last ${current}: samples appear once the deployment serves.`;
     // Empty plots would only fill the page with blank axes.
     charts.hidden = !meta.points;
@@ -53,6 +56,9 @@ function portalDashboard(charts) {
       if (name === "_meta") continue;
       const el = document.getElementById(`chart-${name}`);
       if (!el) continue;
+      // A chart with nothing this deployment reports (replicas of an engine without Ray Serve) is left out.
+      el.closest("figure").hidden = !fig.data.length;
+      if (!fig.data.length) continue;
       // The title goes into the HTML caption (a real heading for screen readers), which also
       // leaves the top margin to the legend instead of the two overlapping.
       const layout = {...fig.layout};

@@ -38,19 +38,21 @@ document.addEventListener("click", async (event) => {
   setTimeout(() => { button.textContent = "Copy"; }, 2000);
 });
 
-// <form data-prefill="ID">: choosing a flavor fills the number fields with that flavor's current
-// values from the JSON in element ID, so a request changes only what the admin edits (a new
-// nominal no longer silently asked for a borrowing limit of 0).
+// <form data-prefill="ID" [data-prefill-prefix="P"]>: choosing a flavor fills the number fields
+// with that flavor's current values from the JSON in element ID, so a request changes only what
+// the admin edits (a new nominal no longer silently asked for a borrowing limit of 0). P is the
+// Django form prefix of the fields' names, where the page holds several forms.
 function prefillFromCurrent(form) {
   const source = document.getElementById(form.dataset.prefill);
-  const flavor = form.querySelector("[name=flavor]");
+  const prefix = form.dataset.prefillPrefix || "";
+  const flavor = form.querySelector(`[name="${prefix}flavor"]`);
   if (!source || !flavor) return;
   const current = JSON.parse(source.textContent);
   const fill = () => {
     const values = current[flavor.value];
     if (!values) return;
     for (const [name, value] of Object.entries(values)) {
-      const input = form.querySelector(`[name=${name}]`);
+      const input = form.querySelector(`[name="${prefix}${name}"]`);
       if (input) input.value = value === null ? "" : String(value);
     }
   };

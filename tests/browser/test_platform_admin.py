@@ -17,7 +17,7 @@ import pytest
 from django.core.management import call_command
 
 from tests.browser.conftest import screenshot
-from tests.support.oidc import start_provider, stop_provider
+from tests.support.oidc import point_the_portal_at, start_provider, stop_provider
 
 pytestmark = pytest.mark.browser
 PASSWORD = "a-long-enough-password-42"
@@ -159,20 +159,7 @@ def provider(live_server, tmp_path, settings):
     """A real OpenID provider whose client redirects to this live server, and the portal's
     settings pointed at it (OIDC on, the provider's groups mapped to tenant roles)."""
     provider, process = start_provider(tmp_path, [f"{live_server.url}/oidc/callback/"])
-    for name, value in provider.django_settings().items():
-        setattr(settings, name, value)
-    settings.AUTHENTICATION_BACKENDS = [
-        "axes.backends.AxesStandaloneBackend",
-        "portal.oidc.PortalOIDCBackend",
-        "django.contrib.auth.backends.ModelBackend",
-    ]
-    settings.ROOT_URLCONF = "tests.support.oidc_urls"  # portal.urls plus oidc/ (as with OIDC env set)
-    settings.OIDC_GROUP_ROLES = {
-        "ml-alpha": (("alpha", "member"),),
-        "ml-alpha-leads": (("alpha", "tenant_admin"),),
-        "ml-beta": (("beta", "viewer"),),
-    }
-    settings.OIDC_PLATFORM_ADMIN_GROUPS = ["llm-platform"]
+    point_the_portal_at(provider, settings)
     yield provider
     stop_provider(process)
 
@@ -217,7 +204,11 @@ def test_provider_groups_become_tenant_roles_at_each_sign_in(portal, provider):
     # A membership added by hand is the portal's; the groups do not remove it.
     Membership.objects.create(user=User.objects.get(username="dana"), tenant=gamma, role="viewer")
     provider.set_account(
-        "dana", email="dana@example.org", preferred_username="dana", groups=["ml-alpha-leads", "llm-platform"]
+        "dana",
+        email="dana@example.org",
+        email_verified=True,
+        preferred_username="dana",
+        groups=["ml-alpha-leads", "llm-platform"],
     )
     again = sign_in_with_the_provider(portal, "dana")
     roles = dict(Membership.objects.filter(user__username="dana").values_list("tenant__slug", "role"))

@@ -32,8 +32,9 @@ WIDTHS = tuple(int(w) for w in os.environ.get("WALK_WIDTHS", "1366,390").split("
 ROLES = tuple(
     os.environ.get("WALK_ROLES", "anonymous,viewer,member,tenant_admin,other_member,platform_admin").split(",")
 )
-# Prefixes that are not the UI's pages: the API and its docs (test_csp.py), Django's admin, probes.
-NOT_PAGES = ("api/", "admin/", "oidc/", "healthz", "readyz", "metrics", "favicon.ico", "accounts/logout/")
+# Prefixes that are not the UI's pages: the API and its docs (test_csp.py), Django's admin, probes,
+# SCIM provisioning (the identity provider's JSON, tests/portal/test_scim.py).
+NOT_PAGES = ("api/", "admin/", "oidc/", "scim/", "healthz", "readyz", "metrics", "favicon.ico", "accounts/logout/")
 # Runs before any script of each document: records CSP violations (an injected axe must cause none).
 RECORD = """
 window.__walk = {violations: []};

@@ -9,7 +9,7 @@ from deployments import services
 from deployments.choices import State
 from deployments.models import ModelDeployment
 from quotas.models import QuotaReservation, TenantQuota
-from tests.support.factories import draft
+from tests.support.factories import draft, work_after_commit
 
 
 def reserved(world, flavor="h100"):
@@ -76,7 +76,7 @@ class TestApproveReject:
             )
         dep.refresh_from_db()
         assert dep.state == State.APPROVED and dep.reserved_gpus == 2 and reserved(world) == 2
-        assert len(callbacks) == 1
+        assert len(work_after_commit(callbacks)) == 1
 
     def test_approval_that_no_longer_fits_rolls_back(self, world):
         first = create(world, name="one", max_replicas=8)

@@ -1,7 +1,8 @@
 """End to end on a real engine: the local vLLM engine refuses calls without a key (401); a key
 minted over the API opens it (200) — through the very curl snippet the detail page shows, run by
-bash with $API_KEY — and after revocation it is refused again (401); Try-it keeps working with the
-portal's own key throughout. Real Celery worker (Redis), real vLLM CPU engine."""
+bash with $API_KEY — and after revocation it is refused again (401), as is the key of a member the
+tenant admin removes (a leaver); Try-it keeps working with the portal's own key throughout.
+Real Celery worker (Redis), real vLLM CPU engine."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import subprocess
 import pytest
 import requests
 
+from runtime.backends.local.backend import LocalBackend
 from tests.e2e.workers import local_cpu_model, request_and_approve_local
 from tests.support.processes import celery_worker, wait_for
 
@@ -46,8 +48,11 @@ def curl_snippet(world, dep_id: int) -> str:
 
 
 @pytest.mark.skipif(not engine_available(), reason="needs the local extra: pip install '.[local]'")
-def test_the_engine_takes_a_minted_key_and_refuses_it_once_revoked(tx_world, tmp_path, settings):
+def test_the_engine_takes_a_minted_key_and_refuses_it_once_revoked(tx_world, tmp_path, settings, monkeypatch):
     model = local_cpu_model(tx_world, tmp_path, settings)
+    # The portal's log view (this process) reads the engine log where the worker runs the engine.
+    settings.LOCAL_RUNTIME_DIR = str(tmp_path / "runtime")
+    monkeypatch.setattr(LocalBackend, "_instance", None)
     env = {
         "LOCAL_RUNTIME_DIR": str(tmp_path / "runtime"),
         "RECONCILE_REQUEUE_SECONDS": "3",
@@ -65,9 +70,19 @@ def test_the_engine_takes_a_minted_key_and_refuses_it_once_revoked(tx_world, tmp
         created = member.post("/api/v1/keys/", {"tenant": "alpha", "deployment": dep_id, "name": "e2e"}, format="json")
         assert created.status_code == 201, created.content
         key = created.json()["key"]
-        # The worker publishes the key and restarts the engine with it.
+        kept = member.post("/api/v1/keys/", {"tenant": "alpha", "name": "ci"}, format="json")
+        assert kept.status_code == 201, kept.content
+        # The worker publishes the keys and restarts the engine with them.
         wait_for(lambda: status_with(member, dep_id, key) == 200, timeout=420, interval=3, what="the key to work")
+        wait_for(lambda: status_with(member, dep_id, kept.json()["key"]) == 200, timeout=420, interval=3, what="both")
         assert status_with(member, dep_id, "llmp_wrong") == 401
+        # No member reads the key in the engine's log: not in the portal's view, and not in the
+        # raw file either (the engine never had it as an argument, so vLLM could not print it).
+        tails = member.get(f"/api/v1/deployments/{dep_id}/logs/?lines=2000").json()["tails"]
+        shown = "".join(tail["text"] for tail in tails)
+        raw = (tmp_path / "runtime" / str(dep_id) / "engine.log").read_text()
+        assert "non-default args" in shown and "non-default args" in raw
+        assert not [k for k in (key, kept.json()["key"]) if k in shown or k in raw]
 
         # The detail page's snippet, copied as is, run with the key in $API_KEY.
         snippet = curl_snippet(tx_world, dep_id)
@@ -86,8 +101,20 @@ def test_the_engine_takes_a_minted_key_and_refuses_it_once_revoked(tx_world, tmp
         wait_for(lambda: status_with(member, dep_id, key) == 401, timeout=420, interval=3, what="the key to be refused")
         try_it = member.post(f"/api/v1/deployments/{dep_id}/try/", {"prompt": "Hi", "max_tokens": 4}, format="json")
         assert try_it.status_code == 200, try_it.content
+        assert status_with(member, dep_id, kept.json()["key"]) == 200
 
-        stopped = member.post(f"/api/v1/deployments/{dep_id}/stop/", {}, format="json")
+        # A leaver: the tenant admin removes the member; their other key is refused by the engine
+        # (portal.deprovision revokes it with the removal; the worker withdraws it and restarts).
+        admin = tx_world.client("tenant_admin")
+        assert admin.delete("/api/v1/tenants/alpha/members/alpha-member/").status_code == 204
+        wait_for(
+            lambda: status_with(admin, dep_id, kept.json()["key"]) == 401,
+            timeout=420,
+            interval=3,
+            what="the leaver's key to be refused",
+        )
+
+        stopped = admin.post(f"/api/v1/deployments/{dep_id}/stop/", {}, format="json")
         # A person's stop is recorded, and its GPUs released, at once (settle_gpus).
         assert stopped.status_code == 200, stopped.content
         assert (stopped.json()["state"], stopped.json()["reserved_gpus"]) == ("stopped", 0)

@@ -25,7 +25,8 @@ def data() -> tuple[list[float], dict[str, list[float | None]]]:
         points.append(derive(prev, cur))
         prev = cur
     timestamps = [p.timestamp for p in points]
-    series = with_ratios({name: [getattr(p, name) for p in points] for name in COLUMNS})
+    # Raw points: no peaks (metrics.aggregate.PEAKS are a rollup's).
+    series = with_ratios({name: [getattr(p, name, None) for p in points] for name in COLUMNS})
     return timestamps, series
 
 
@@ -34,6 +35,7 @@ TRACES = {
     "requests": [("finished", "requests_per_s"), ("errors", "errors_per_s")],
     "queue": [("running", "running"), ("waiting", "waiting")],
     "kv_cache": [("KV cache", "kv_cache_pct")],
+    "replicas": [("running", "replicas_running"), ("target", "replicas_target")],
     "ttft": [("p50", "ttft_p50"), ("p95", "ttft_p95")],
     "itl": [("p50", "itl_p50"), ("p95", "itl_p95")],
     "e2e": [("p50", "e2e_p50"), ("p95", "e2e_p95")],
@@ -45,6 +47,7 @@ Y_UNITS = {
     "requests": "requests/s",
     "queue": "requests",
     "kv_cache": "%",
+    "replicas": "replicas",
     "ttft": "seconds",
     "itl": "seconds",
     "e2e": "seconds",
@@ -61,9 +64,13 @@ class TestDashboard:
         x = [datetime.fromtimestamp(t, UTC) for t in timestamps]
         for key, fig in figures.items():
             assert isinstance(fig, go.Figure)
-            assert [(t.name, list(t.y)) for t in fig.data] == [(name, series[field]) for name, field in TRACES[key]], (
-                key
-            )
+            # What an engine does not report (replicas without Ray Serve, peaks of raw points) is left out.
+            expected = [
+                (name, series[field])
+                for name, field in TRACES[key]
+                if field not in charts.OPTIONAL or any(v is not None for v in series[field])
+            ]
+            assert [(t.name, list(t.y)) for t in fig.data] == expected, key
             assert all(list(t.x) == x for t in fig.data)
             assert fig.layout.yaxis.title.text == Y_UNITS[key]
             assert fig.layout.xaxis.title.text == "Time (UTC)"
@@ -96,6 +103,25 @@ class TestDashboard:
         assert payload["data"][0]["y"][0] is None
         assert payload["data"][0]["y"][1] == pytest.approx(0.375)
         assert payload["layout"]["yaxis"]["title"]["text"] == "seconds"
+
+    def test_replicas_running_against_target_where_ray_serve_reports_them(self) -> None:
+        fig = charts.replicas_chart([1.0, 2.0], {"replicas_running": [1.0, 1.0], "replicas_target": [1.0, 3.0]})
+        assert [(t.name, list(t.y), t.line.dash) for t in fig.data] == [
+            ("running", [1.0, 1.0], "solid"),
+            ("target", [1.0, 3.0], "dot"),
+        ]
+        assert charts.replicas_chart([1.0, 2.0], {}).data == ()  # vLLM alone: nothing to draw
+
+    def test_every_axis_has_the_one_style(self, data) -> None:
+        """Horizontal tick labels everywhere: Plotly tilts crowded ones unless told not to."""
+        timestamps, series = data
+        figures = [
+            *charts.dashboard(timestamps, series).values(),
+            charts.quota_bars([charts.QuotaRow("a / b", 1, 2, 3)]),
+        ]
+        for fig in figures:
+            assert (fig.layout.xaxis.tickangle, fig.layout.yaxis.tickangle) == (0, 0), fig.layout.title.text
+            assert fig.layout.xaxis.automargin and fig.layout.yaxis.automargin
 
     def test_datetimes_are_accepted_as_x(self) -> None:
         when = [datetime(2026, 11, 30, 1, 0, tzinfo=UTC), datetime(2026, 11, 30, 1, 1, tzinfo=UTC)]

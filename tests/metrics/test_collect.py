@@ -259,11 +259,14 @@ class TestRayPods:
             api.put(k8s.POD, pod)
 
     def test_every_running_pod_is_read_and_merged_into_one_snapshot(self, ray_dep, cluster_api, ray_text):
-        one, two = Exposition([ray_text]), Exposition([as_another_replica(ray_text, "w2")])
+        # The workers hold the replicas' ray_vllm_* series; the head the Serve controller's ray_serve_*.
+        serve_lines = [line for line in ray_text.splitlines() if "ray_serve_" in line]
+        workers = "\n".join(line for line in ray_text.splitlines() if "ray_serve_" not in line) + "\n"
+        one, two = Exposition([workers]), Exposition([as_another_replica(workers, "w2")])
+        head = Exposition(["\n".join(serve_lines) + "\n"])
         self.put_pods(
             cluster_api,
-            # The head is not read (no replica on it; num-gpus 0): unreachable, no error.
-            ray_pod(ray_dep, "llm-head", "http://127.0.0.1:1/metrics"),
+            ray_pod(ray_dep, "llm-head", head.url),
             ray_pod(ray_dep, "llm-w1", one.url),
             ray_pod(ray_dep, "llm-w2", two.url),
             # Not read: not started, on its way out, another deployment's.
@@ -281,7 +284,11 @@ class TestRayPods:
         assert both.replica_count == 2 * alone.replica_count > 0
         assert both.counter("generation_tokens_total") == 2 * alone.counter("generation_tokens_total") > 0
         assert both.gauge_sum("num_requests_running") == 2 * alone.gauge_sum("num_requests_running")
-        assert [one.index, two.index] == [1, 1]
+        assert [one.index, two.index, head.index] == [1, 1, 1]
+        # Ray Serve's replica gauges, from the head: 1 healthy replica of LLMServer:tiny, target 1.
+        assert both.serve_replicas() == (1.0, 1.0)
+        sample = MetricSample.objects.get(deployment=ray_dep)
+        assert (sample.replicas_running, sample.replicas_target, sample.running) == (1.0, 1.0, 2 * 39.0)
         assert cluster_api.proxied_requests().count(("GET", "/api/v1/namespaces/alpha/pods")) == 1
 
     def test_one_unreadable_pod_leaves_a_gap_not_a_partial_number(self, ray_dep, cluster_api, ray_text):
@@ -482,7 +489,7 @@ class TestRatios:
         queue = figures["queue"]
         assert {trace.mode for trace in queue.data} == {"lines+markers"}
         start, end = queue.layout.xaxis.range
-        assert (end - start) == timedelta(hours=24)
+        assert (end - start) == timedelta(minutes=5)  # a new deployment's first point: an axis of minutes
         assert tuple(queue.layout.yaxis.range) == (0, 1)  # zeros on a 0-1 axis, not -1..1
 
 

@@ -54,7 +54,11 @@ def stand_in() -> Iterator[StandIn]:
     targets = [
         Target(
             name,
-            Replay(_texts(source), relabel={"model_name": model}),
+            # Ray Serve names the engine's deployment after the model id, which is the model_name.
+            Replay(
+                [t.replace('deployment="LLMServer:tiny"', f'deployment="LLMServer:{model}"') for t in _texts(source)],
+                relabel={"model_name": model},
+            ),
             {"namespace": NAMESPACE, "target": name},
         )
         for name, (model, source) in TARGETS.items()

@@ -36,8 +36,8 @@ _INTERPOLATION = re.compile(r"\$\{([A-Z][A-Z0-9_]*)(?:(:?[-?])([^}]*))?\}")
 
 
 def settings_env_names() -> set[str]:
-    """Every environment variable portal/settings.py reads through the portal.env helpers."""
-    return set(_SETTINGS_READ.findall(SETTINGS.read_text()))
+    """Every environment variable portal/settings*.py read through the portal.env helpers."""
+    return {name for path in SETTINGS.parent.glob("settings*.py") for name in _SETTINGS_READ.findall(path.read_text())}
 
 
 def env_example() -> tuple[dict[str, str], set[str]]:

@@ -50,9 +50,10 @@ EXPECTED_RULES = {
     ("kueue.x-k8s.io", "topologies"): VERBS_OWNED,
     ("karpenter.sh", "nodepools"): VERBS_OWNED,
     ("karpenter.k8s.aws", "ec2nodeclasses"): VERBS_OWNED,
-    # Endpoint access: applied and deleted, never read (API-key Secrets: deploy/k8s/gateway's Role).
+    # Endpoint access: applied and deleted; AuthPolicies read for their status (API-key Secrets:
+    # deploy/k8s/gateway's Role).
     ("gateway.networking.k8s.io", "httproutes"): {"create", "patch", "delete"},
-    ("kuadrant.io", "authpolicies"): {"create", "patch", "delete"},
+    ("kuadrant.io", "authpolicies"): {"get", "create", "patch", "delete"},  # get: enforced yet?
     ("kuadrant.io", "tokenratelimitpolicies"): {"create", "patch", "delete"},
     ("kuadrant.io", "ratelimitpolicies"): {"create", "patch", "delete"},
 }

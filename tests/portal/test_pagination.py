@@ -31,7 +31,7 @@ def test_a_limit_past_the_bound_is_cut_to_a_full_page(admin):
 def test_an_offset_past_the_bound_is_a_field_error_and_the_transaction_lives_on(admin, offset):
     response = admin.get(f"/api/v1/deployments/?offset={offset}")
     assert response.status_code == 400
-    assert response.json() == {"offset": [f"At most {MAX_OFFSET}."]}
+    assert response.json() == {"offset": [f"At most {MAX_OFFSET}."], "code": "invalid"}
     # Nothing reached the database: the test's own transaction still takes queries.
     assert not connection.needs_rollback
     assert admin.get("/api/v1/flavors/").status_code == 200

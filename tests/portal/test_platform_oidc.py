@@ -122,15 +122,39 @@ class TestBackend:
         settings.OIDC_GROUP_ROLES = parse_group_roles('{"ml-alpha": "alpha:member"}')
         return PortalOIDCBackend()
 
-    def test_an_address_the_provider_marks_unverified_opens_nothing(self, backend):
-        assert backend.verify_claims({"email": "a@example.org", "email_verified": False}) is False
-        assert backend.verify_claims({"email": "a@example.org", "email_verified": True}) is True
-        assert backend.verify_claims({"email": "a@example.org"}) is True
-        assert backend.verify_claims({"preferred_username": "a"}) is False
+    @pytest.mark.parametrize(
+        "claims",
+        [
+            {"email": "a@example.org", "email_verified": False},
+            {"email": "a@example.org", "email_verified": "false"},  # some providers send strings
+            {"email": "a@example.org", "email_verified": "true"},  # not a boolean either
+            {"email": "a@example.org", "email_verified": 1},
+            {"email": "a@example.org", "email_verified": None},
+            {"email": "a@example.org"},  # a provider that does not say
+            {"email": ["a@example.org"], "email_verified": True},
+            {"email": "not an address", "email_verified": True},
+            {"email": "", "email_verified": True},
+            {"preferred_username": "a", "email_verified": True},
+        ],
+    )
+    def test_only_a_boolean_true_verified_address_opens_anything(self, world, backend, claims):
+        User.objects.create_user("a", "a@example.org")
+        assert backend.verify_claims(claims) is False
+        assert list(backend.filter_users_by_claims(claims)) == []
+
+    def test_a_verified_address_opens_the_account_it_names_under_the_one_rule(self, world, backend):
+        dana = User.objects.create_user("dana", "dana@example.org")
+        claims = {"email": "dana@EXAMPLE.org", "email_verified": True}
+        assert backend.verify_claims(claims) is True
+        assert list(backend.filter_users_by_claims(claims)) == [dana]
+        assert list(backend.filter_users_by_claims({**claims, "email": "DANA@example.org"})) == []
 
     def test_accounts_are_named_from_the_claim_unless_taken_or_invalid(self, world, backend):
-        dana = backend.create_user({"email": "dana@example.org", "preferred_username": "dana", "groups": ["ml-alpha"]})
+        verified = {"email_verified": True}
+        dana = backend.create_user(
+            {"email": "dana@example.org", "preferred_username": "dana", "groups": ["ml-alpha"], **verified}
+        )
         assert dana.username == "dana" and world.alpha.role_of(dana) == "member"
-        other = backend.create_user({"email": "dana2@example.org", "preferred_username": "dana"})
-        odd = backend.create_user({"email": "odd@example.org", "preferred_username": "a b/c"})
+        other = backend.create_user({"email": "dana2@example.org", "preferred_username": "dana", **verified})
+        odd = backend.create_user({"email": "odd@example.org", "preferred_username": "a b/c", **verified})
         assert other.username not in ("dana", "") and odd.username != "a b/c"

@@ -83,6 +83,32 @@ class TestTenantPages:
         page = admin.get("/platform/tenants/vision/").content.decode()
         assert 'data-action="tenant.policy"' in page and "pilot" in page
 
+    def test_the_quota_form_opens_on_the_current_values(self, world):
+        TenantQuota.objects.filter(tenant=world.alpha, flavor=world.h100).update(lending_limit_gpus=3)
+        page = world.browser("platform_admin").get("/platform/tenants/alpha/?flavor=h100-sxm5")
+        form = page.context["forms"]["quota"]
+        assert form.initial == {
+            "flavor": world.h100.pk,
+            "nominal_gpus": 8,
+            "borrowing_limit_gpus": 4,
+            "lending_limit_gpus": 3,
+        }
+        html = page.content.decode()
+        assert 'name="quota-borrowing_limit_gpus" value="4"' in html and 'id="current-quota"' in html
+
+    def test_a_quota_value_the_form_leaves_out_keeps_its_current_value(self, world):
+        admin = world.browser("platform_admin")
+        posted = {"form": "quota", "quota-flavor": world.h100.pk, "quota-nominal_gpus": 10, "quota-reason": "more"}
+        assert admin.post("/platform/tenants/alpha/", posted).status_code == 302
+        quota = TenantQuota.objects.get(tenant=world.alpha, flavor=world.h100)
+        assert (quota.nominal_gpus, quota.borrowing_limit_gpus, quota.lending_limit_gpus) == (10, 4, None)
+        # Sent empty is not left out: a borrowing limit is a number, the lending limit may be "all".
+        posted.update({"quota-borrowing_limit_gpus": "", "quota-lending_limit_gpus": ""})
+        response = admin.post("/platform/tenants/alpha/", posted)
+        assert response.status_code == 200 and response.context["forms"]["quota"].errors == {
+            "borrowing_limit_gpus": ["This field is required."]
+        }
+
     def test_a_refused_policy_is_a_field_error_and_changes_nothing(self, world):
         admin = world.browser("platform_admin")
         policy = {"form": "policy", "policy-auto_approve_max_gpus": 8, "policy-max_gpus_per_deployment": 4}
@@ -92,11 +118,11 @@ class TestTenantPages:
         world.alpha.refresh_from_db()
         assert (world.alpha.auto_approve_max_gpus, world.alpha.max_gpus_per_deployment) == (0, 0)
 
-    def test_the_slug_field_is_disabled_once_the_namespace_exists(self, world):
-        Tenant.objects.filter(pk=world.alpha.pk).update(namespace_created="2026-12-01T00:00:00Z")
+    def test_the_slug_field_of_an_existing_tenant_is_disabled(self, world):
+        assert world.alpha.namespace_created is None  # fixed from creation, not from the first sync
         admin = world.browser("platform_admin")
         page = admin.get("/platform/tenants/alpha/").content.decode()
-        assert 'name="tenant-slug"' in page and "Fixed: the tenant" in page
+        assert 'name="tenant-slug"' in page and "Fixed: it names the tenant" in page
         # A forged value for the disabled field is ignored; the display name still changes.
         response = admin.post(
             "/platform/tenants/alpha/", {"form": "tenant", "tenant-slug": "hijack", "tenant-display_name": "Alpha"}

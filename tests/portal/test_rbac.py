@@ -173,6 +173,7 @@ def test_the_cluster_role_grants_exactly_what_the_runtime_calls(
     )
     assert ("create", "gateway.networking.k8s.io", "httproutes") in used
     assert ("delete", "kuadrant.io", "tokenratelimitpolicies") in used
+    assert ("get", "kuadrant.io", "authpolicies") in used  # enforced yet? (the route waits for it)
     assert ("create", "ray.io", "rayservices") in used and ("list", "kueue.x-k8s.io", "workloads") in used
     assert ("list", "", "pods") in used
     assert ("get", "visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads") in used
@@ -192,15 +193,16 @@ def test_the_portal_permissions_constant_is_the_cluster_role(world, cluster_api)
     assert set(PORTAL) == granted() and len(PORTAL) == len(set(PORTAL))
 
 
-def test_the_readiness_checks_read_exactly_the_optional_grant(world, cluster_api):
+def test_the_readiness_checks_read_exactly_the_optional_grant(world, cluster_api, settings):
     """Beyond discovery, /version and access reviews (open to every identity) and its dry-run
     creates (Kueue's webhooks, under the runtime's own create grants), the readiness page reads
-    nodes, claims, Kueue's ConfigMap and Deployment, two CRDs, ClusterQueues and ResourceFlavors:
-    exactly deploy/k8s/optional/readiness's rules."""
+    nodes, claims, Kueue's ConfigMap and Deployment, two CRDs, ClusterQueues and ResourceFlavors,
+    and (with a Gateway) AuthPolicies: exactly deploy/k8s/optional/readiness's rules."""
     from portal.readiness import cluster_readiness
     from runtime.k8s.permissions import PORTAL, READINESS
 
     GpuFlavor.objects.filter(name="h100-sxm5").update(provisioning={"capacity_types": ["spot"]})  # a pool to read
+    settings.GATEWAY_PUBLIC_URL = "https://llm.example.com"  # endpoint access: Kuadrant's policies read
     cluster_readiness()
     used = set()
     for method, path in cluster_api.proxied_requests():

@@ -244,8 +244,8 @@ class TestClusterView:
         figure = json.loads(json.loads(raw))
         reserved = next(t for t in figure["data"] if t["name"] == "reserved")
         nominal = next(t for t in figure["data"] if t["name"] == "nominal")
-        assert "alpha / h100-sxm5" in reserved["x"]
-        assert nominal["y"][reserved["x"].index("alpha / h100-sxm5")] == 8
+        assert "alpha<br>h100-sxm5" in reserved["x"]  # tenant over flavor: horizontal labels that fit
+        assert nominal["y"][reserved["x"].index("alpha<br>h100-sxm5")] == 8
 
 
 class TestStatusPanel:

@@ -138,6 +138,32 @@ class TestQuotas:
         quota.refresh_from_db()
         assert quota.nominal_gpus == 10
 
+    def test_a_value_left_out_keeps_its_current_value(self, world):
+        """A new nominal alone leaves borrowing and lending as they are (it used to reset them)."""
+        quota = TenantQuota.objects.get(tenant=world.alpha, flavor=world.h100)
+        TenantQuota.objects.filter(pk=quota.pk).update(borrowing_limit_gpus=8, lending_limit_gpus=3)
+        admin = world.client("platform_admin")
+        assert admin.post(f"/api/v1/quotas/{quota.pk}/set/", {"nominal_gpus": 10}, format="json").status_code == 200
+        quota.refresh_from_db()
+        assert (quota.nominal_gpus, quota.borrowing_limit_gpus, quota.lending_limit_gpus) == (10, 8, 3)
+        body = {"tenant": "alpha", "flavor": "h100-sxm5", "borrowing_limit_gpus": 2}
+        assert admin.post("/api/v1/quotas/", body, format="json").status_code == 201
+        quota.refresh_from_db()
+        assert (quota.nominal_gpus, quota.borrowing_limit_gpus, quota.lending_limit_gpus) == (10, 2, 3)
+        # null is a value: lending all unused quota.
+        admin.post(f"/api/v1/quotas/{quota.pk}/set/", {"lending_limit_gpus": None}, format="json")
+        quota.refresh_from_db()
+        assert (quota.nominal_gpus, quota.borrowing_limit_gpus, quota.lending_limit_gpus) == (10, 2, None)
+        change = AuditEvent.objects.filter(action="quota.set").latest("pk").changes
+        assert change["from"]["lending_limit_gpus"] == 3 and change["to"]["borrowing_limit_gpus"] == 2
+
+    def test_a_new_quota_needs_its_nominal(self, world):
+        body = {"tenant": "beta", "flavor": "a100-pcie", "borrowing_limit_gpus": 2}
+        response = world.client("platform_admin").post("/api/v1/quotas/", body, format="json")
+        assert response.status_code == 400
+        assert response.json()["nominal_gpus"] == ["A new quota needs its nominal GPUs."]
+        assert not TenantQuota.objects.filter(tenant=world.beta, flavor=world.a100).exists()
+
     def test_preview(self, world):
         url = "/api/v1/quota-preview/?tenant=alpha&flavor=h100-sxm5&gpus=10"
         check_matrix(world, lambda c: c.get(url), {**READ_ALL, "other_member": 404})

@@ -8,6 +8,7 @@ from core.models import AuditEvent
 from quotas import services
 from quotas.choices import Fit, QuotaChangeStatus
 from quotas.models import QuotaReservation, TenantQuota
+from tests.support.factories import work_after_commit
 
 
 def quota(world, tenant="alpha", flavor="h100"):
@@ -107,7 +108,7 @@ class TestQuotaChangeRequests:
         req = self.create(world)
         with django_capture_on_commit_callbacks() as callbacks:
             services.quota_change_approve(request_id=req.pk, approver=world.users["platform_admin"], comment="ok")
-        assert len(callbacks) == 1  # the Kueue sync, scheduled after commit
+        assert len(work_after_commit(callbacks)) == 1  # the Kueue sync, scheduled after commit
         assert quota(world).nominal_gpus == 16
         event = AuditEvent.objects.get(action="quota_change.approve")
         assert event.actor == world.users["platform_admin"]

@@ -1,5 +1,5 @@
 """Tenant, flavor and quota administration reach Kueue on commit (through the real `kubernetes`
-client against the API test server); the slug locks once the Namespace exists."""
+client against the API test server); the slug is fixed from creation (tests/quotas/test_names.py)."""
 
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ class TestMirroredOnCommit:
         assert cluster_api.get_object(k8s.NAMESPACE, "vision") is not None
         assert cluster_api.get_object(k8s.LOCALQUEUE, "vision", "vision")["spec"]["clusterQueue"] == "tenant-vision"
         vision.refresh_from_db()
-        assert vision.slug_locked
-        with pytest.raises(DomainError, match="can no longer change"):
+        assert vision.namespace_created is not None
+        with pytest.raises(DomainError, match="The slug 'vision' is fixed"):
             tenants.tenant_update(tenant_id=vision.pk, actor=admin, slug="vision-2")
 
     def test_a_quota_set_and_an_archive_change_the_cluster_queue(
@@ -89,8 +89,9 @@ class TestRefusals:
         admin = world.users["platform_admin"]
         tenants.tenant_mark_archived(tenant_id=world.beta.pk, actor=admin, reason="gone")
         world.beta.refresh_from_db()
-        with pytest.raises(ConflictError):
+        with pytest.raises(DomainError) as refused:  # quotas.ceiling: the one answer, 400 "archived"
             services.quota_set(tenant=world.beta, flavor=world.h100, actor=admin, nominal_gpus=1)
+        assert (refused.value.status_code, refused.value.code, refused.value.field) == (400, "archived", "tenant")
         with pytest.raises(ConflictError):
             membership_add(tenant=world.beta, actor=admin, user="alpha-viewer", role="viewer")
 

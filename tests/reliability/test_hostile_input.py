@@ -337,10 +337,11 @@ def body_targets(world):
         ("member", "PATCH", f"/api/v1/deployments/{dep.pk}/objectives/"),
         ("member", "POST", "/api/v1/keys/"),
         ("member", "POST", f"/api/v1/keys/{key.pk}/revoke/"),
+        ("platform_admin", "POST", "/api/v1/invitations/"),
     ]
 
 
-BODY_TARGETS = 30  # len(body_targets): the test below holds the two together
+BODY_TARGETS = 31  # len(body_targets): the test below holds the two together
 
 
 def _template(path: str) -> str:

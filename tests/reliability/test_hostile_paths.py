@@ -25,6 +25,9 @@ PATHS = [
     "/api/v1/deployments/?offset=-1",
     "/api/v1/deployments/?ordering=%00",
     "/api/v1/audit/?object_id=%00",
+    "/api/v1/audit/export/jsonl/?since=%00&until=" + BIG,
+    "/api/v1/audit/export/csv/?since=9999-12-31T23:59:59-01:00&until=0000-00-00",
+    "/api/v1/audit/export/jsonl/?since=%EF%BC%92026-01-01",  # a fullwidth digit
     "/api/v1/deployments/?tenant=%00",
     "/api/v1/deployments/?search=%00",
     "/api/v1/deployments/1/metrics/?window=%00",

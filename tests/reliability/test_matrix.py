@@ -139,6 +139,19 @@ MATRIX = {
         lambda w, c: c.get(f"/api/v1/audit/{alpha_audit(w).pk}/"),
         expect(viewer=404, member=404),
     ),
+    # The audit export (JSON lines, CSV): platform admins only, whatever tenant one belongs to.
+    ("audit-export-jsonl", "get"): (
+        lambda w, c: c.get("/api/v1/audit/export/jsonl/", {"since": "2026-01-01"}),
+        expect(viewer=403, member=403, tenant_admin=403, other_member=403),
+    ),
+    ("audit-export-csv", "get"): (
+        lambda w, c: c.get("/api/v1/audit/export/csv/", {"until": "2999-01-01T00:00:00Z"}),
+        expect(viewer=403, member=403, tenant_admin=403, other_member=403),
+    ),
+    ("invitations", "post"): (
+        lambda w, c: c.post("/api/v1/invitations/", {"username": f"invitee-{next(names)}", "email": "i@example.org"}),
+        expect(viewer=403, member=403, tenant_admin=403, platform_admin=201, other_member=403),
+    ),
     ("flavor-list", "get"): (lambda w, c: c.get("/api/v1/flavors/"), READ_ALL),
     ("flavor-list", "post"): (
         lambda w, c: c.post("/api/v1/flavors/", flavor_body(f"new-{next(names)}")),

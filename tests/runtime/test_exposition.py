@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from runtime.exposition.derive import MetricPoint, derive, histogram_quantile
 from runtime.exposition.parse import RAY_CONTEXT_LABELS, ScrapeError, filter_exposition, parse_exposition
 from runtime.exposition.promql import QUERY_COUNT, fleet_points, rescaled
-from runtime.exposition.snapshot import COUNTERS, GAUGES, HISTOGRAMS, Snapshot
+from runtime.exposition.snapshot import COUNTERS, GAUGES, HISTOGRAMS, SERVE_GAUGES, Snapshot
 from runtime.exposition.sources import scrape, scrape_many
 from tests.support.shared import shared_path
 
@@ -212,11 +212,36 @@ class TestParseExposition:
         # A ratio is averaged, not summed: two replicas at 0.95 % are not at 1.9 %.
         assert derive(None, snap).kv_cache_pct == pytest.approx(0.9522646807471613)
 
+    def test_ray_serve_reports_the_engines_replicas_and_their_target(self) -> None:
+        """From Ray Serve's controller gauges, for the LLMServer deployment only (not the ingress)."""
+        text = fixture(RAY_BUSY)
+        point = derive(None, parse_exposition(text))
+        assert (point.replicas_running, point.replicas_target) == (1.0, 1.0)
+        scaled = text.replace(
+            'deployment="LLMServer:tiny",otel_scope_name="ray._private.telemetry.open_telemetry_metric_recorder",'
+            'otel_scope_schema_url="",otel_scope_version=""} 1.0',
+            'deployment="LLMServer:tiny",otel_scope_name="ray._private.telemetry.open_telemetry_metric_recorder",'
+            'otel_scope_schema_url="",otel_scope_version=""} 3.0',
+        )
+        assert parse_exposition(scaled).serve_replicas() == (1.0, 3.0)  # scaling up: 1 running, target 3
+        vllm = derive(None, parse_exposition(fixture(VLLM_BUSY)))
+        assert (vllm.replicas_running, vllm.replicas_target) == (None, None)  # vLLM alone: no replicas
+
+    def test_ray_serves_gauges_alone_are_no_vllm_exposition(self) -> None:
+        serve_only = "\n".join(line for line in fixture(RAY_BUSY).splitlines() if "ray_serve_" in line) + "\n"
+        with pytest.raises(ScrapeError, match="no vllm"):
+            parse_exposition(serve_only)
+        assert parse_exposition(serve_only, require_vllm=False).empty
+
     def test_filtered_parse_equals_a_full_parse_of_the_same_families(self) -> None:
         text = fixture(RAY_AFTER)
         kept = filter_exposition(text)
-        assert len(kept) < len(text) / 5  # ~900 kB → the vLLM families only
-        assert all(line.startswith(("ray_vllm_", "# HELP ray_vllm_", "# TYPE ray_vllm_")) for line in kept.splitlines())
+        assert len(kept) < len(text) / 5  # ~900 kB → the vLLM families and Ray Serve's replica gauges only
+        families = ("ray_vllm_", *SERVE_GAUGES)
+        assert all(
+            line.startswith((*families, *(f"# {kind} {name}" for kind in ("HELP", "TYPE") for name in families)))
+            for line in kept.splitlines()
+        )
         full = {
             s.name: s.value
             for family in text_string_to_metric_families(text)

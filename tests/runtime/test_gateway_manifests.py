@@ -75,7 +75,9 @@ SCHEMA_CASES = {
         limited(), replace(GATEWAY, public_url="http://10.0.0.5:8080")
     ),
     "authpolicy_tenant_without_limits": lambda: render_authpolicy(small_spec()),
+    "httproute_parked": lambda: render_httproute(limited(), GATEWAY, routed=False),
 }
+DENY_ALL = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "gateway" / "deny-all-authpolicy.yaml"
 
 
 class TestCrdSchemas:
@@ -157,6 +159,45 @@ class TestBehaviour:
         requests = render_ratelimitpolicy(limited())["spec"]["limits"]["tenant-requests"]["rates"]
         assert tokens == [{"limit": 50_000, "window": "1m"}] and requests == [{"limit": 600, "window": "1m"}]
         assert render_tokenratelimitpolicy(small_spec()) is None and render_ratelimitpolicy(small_spec()) is None
-        assert [o["kind"] for o in exposure_objects(small_spec(), GATEWAY)] == ["HTTPRoute", "AuthPolicy"]
+        # Apply order: the policies first, the route last (it never exists without its AuthPolicy).
+        assert [o["kind"] for o in exposure_objects(small_spec(), GATEWAY)] == ["AuthPolicy", "HTTPRoute"]
         kinds = [o["kind"] for o in exposure_objects(limited(), GATEWAY)]
-        assert kinds == ["HTTPRoute", "AuthPolicy", "TokenRateLimitPolicy", "RateLimitPolicy"]
+        assert kinds == ["AuthPolicy", "TokenRateLimitPolicy", "RateLimitPolicy", "HTTPRoute"]
+
+    def test_a_parked_route_is_the_same_rule_with_nowhere_to_send_a_request(self) -> None:
+        parked = render_httproute(limited(), GATEWAY, routed=False)
+        full = render_httproute(limited(), GATEWAY)
+        # Same parent, hostnames and match (the same route rule Kuadrant enforces the policy on).
+        assert {k: v for k, v in parked["spec"].items() if k != "rules"} == {
+            k: v for k, v in full["spec"].items() if k != "rules"
+        }
+        assert parked["spec"]["rules"] == [{"matches": full["spec"]["rules"][0]["matches"]}]
+        assert parked["metadata"] == full["metadata"]
+
+
+class TestGatewayDenyAll:
+    """deploy/k8s/gateway's deny-all AuthPolicy: valid, on the Gateway the settings name, denying."""
+
+    def test_it_is_valid_against_the_authpolicy_crd_including_cel_rules(self) -> None:
+        (policy,) = [doc for doc in yaml.safe_load_all(DENY_ALL.read_text()) if doc]
+        report = assert_valid(policy)
+        assert report.evaluated, "no CEL rule was evaluated"
+
+    def test_it_targets_the_default_gateway_and_denies_as_defaults(self, settings) -> None:
+        (policy,) = [doc for doc in yaml.safe_load_all(DENY_ALL.read_text()) if doc]
+        spec = policy["spec"]
+        assert policy["metadata"]["namespace"] == settings.GATEWAY_NAMESPACE
+        assert spec["targetRef"] == {
+            "group": "gateway.networking.k8s.io",
+            "kind": "Gateway",
+            "name": settings.GATEWAY_NAME,
+        }
+        # Defaults (not overrides): a route's own AuthPolicy (the portal's) replaces them there.
+        assert set(spec) == {"targetRef", "defaults"} and spec["defaults"]["strategy"] == "atomic"
+        assert spec["defaults"]["rules"]["authorization"] == {"deny-all": {"opa": {"rego": "allow = false"}}}
+
+    def test_a_deny_all_aimed_at_a_service_breaks_the_targetref_rule(self) -> None:
+        (policy,) = [doc for doc in yaml.safe_load_all(DENY_ALL.read_text()) if doc]
+        policy["spec"]["targetRef"] = {"group": "", "kind": "Service", "name": "llm-gateway"}
+        with pytest.raises(SchemaError, match="targetRef"):
+            assert_valid(policy)

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from runtime import k8s
-from runtime.backends.insight import LOG_BYTES_MAX, LOG_LINES_MAX, REDACTED, bounded, redact
+from runtime.backends.insight import LOG_BYTES_MAX, LOG_LINES_MAX, bounded
 from runtime.backends.kuberay import KubeRayBackend
 from runtime.spec import DeploymentSpec, FlavorSpec, PlatformSpec
 from tests.support.k8s.startup import put_event, put_pod, vllm_line
@@ -75,34 +75,7 @@ class TestReads:
         assert not allowed and "denied" in reason
 
 
-class TestRedaction:
-    @pytest.mark.parametrize(
-        "line, secret",
-        [
-            ("HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123", "hf_abcdefghijklmnopqrstuvwxyz0123"),
-            ("token hf_AbCdEfGhIjKlMnOp in a message", "hf_AbCdEfGhIjKlMnOp"),
-            ("--api-key sk-live-0123456789abcdef --port 8000", "sk-live-0123456789abcdef"),
-            ("args: --api-key=s3cr3t-value", "s3cr3t-value"),
-            ("Authorization: Bearer eyJhbGciOi.payload.sig", "eyJhbGciOi.payload.sig"),
-            ("engine config {'api_key': 'plainkey123'}", "plainkey123"),
-            ("HUGGING_FACE_HUB_TOKEN: 'xyzzy-1234'", "xyzzy-1234"),
-            ("AWS_SECRET_ACCESS_KEY=abc/def+ghi", "abc/def+ghi"),
-        ],
-    )
-    def test_secrets_never_survive(self, line, secret):
-        out = redact(line)
-        assert secret not in out and REDACTED in out
-
-    def test_known_values_are_removed_wherever_they_appear(self):
-        assert redact("x=opaque-value-99 y", ("opaque-value-99",)) == f"x={REDACTED} y"
-
-    def test_ordinary_lines_are_left_alone(self):
-        for line in (
-            "INFO 12-01 04:30:12 [loader.py:1] Loading weights took 0.01 seconds (tokens: 128)",
-            "engine args: max_num_batched_tokens=8192, tokenizer=/models/tiny",
-        ):
-            assert redact(line) == line
-
+class TestBounds:
     @pytest.mark.parametrize(
         "asked, expected",
         [

@@ -18,6 +18,7 @@ from django.core.management import call_command
 
 from runtime.backends.local.backend import LocalBackend
 from runtime.backends.local.engine import ENGINES
+from runtime.backends.local.keys import store_key
 from runtime.backends.local.processes import process_alive, session_members
 from runtime.exposition.parse import ScrapeError, parse_exposition
 from runtime.spec import DeploymentSpec, EngineOptions, FlavorSpec
@@ -42,6 +43,21 @@ def generated_tokens(metrics_url: str) -> float:
         return 0.0
 
 
+def assert_every_key_opens_it_and_none_shows(backend: LocalBackend, endpoint: str, keys: list[str]) -> None:
+    """vLLM's own bearer check holds every key, and no key is in the engine's log (raw, before any
+    redaction: vLLM prints its non-default arguments there) or on any of its command lines."""
+    models = f"{endpoint}/models"
+    assert requests.get(models, timeout=10).status_code == 401
+    assert requests.get(models, headers={"Authorization": "Bearer llmp_wrong"}, timeout=10).status_code == 401
+    for key in keys:
+        assert requests.get(models, headers={"Authorization": f"Bearer {key}"}, timeout=10).status_code == 200
+    state = backend.load_state(1)
+    log = Path(state.log_path).read_text()
+    assert "non-default args" in log  # the line that once listed them
+    cmdlines = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in [state.pid, *session_members(state.pid)]]
+    assert not [key for key in keys if key in log or any(key.encode() in line for line in cmdlines)]
+
+
 def test_the_local_backend_serves_a_tiny_model_end_to_end(tmp_path: Path):
     model = tmp_path / "tiny-llama"
     call_command("make_tiny_model", output=model)
@@ -63,7 +79,16 @@ def test_the_local_backend_serves_a_tiny_model_end_to_end(tmp_path: Path):
         model_root=tmp_path,
         kvcache_gib=settings.LOCAL_KVCACHE_GIB,
         threads=settings.LOCAL_ENGINE_THREADS,
+        key_seed="seed",
     )
+    # Two keys besides the portal's own: the engine must take every one, and show none.
+    minted = ["llmp_" + "first" * 8 + "xyz", "llmp_" + "other" * 8 + "xyz"]
+    for key_id, key in enumerate(minted, start=1):
+        store_key(tmp_path / "runtime", tenant_slug="demo", key_id=key_id, deployment_id=None, api_key=key)
+    keys = backend.api_keys(spec)
+    checks_keys = settings.LOCAL_ENGINE == "vllm"  # only vLLM's server checks keys itself
+    assert len(keys) == (3 if checks_keys else 0)
+    headers = {"Authorization": f"Bearer {keys[-1]}"} if keys else {}
     try:
         obs = backend.ensure(spec)
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
@@ -76,6 +101,7 @@ def test_the_local_backend_serves_a_tiny_model_end_to_end(tmp_path: Path):
         response = requests.post(
             f"{obs.endpoint_url}/completions",
             timeout=60,
+            headers=headers,
             json={"model": "tiny-llama", "prompt": "The model serves", "max_tokens": 16, "ignore_eos": True},
         )
 
@@ -87,6 +113,8 @@ def test_the_local_backend_serves_a_tiny_model_end_to_end(tmp_path: Path):
         while generated_tokens(obs.metrics_url) <= 0 and time.monotonic() < deadline:
             time.sleep(2)
         assert generated_tokens(obs.metrics_url) >= 16
+        if checks_keys:
+            assert_every_key_opens_it_and_none_shows(backend, obs.endpoint_url, keys)
     finally:
         assert backend.remove(spec)
     assert not process_alive(pid, None) and session_members(pid) == []

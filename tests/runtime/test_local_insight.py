@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from runtime.backends.insight import REDACTED
 from runtime.backends.local.backend import LocalBackend
 from runtime.backends.local.engine import http_ok
+from runtime.redaction import REDACTED
 from runtime.spec import DeploymentSpec
 from tests.runtime.test_local import make_spec
 from tests.support.processes import wait_for

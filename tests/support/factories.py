@@ -30,3 +30,10 @@ def api_draft(world, **overrides) -> dict:
     data["flavor"] = data["flavor"].name if hasattr(data["flavor"], "name") else data["flavor"]
     data.setdefault("tenant", "alpha")
     return data
+
+
+def work_after_commit(callbacks: list) -> list:
+    """The on-commit callbacks a service scheduled, less the audit stream's (one per audit row)."""
+    from core.models import stream_audit_event
+
+    return [c for c in callbacks if getattr(c, "func", None) is not stream_audit_event]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -64,6 +65,57 @@ class OpenIdProvider:
             "OIDC_RP_SCOPES": "openid email profile groups",
             "OIDC_USE_PKCE": True,
         }
+
+
+GROUP_ROLES = {
+    "ml-alpha": (("alpha", "member"),),
+    "ml-alpha-leads": (("alpha", "tenant_admin"),),
+    "ml-beta": (("beta", "viewer"),),
+}
+
+
+def point_the_portal_at(provider: OpenIdProvider, settings) -> None:
+    """The portal's settings (pytest-django's `settings`) as with OIDC configured for this
+    provider: the backend, the oidc/ URLs, and the provider's groups mapped to tenant roles."""
+    for name, value in provider.django_settings().items():
+        setattr(settings, name, value)
+    settings.AUTHENTICATION_BACKENDS = [
+        "axes.backends.AxesStandaloneBackend",
+        "portal.oidc.PortalOIDCBackend",
+        "django.contrib.auth.backends.ModelBackend",
+    ]
+    settings.ROOT_URLCONF = "tests.support.oidc_urls"  # portal.urls plus oidc/ (as with OIDC env set)
+    settings.OIDC_GROUP_ROLES = GROUP_ROLES
+    settings.OIDC_PLATFORM_ADMIN_GROUPS = ["llm-platform"]
+
+
+def sign_in_over_http(client, provider: OpenIdProvider, login: str):
+    """The whole code flow without a browser: `client` (a Django test client, whose session
+    keeps the flow's state, nonce and PKCE verifier) starts it at /oidc/authenticate/; a plain
+    HTTP session signs in and consents on the provider's own pages; the portal's callback then
+    exchanges the code with the provider (token, userinfo, JWKS) for real. Returns the callback's
+    response: a redirect to "/" on success, to the failure URL otherwise. The provider must list
+    `http://testserver/oidc/callback/` among the client's redirect URIs."""
+    import requests
+
+    response = client.get("/oidc/authenticate/")
+    assert response.status_code == 302, response
+    browser, url = requests.Session(), response["Location"]
+    forms = {"login": {"prompt": "login", "login": login, "password": "any"}, "consent": {"prompt": "consent"}}
+    for _ in range(12):
+        if url.startswith("http://testserver/"):
+            return client.get(url.removeprefix("http://testserver"))
+        answer = browser.get(url, allow_redirects=False, timeout=10)
+        if answer.is_redirect:
+            url = requests.compat.urljoin(url, answer.headers["Location"])
+            continue
+        form = re.search(
+            r'<form[^>]*action="([^"]+)"[^>]*>\s*<input type="hidden" name="prompt" value="(\w+)"', answer.text
+        )
+        assert form, answer.text[:2000]
+        answer = browser.post(requests.compat.urljoin(url, form[1]), data=forms[form[2]], allow_redirects=False)
+        url = requests.compat.urljoin(url, answer.headers["Location"])
+    raise AssertionError("the provider never redirected back to the portal")
 
 
 def start_provider(tmp_path: Path, redirect_uris: list[str]):

@@ -11,9 +11,9 @@ from decimal import Decimal
 
 import pytest
 
+from core.exports import csv_cell as _cell
 from deployments.models import ModelDeployment
 from usage.models import UsageMonth
-from usage.presenters import _cell
 
 NOV = date(2026, 11, 1)
 

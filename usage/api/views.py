@@ -6,16 +6,14 @@ report to one (404 for a tenant you do not see, as everywhere in the API).
 
 from __future__ import annotations
 
-import csv
-import io
-
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.exports import CsvRenderer
 from usage.api.serializers import TenantBudgetSerializer, UsageQuerySerializer, UsageReportSerializer
 from usage.presenters import budget_dict, covered_tenants, csv_lines, report
 from usage.reports import parse_month, tenant_totals
@@ -38,24 +36,6 @@ class UsageReportView(APIView):
         tenants = covered_tenants(request.user, q.get("tenant"))
         data = report(tenants, month=q["month"], sort=q["sort"], limit=q["limit"], offset=q["offset"])
         return Response(UsageReportSerializer(data).data)
-
-
-class CsvRenderer(BaseRenderer):
-    """Lets a client ask for text/csv. The file itself is streamed by the view; what passes
-    through here is an error (400, 401, 404), written as "field,message" lines."""
-
-    media_type = "text/csv"
-    format = "csv"
-    charset = "utf-8"
-
-    def render(self, data, accepted_media_type=None, renderer_context=None) -> bytes:
-        out = io.StringIO()
-        writer = csv.writer(out)
-        writer.writerow(["field", "message"])
-        for field, messages in (data or {}).items():
-            for message in messages if isinstance(messages, list) else [messages]:
-                writer.writerow([field, str(message)])
-        return out.getvalue().encode()
 
 
 class UsageCsvView(APIView):

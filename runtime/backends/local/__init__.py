@@ -37,6 +37,6 @@ Nothing here imports vllm, ray or torch at module level; `python -m runtime.back
 ray-serve` is the Ray launcher and imports Ray only when run.
 
 Modules: `engine` (the app config, the engine's environment, the two ways to run it), `paths`
-(what the engine may open), `processes` (detached sessions), `ports`, `backend` (LocalBackend),
-`launcher` (the Ray launcher).
+(what the engine may open), `processes` (detached sessions), `ports`, `keys` (the API keys vLLM
+checks, handed over outside its arguments), `backend` (LocalBackend), `launcher` (the Ray launcher).
 """

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from runtime.backends.base import digest
 from runtime.backends.local.engine import ENGINES, READY_FILE, Engine, VllmServer, engine_environment, local_llm_config
 from runtime.backends.local.insight import engine_logs, engine_markers
-from runtime.backends.local.keys import keys_for, write_engine_keys
+from runtime.backends.local.keys import ENGINE_KEY_CHECK, ENGINE_KEYS_ENV, keys_for, write_engine_keys
 from runtime.backends.local.paths import engine_model_source
 from runtime.backends.local.ports import STATE_FILE, PortAllocator
 from runtime.backends.local.processes import (
@@ -253,10 +253,12 @@ class LocalBackend:
         return []
 
     def logs(self, spec: DeploymentSpec, *, lines=None, max_bytes=None, secrets=()) -> list[dict[str, Any]]:
-        """The engine log's tail (bounded, redacted); empty when no engine ran."""
+        """The engine log's tail (bounded, redacted, the keys this engine takes among the values
+        removed wherever they stand); empty when no engine ran."""
         log_path = self.run_dir(spec.deployment_id) / LOG_FILE
         if not log_path.exists():
             return []
+        secrets = (*secrets, *self.api_keys(spec))
         return engine_logs(log_path, self.engine.kind, lines=lines, max_bytes=max_bytes, secrets=secrets)
 
     def startup(self, spec: DeploymentSpec) -> dict[str, Any]:
@@ -278,13 +280,15 @@ class LocalBackend:
         (run_dir / READY_FILE).unlink(missing_ok=True)
         ports = self.ports.allocate(self.engine.port_count)
         argv = self.engine.argv(self.python, self.engine.config(spec), ports, run_dir)
+        env = self._env()
         keys = self.api_keys(spec)
-        if keys:  # from a 0600 file, never on the command line (ps shows that to every user)
-            argv += ["--config", str(write_engine_keys(run_dir, keys))]
+        if keys:  # never an argument: vLLM logs its arguments, and members read the log (keys.py)
+            argv += ["--middleware", ENGINE_KEY_CHECK]
+            env[ENGINE_KEYS_ENV] = str(write_engine_keys(run_dir, keys))
         log_path = run_dir / LOG_FILE
         with open(log_path, "a") as log:
             log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(argv)}\n")
-        process = spawn(argv, self._env(), log_path, cwd=run_dir)
+        process = spawn(argv, env, log_path, cwd=run_dir)
         self._children[process.pid] = process
         # Collect the exit the moment it happens, whoever stopped the engine: a Celery pool runs
         # `remove` in whichever worker process takes the task, and only this one (the parent)

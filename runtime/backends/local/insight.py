@@ -12,8 +12,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from runtime.backends.insight import bounded, redact
+from runtime.backends.insight import bounded
 from runtime.phases import log_markers
+from runtime.redaction import redact
 
 
 def tail(path: Path, *, lines: int, max_bytes: int) -> tuple[str, bool]:

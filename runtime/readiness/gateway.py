@@ -1,0 +1,112 @@
+"""Readiness of endpoint access (with a Gateway configured): Kuadrant's policy APIs are served,
+an AuthPolicy on the Gateway denies what no route policy covers, and Kuadrant enforces each
+deployment's AuthPolicy.
+
+Without Kuadrant nothing is exposed: the portal applies each route parked (no backend) until
+Kuadrant enforces its AuthPolicy (runtime.backends.exposure), so a missing Kuadrant is red (no
+endpoint works) rather than open. The conditions read are Kuadrant's (runtime.kuadrant).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runtime import k8s
+from runtime.kuadrant import accepted, enforcement
+from runtime.manifests.common import LABEL_MANAGED_BY, MANAGED_BY
+from runtime.readiness_base import AMBER, GREEN, RED, Check, ReadinessConfig, cannot_read, denied
+
+KUADRANT_GROUP = "kuadrant.io"
+# The kinds the portal applies, at the versions runtime.k8s.kinds uses; without AuthPolicy no
+# deployment is exposed, without a limit kind only those of tenants that set that limit.
+POLICY_APIS = (
+    ("v1", "authpolicies", RED),
+    ("v1", "ratelimitpolicies", AMBER),
+    ("v1alpha1", "tokenratelimitpolicies", AMBER),
+)
+INSTALL = (
+    "Install Kuadrant (kuadrant-operator) with its CRDs: AuthPolicy and RateLimitPolicy kuadrant.io/v1, "
+    "TokenRateLimitPolicy kuadrant.io/v1alpha1."
+)
+DENY_ALL = "deploy/k8s/gateway/deny-all-authpolicy.yaml"
+SHOWN = 5  # policies named in a detail
+
+
+def check_kuadrant(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Check]:
+    if config.gateway is None:
+        return []
+    api = check_policy_apis(cluster)
+    if api.status == RED:
+        return [api]
+    return [api, check_gateway_policy(cluster, config.gateway), check_deployment_policies(cluster)]
+
+
+def check_policy_apis(cluster: k8s.Cluster) -> Check:
+    key, title = "kuadrant:api", f"Kuadrant policy APIs ({KUADRANT_GROUP})"
+    served = cluster.api_groups().get(KUADRANT_GROUP)
+    if served is None:
+        detail = (
+            f"Kuadrant is not installed ({KUADRANT_GROUP} is not served): no deployment is exposed; each route "
+            "stays parked and its endpoint hidden until Kuadrant enforces its AuthPolicy."
+        )
+        return Check(key, title, RED, detail, INSTALL)
+    resources = {version: cluster.api_resources(KUADRANT_GROUP, version) for version in {v for v, _, _ in POLICY_APIS}}
+    missing = [
+        (f"{plural} ({version})", bad) for version, plural, bad in POLICY_APIS if plural not in resources[version]
+    ]
+    if not missing:
+        return Check(key, title, GREEN, f"Served: {', '.join(served)}.")
+    status = RED if RED in {bad for _, bad in missing} else AMBER
+    names = ", ".join(name for name, _ in missing)
+    detail = f"{KUADRANT_GROUP} lacks {names}: deployments that need them stay parked (not exposed)."
+    return Check(key, title, status, detail, INSTALL)
+
+
+def _targets_gateway(policy: dict[str, Any], name: str) -> bool:
+    ref = (policy.get("spec") or {}).get("targetRef") or {}
+    return ref.get("kind") == "Gateway" and ref.get("name") == name
+
+
+def check_gateway_policy(cluster: k8s.Cluster, gateway: tuple[str, str]) -> Check:
+    """An AuthPolicy on the Gateway itself, Accepted: any route without its own is denied. (Kuadrant
+    reports it Enforced only while some route relies on it, so Accepted is what is checked.)"""
+    namespace, name = gateway
+    key, title = "kuadrant:gateway", f"Deny-all AuthPolicy on Gateway {namespace}/{name}"
+    try:
+        policies = [p for p in cluster.list(k8s.AUTHPOLICY, namespace) if _targets_gateway(p, name)]
+    except k8s.PermanentClusterError as error:
+        if not denied(error):
+            raise
+        return cannot_read(key, title, error)
+    fix = f"Apply {DENY_ALL} (kubectl apply -k deploy/k8s/gateway) with the Gateway's name and namespace."
+    if not policies:
+        detail = "No AuthPolicy targets the Gateway: a route attached to it without an AuthPolicy of its own is open."
+        return Check(key, title, AMBER, detail, fix)
+    verdicts = [(p["metadata"]["name"], *accepted(p)) for p in policies]
+    good = [policy for policy, ok, _ in verdicts if ok]
+    if good:
+        return Check(
+            key, title, GREEN, f"AuthPolicy {', '.join(good)} is accepted: routes without their own are denied."
+        )
+    said = "; ".join(f"{policy}: {why}" for policy, _, why in verdicts)
+    status = RED if any(ok is False for _, ok, _ in verdicts) else AMBER
+    return Check(key, title, status, f"Not accepted by Kuadrant ({said}).", fix)
+
+
+def check_deployment_policies(cluster: k8s.Cluster) -> Check:
+    """Each deployment's AuthPolicy is enforced (until it is, its route is parked)."""
+    key, title = "kuadrant:deployments", "Deployments' AuthPolicies enforced"
+    try:
+        policies = cluster.list(k8s.AUTHPOLICY, None, label_selector={LABEL_MANAGED_BY: MANAGED_BY})
+    except k8s.PermanentClusterError as error:
+        if not denied(error):
+            raise
+        return cannot_read(key, title, error)
+    verdicts = [(p["metadata"], *enforcement(p)) for p in policies]
+    pending = [f"{meta.get('namespace')}/{meta['name']} ({why})" for meta, enforced, why in verdicts if not enforced]
+    if not pending:
+        return Check(key, title, GREEN, f"{len(policies)} enforced." if policies else "No deployment is exposed yet.")
+    shown = "; ".join(pending[:SHOWN]) + (f"; and {len(pending) - SHOWN} more" if len(pending) > SHOWN else "")
+    detail = f"{len(pending)} of {len(policies)} not enforced: their routes stay parked and endpoints hidden: {shown}."
+    fix = "Check Kuadrant's and Authorino's pods and the Gateway; `kubectl describe authpolicy` says why."
+    return Check(key, title, AMBER, detail, fix)
