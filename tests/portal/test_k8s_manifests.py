@@ -323,6 +323,23 @@ class TestPods:
         assert container["command"] == ["python", "manage.py", "migrate", "--noinput"]
         assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
 
+    def test_the_migration_job_can_read_the_first_platform_admins_password(self, rendered) -> None:
+        """PLATFORM_ADMIN_PASSWORD_FILE (applied after every migrate) is a Secret-mounted file: the
+        Job mounts an optional Secret where deploy/env.example says, read-only, so no one needs a
+        shell in the cluster to make the first platform admin."""
+        pod = component(rendered, "Job", "migrate")["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        (mount,) = container["volumeMounts"]
+        (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+        assert volume["secret"] == {
+            "secretName": "llm-portal-platform-admin",
+            "optional": True,
+            "defaultMode": 0o400,
+        }
+        assert mount["readOnly"] and mount["mountPath"] == "/run/secrets/platform-admin"
+        example = (ROOT / "deploy" / "env.example").read_text()
+        assert f"PLATFORM_ADMIN_PASSWORD_FILE={mount['mountPath']}/password" in example
+
     def test_all_pods_run_one_image(self, rendered: list[dict[str, Any]]) -> None:
         images = {c["image"] for _, pod in pod_specs(rendered) for c in containers(pod)}
         assert len(images) == 1
