@@ -195,6 +195,18 @@ def schedule_kueue_sync(tenant_id: int | None) -> None:
     transaction.on_commit(lambda: sync_kueue_task.delay(tenant_id), robust=True)
 
 
+class _Keep:
+    """A quota value the caller left out: the quota keeps the one it has."""
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP: Any = _Keep()
+QUOTA_VALUES = ("nominal_gpus", "borrowing_limit_gpus", "lending_limit_gpus")
+NEW_QUOTA = {"borrowing_limit_gpus": 0, "lending_limit_gpus": None}  # a new quota's values left out
+
+
 @transaction.atomic
 def quota_change_request_create(
     *,
@@ -202,15 +214,23 @@ def quota_change_request_create(
     flavor: GpuFlavor,
     user,
     nominal_gpus: int,
-    borrowing_limit_gpus: int = 0,
-    lending_limit_gpus: int | None = None,
+    borrowing_limit_gpus: int = KEEP,
+    lending_limit_gpus: int | None = KEEP,
     justification: str,
     ends_at=None,
 ) -> QuotaChangeRequest:
     """A tenant admin asks for new quota values for one flavor; with `ends_at`, only until then
-    (quotas.temporary reverts it)."""
+    (quotas.temporary reverts it). As in `quota_set`, a limit left out (KEEP, the default for
+    callers that omit it) keeps the quota's current value: asking for more nominal GPUs never
+    asks for the borrowing limit to go to 0."""
     if not tenant.has_role(user, Role.TENANT_ADMIN):
         raise Forbidden("Only tenant admins can request quota changes.")
+    current = TenantQuota.objects.filter(tenant=tenant, flavor=flavor).first()
+    kept = {name: getattr(current, name) for name in QUOTA_VALUES} if current else NEW_QUOTA
+    if borrowing_limit_gpus is KEEP:
+        borrowing_limit_gpus = kept["borrowing_limit_gpus"]
+    if lending_limit_gpus is KEEP:
+        lending_limit_gpus = kept["lending_limit_gpus"]
     check_quota_values(tenant=tenant, quota=None, nominal=nominal_gpus, borrowing=borrowing_limit_gpus)
     check_ends_at(ends_at)
     if not justification or not justification.strip():
@@ -219,17 +239,7 @@ def quota_change_request_create(
         raise DomainError("Cannot lend more than the nominal quota.", field="lending_limit_gpus")
     if QuotaChangeRequest.objects.filter(tenant=tenant, flavor=flavor, status=QuotaChangeStatus.PENDING).exists():
         raise ConflictError("A request for this flavor is already pending; wait for its decision.", field="flavor")
-    quota = TenantQuota.objects.filter(tenant=tenant, flavor=flavor).first()
-    previous = (
-        {
-            "nominal_gpus": quota.nominal_gpus,
-            "borrowing_limit_gpus": quota.borrowing_limit_gpus,
-            "lending_limit_gpus": quota.lending_limit_gpus,
-            "reserved_gpus": quota.reserved_gpus,
-        }
-        if quota
-        else {}
-    )
+    previous = {**kept, "reserved_gpus": current.reserved_gpus} if current else {}
     request = QuotaChangeRequest.objects.create(
         tenant=tenant,
         flavor=flavor,
@@ -340,18 +350,6 @@ def quota_change_reject(*, request_id: int, approver, comment: str) -> QuotaChan
         reason=request.decision_comment,
     )
     return request
-
-
-class _Keep:
-    """A quota value the caller left out: the quota keeps the one it has."""
-
-    def __repr__(self) -> str:
-        return "KEEP"
-
-
-KEEP: Any = _Keep()
-QUOTA_VALUES = ("nominal_gpus", "borrowing_limit_gpus", "lending_limit_gpus")
-NEW_QUOTA = {"borrowing_limit_gpus": 0, "lending_limit_gpus": None}  # a new quota's values left out
 
 
 @transaction.atomic

@@ -186,6 +186,25 @@ class TestQuotas:
 
 
 class TestQuotaChangeRequests:
+    def test_a_limit_left_out_of_a_request_keeps_its_current_value(self, world):
+        """A request for more nominal GPUs alone does not ask for borrowing 8 -> 0 (approving it
+        used to apply the 0); null lending is still a value: all unused quota."""
+        quota = TenantQuota.objects.get(tenant=world.alpha, flavor=world.h100)
+        TenantQuota.objects.filter(pk=quota.pk).update(borrowing_limit_gpus=8, lending_limit_gpus=3)
+        body = {"tenant": "alpha", "flavor": "h100-sxm5", "nominal_gpus": 12, "justification": "more"}
+        created = world.client("tenant_admin").post("/api/v1/quota-requests/", body, format="json")
+        assert created.status_code == 201, created.content
+        assert (created.json()["borrowing_limit_gpus"], created.json()["lending_limit_gpus"]) == (8, 3)
+        approved = world.client("platform_admin").post(
+            f"/api/v1/quota-requests/{created.json()['id']}/approve/", {"comment": "ok"}, format="json"
+        )
+        assert approved.status_code == 200, approved.content
+        quota.refresh_from_db()
+        assert (quota.nominal_gpus, quota.borrowing_limit_gpus, quota.lending_limit_gpus) == (12, 8, 3)
+        body = {**body, "flavor": "a100-pcie", "nominal_gpus": 4, "lending_limit_gpus": None}
+        created = world.client("tenant_admin").post("/api/v1/quota-requests/", body, format="json").json()
+        assert created["lending_limit_gpus"] is None
+
     def test_only_tenant_admins_request(self, world):
         check_matrix(
             world,

@@ -180,6 +180,7 @@ class TestBelowReserved:
             flavor=world.h100,
             user=world.users["tenant_admin"],
             nominal_gpus=4,
+            borrowing_limit_gpus=0,
             justification="less",
         )
         with pytest.raises(ConflictError) as approving:
