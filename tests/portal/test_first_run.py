@@ -86,9 +86,7 @@ class TestWords:
 
         TenantQuota.objects.filter(tenant=world.alpha, flavor=world.h100).update(borrowing_limit_gpus=8)
         page = world.browser("tenant_admin").get("/quotas/alpha/").content.decode()
-        current = json.loads(
-            re.search(r'<script[^>]*\bid="current-quota"[^>]*>(.*?)</script>', page).group(1)
-        )
+        current = json.loads(re.search(r'<script[^>]*\bid="current-quota"[^>]*>(.*?)</script>', page).group(1))
         quota = TenantQuota.objects.get(tenant=world.alpha, flavor=world.h100)
         assert current[str(world.h100.pk)] == {
             "nominal_gpus": quota.nominal_gpus,
