@@ -35,40 +35,76 @@ UNFIX_SLUG = """
 DROP TRIGGER IF EXISTS quotas_tenant_slug_fixed ON quotas_tenant;
 DROP FUNCTION IF EXISTS quotas_tenant_slug_fixed();
 """
+# The same three rules for SQLite, the demo's database (it has no plpgsql; RAISE(ABORT) is a
+# constraint failure, which Django reports as IntegrityError, as PostgreSQL's restrict_violation).
+SQLITE_FIXED_SLUG = [
+    """CREATE TRIGGER quotas_tenant_slug_retire BEFORE DELETE ON quotas_tenant BEGIN
+        INSERT OR IGNORE INTO quotas_retiredtenantslug (slug, retired_at) VALUES (OLD.slug, CURRENT_TIMESTAMP);
+    END""",
+    """CREATE TRIGGER quotas_tenant_slug_retired BEFORE INSERT ON quotas_tenant
+    WHEN EXISTS (SELECT 1 FROM quotas_retiredtenantslug WHERE slug = NEW.slug) BEGIN
+        SELECT RAISE(ABORT, 'the slug belonged to a deleted tenant');
+    END""",
+    """CREATE TRIGGER quotas_tenant_slug_fixed BEFORE UPDATE OF slug ON quotas_tenant
+    WHEN NEW.slug IS NOT OLD.slug BEGIN
+        SELECT RAISE(ABORT, 'the slug of a tenant is fixed');
+    END""",
+]
+SQLITE_UNFIX_SLUG = [
+    f"DROP TRIGGER IF EXISTS {name}"
+    for name in ("quotas_tenant_slug_retire", "quotas_tenant_slug_retired", "quotas_tenant_slug_fixed")
+]
 
+
+def fix_slugs(apps, schema_editor):
+    vendor = schema_editor.connection.vendor
+    for statement in [FIXED_SLUG] if vendor == "postgresql" else SQLITE_FIXED_SLUG if vendor == "sqlite" else []:
+        schema_editor.execute(statement, params=None)  # no placeholders: the plpgsql uses %
+
+
+def unfix_slugs(apps, schema_editor):
+    vendor = schema_editor.connection.vendor
+    for statement in [UNFIX_SLUG] if vendor == "postgresql" else SQLITE_UNFIX_SLUG if vendor == "sqlite" else []:
+        schema_editor.execute(statement, params=None)  # no placeholders: the plpgsql uses %
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('quotas', '0004_gpuflavor_kueue_problem'),
+        ("quotas", "0004_gpuflavor_kueue_problem"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='RetiredTenantSlug',
+            name="RetiredTenantSlug",
             fields=[
-                ('slug', models.CharField(max_length=40, primary_key=True, serialize=False)),
-                ('retired_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
+                ("slug", models.CharField(max_length=40, primary_key=True, serialize=False)),
+                ("retired_at", models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
             ],
             options={
-                'ordering': ['slug'],
+                "ordering": ["slug"],
             },
         ),
         migrations.AlterField(
-            model_name='gpuflavor',
-            name='name',
+            model_name="gpuflavor",
+            name="name",
             field=models.CharField(max_length=63, unique=True, validators=[quotas.validators.validate_flavor_name]),
         ),
         migrations.AlterField(
-            model_name='tenant',
-            name='namespace_created',
-            field=models.DateTimeField(blank=True, help_text="When the Kueue sync first applied the tenant's Namespace.", null=True),
+            model_name="tenant",
+            name="namespace_created",
+            field=models.DateTimeField(
+                blank=True, help_text="When the Kueue sync first applied the tenant's Namespace.", null=True
+            ),
         ),
         migrations.AlterField(
-            model_name='tenant',
-            name='slug',
-            field=models.CharField(help_text='Kubernetes namespace and Kueue LocalQueue name (DNS-1123 label); fixed once the tenant exists.', max_length=40, unique=True, validators=[quotas.validators.validate_tenant_slug]),
+            model_name="tenant",
+            name="slug",
+            field=models.CharField(
+                help_text="Kubernetes namespace and Kueue LocalQueue name (DNS-1123 label); fixed once the tenant exists.",
+                max_length=40,
+                unique=True,
+                validators=[quotas.validators.validate_tenant_slug],
+            ),
         ),
-        migrations.RunSQL(FIXED_SLUG, UNFIX_SLUG),
+        migrations.RunPython(fix_slugs, unfix_slugs),
     ]
