@@ -17,7 +17,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
 from core.limits import check_room
-from core.models import AuditEvent, audit
+from core.models import RECORD_FIELDS, AuditEvent, audit
 from core.throttles import WriteThrottle
 from quotas.choices import Role
 from quotas.models import Membership, is_platform_admin
@@ -111,20 +111,7 @@ class AuditEventSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = AuditEvent
-        fields = [
-            "id",
-            "created",
-            "actor",
-            "actor_name",
-            "action",
-            "tenant",
-            "object_type",
-            "object_id",
-            "reason",
-            "changes",
-            "ip_address",
-            "user_agent",
-        ]
+        fields = list(RECORD_FIELDS)  # the same columns as the exports
         extra_kwargs = {
             "actor_name": {
                 "help_text": 'Who acted: the username, "policy" (the tenant\'s auto-approve policy) or "system".'

@@ -59,13 +59,13 @@ SQLITE_UNFIX_SLUG = [
 def fix_slugs(apps, schema_editor):
     vendor = schema_editor.connection.vendor
     for statement in [FIXED_SLUG] if vendor == "postgresql" else SQLITE_FIXED_SLUG if vendor == "sqlite" else []:
-        schema_editor.execute(statement, params=None)  # no placeholders: the plpgsql uses %
+        schema_editor.execute(statement, params=None)  # params=None: the plpgsql's % signs are literal
 
 
 def unfix_slugs(apps, schema_editor):
     vendor = schema_editor.connection.vendor
     for statement in [UNFIX_SLUG] if vendor == "postgresql" else SQLITE_UNFIX_SLUG if vendor == "sqlite" else []:
-        schema_editor.execute(statement, params=None)  # no placeholders: the plpgsql uses %
+        schema_editor.execute(statement, params=None)  # params=None: the plpgsql's % signs are literal
 
 
 class Migration(migrations.Migration):
