@@ -30,7 +30,10 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), handler).serve_
 
 
 class ChattyEngine:
+    """A stand-in engine: `script` run as `python -c script <port> <www>`, healthy once it serves."""
+
     kind = "standin"
+    script = STANDIN
     required_modules = ("http.server",)
     port_count = 1
 
@@ -38,7 +41,7 @@ class ChattyEngine:
         return {"model": spec.served_model_name}
 
     def argv(self, python: str, config: dict[str, Any], ports: list[int], run_dir: Path) -> list[str]:
-        return [python, "-c", STANDIN, str(ports[0]), str(run_dir / "www")]
+        return [python, "-c", self.script, str(ports[0]), str(run_dir / "www")]
 
     def ready(self, ports: list[int], run_dir: Path) -> bool:
         return http_ok(f"http://127.0.0.1:{ports[0]}/health")

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import stat
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from runtime.backends.local.backend import LocalBackend
-from runtime.backends.local.engine import http_ok
 from runtime.backends.local.keys import (
     ENGINE_KEY_CHECK,
     ENGINE_KEYS_ENV,
@@ -26,8 +24,8 @@ from runtime.backends.local.keys import (
 )
 from runtime.backends.local.processes import session_members
 from runtime.keys import portal_key
-from runtime.spec import DeploymentSpec
 from tests.runtime.test_local import make_spec
+from tests.runtime.test_local_insight import ChattyEngine
 from tests.support.processes import wait_for
 
 MINTED = "llmp_" + "k3y" * 14 + "z"
@@ -48,22 +46,9 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), handler).serve_
 """
 
 
-class VllmStandIn:
+class VllmStandIn(ChattyEngine):
     kind = "vllm"  # what makes the backend give it keys
-    required_modules = ("http.server",)
-    port_count = 1
-
-    def config(self, spec: DeploymentSpec) -> dict[str, Any]:
-        return {"model": spec.served_model_name}
-
-    def argv(self, python: str, config: dict[str, Any], ports: list[int], run_dir: Path) -> list[str]:
-        return [python, "-c", STANDIN, str(ports[0]), str(run_dir / "www")]
-
-    def ready(self, ports: list[int], run_dir: Path) -> bool:
-        return http_ok(f"http://127.0.0.1:{ports[0]}/health")
-
-    def urls(self, ports: list[int]) -> tuple[str, str]:
-        return f"http://127.0.0.1:{ports[0]}/v1", f"http://127.0.0.1:{ports[0]}/metrics"
+    script = STANDIN
 
 
 def environ_of(pid: int) -> dict[str, str]:
