@@ -43,9 +43,12 @@ def test_approve_to_ready_to_deleted_through_a_real_worker(tx_world, k8s_api, tm
         # Released with the deletion, before the workload is gone (settle_gpus; Kueue keeps a
         # successor queued until the old Workload is removed).
         assert quota().reserved_gpus == 0 and deleted.json()["reserved_gpus"] == 0
+        # The worker removes the RayService, then marks the row deleted: the API's 404 (a deleted
+        # deployment drops out) is the later of the two, so the wait is on it (CI of stop 44 saw
+        # the RayService gone and the row not yet committed).
         wait_for(
-            lambda: k8s_api.get_object(k8s.RAYSERVICE, name, "alpha") is None,
+            lambda: member.get(f"/api/v1/deployments/{dep_id}/").status_code == 404,
             timeout=60,
-            what="the RayService to be deleted",
+            what="the deployment to be deleted",
         )
-        assert member.get(f"/api/v1/deployments/{dep_id}/").status_code == 404  # deleted drops out
+        assert k8s_api.get_object(k8s.RAYSERVICE, name, "alpha") is None
