@@ -4,20 +4,27 @@ from __future__ import annotations
 
 from django import forms
 
-from access.permissions import KeyAction, allowed
-from access.services import DEFAULT_DAYS, MAX_DAYS, NAME_MESSAGE
+from access.permissions import mint_tenants
+from access.services import DEFAULT_DAYS, MAX_DAYS, NAME_MESSAGE, key_tenant
+from core.exceptions import DomainError
 from deployments.models import ModelDeployment
-from deployments.states import DELETED_OR_DELETING, actor_of
+from deployments.states import DELETED_OR_DELETING
 from quotas.models import Tenant
 
 
 class MintForm(forms.Form):
-    tenant = forms.ModelChoiceField(queryset=Tenant.objects.none(), to_field_name="slug")
+    tenant = forms.ModelChoiceField(
+        queryset=Tenant.objects.none(),
+        to_field_name="slug",
+        required=False,
+        empty_label="The chosen deployment's tenant",
+    )
     deployment = forms.ModelChoiceField(
         queryset=ModelDeployment.objects.none(),
         required=False,
         empty_label="Every deployment of the tenant",
-        help_text="A key for one deployment works only there; a tenant key works on all of them.",
+        help_text="A key for one deployment works only there (its tenant is taken from it); "
+        "a tenant key works on all of them.",
     )
     name = forms.RegexField(
         regex=r"^[\w .:@-]{1,100}$", max_length=100, error_messages={"invalid": NAME_MESSAGE}, strip=True
@@ -28,14 +35,13 @@ class MintForm(forms.Form):
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
-        tenants = [
-            t.pk
-            for t in Tenant.objects.visible_to(user).filter(archived_at__isnull=True)
-            if allowed(actor_of(t, user), KeyAction.MINT)
-        ]
-        self.fields["tenant"].queryset = Tenant.objects.filter(pk__in=tenants).order_by("slug")
+        tenants = mint_tenants(user).order_by("slug")
+        self.fields["tenant"].queryset = tenants
+        if len(tenants) == 1:  # nothing to choose: the one tenant, preselected, no empty choice
+            self.fields["tenant"].empty_label = None
+            self.fields["tenant"].initial = tenants[0].slug
         self.fields["deployment"].queryset = (
-            ModelDeployment.objects.filter(tenant_id__in=tenants)
+            ModelDeployment.objects.filter(tenant__in=tenants)
             .exclude(state__in=DELETED_OR_DELETING)
             .select_related("tenant")
             .order_by("tenant__slug", "name")
@@ -44,7 +50,9 @@ class MintForm(forms.Form):
 
     def clean(self):
         data = super().clean()
-        dep, tenant = data.get("deployment"), data.get("tenant")
-        if dep is not None and tenant is not None and dep.tenant_id != tenant.pk:
-            self.add_error("deployment", "That deployment belongs to another tenant.")
+        if "tenant" in data and "deployment" in data:  # both parsed: access.services.key_tenant decides
+            try:
+                data["tenant"] = key_tenant(tenant=data["tenant"], deployment=data["deployment"])
+            except DomainError as error:
+                self.add_error(error.field, error.message)
         return data

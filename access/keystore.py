@@ -79,19 +79,19 @@ def withdraw(key: ApiKey) -> None:
 
 
 def refresh_local_engines(key: ApiKey) -> int:
-    """Reconcile the key's running local deployments, so their engines restart with the current
-    key set (the engine's spec hash covers it); returns how many were asked."""
+    """Hand the key's running local engines their current key set now (each rewrites its engine's
+    key file, read on the next request: no restart, the endpoint URL stays), so a revoked key is
+    refused as soon as the withdrawing task ends. Returns how many engines were told."""
     from deployments.models import ModelDeployment
     from deployments.states import RUNNING
-    from deployments.tasks import reconcile_deployment_task
-    from runtime.backends import names
+    from runtime.backends import get_backend, names
 
     deps = ModelDeployment.objects.filter(
         tenant_id=key.tenant_id, backend__in=names(on_cluster=False), state__in=RUNNING
     )
     if key.deployment_id:
         deps = deps.filter(pk=key.deployment_id)
-    ids = list(deps.values_list("pk", flat=True))
-    for dep_id in ids:
-        reconcile_deployment_task.delay(dep_id)
-    return len(ids)
+    told = 0
+    for dep_id, backend in deps.values_list("pk", "backend"):
+        told += get_backend(backend).refresh_keys(tenant_slug=key.tenant.slug, deployment_id=dep_id)
+    return told

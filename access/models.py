@@ -56,7 +56,7 @@ class ApiKey(models.Model):
     )
     # Where the key was published: the gateway Secret's state ("" = not exposed on a Gateway).
     gateway_state = models.CharField(max_length=20, blank=True, default="")
-    last_used = models.DateTimeField(null=True, blank=True)  # not provided by the gateway (README)
+    last_used = models.DateTimeField(null=True, blank=True)  # not provided by the gateway (docs/install.md, step 8)
 
     objects = ApiKeyQuerySet.as_manager()
 

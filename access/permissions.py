@@ -30,10 +30,39 @@ PERMISSIONS: dict[KeyAction, frozenset[Actor]] = {
     KeyAction.REVOKE_OWN: _PEOPLE,
     KeyAction.REVOKE_ANY: frozenset({Actor.TENANT_ADMIN, Actor.PLATFORM_ADMIN}),
 }
+_MINTERS = PERMISSIONS[KeyAction.MINT]
 
 
 def allowed(actor: Actor | None, action: KeyAction) -> bool:
     return actor in PERMISSIONS[action]
+
+
+def _names(actors) -> str:
+    """Tenant roles in the table's order, as a sentence names them: "a member or tenant admin"."""
+    roles = [actor.value.replace("_", " ") for actor in Actor if actor in actors and actor != Actor.PLATFORM_ADMIN]
+    return "a " + " or ".join(roles) if roles else "a platform admin"
+
+
+def mint_note() -> str:
+    """Why a reader sees no mint control (the pages show it where they leave the control out)."""
+    readers = [a.value.replace("_", " ") + "s" for a in Actor if a in PERMISSIONS[KeyAction.LIST] - _MINTERS]
+    who = " and ".join(readers).capitalize() or "Readers"
+    return f"{who} can read keys' names, dates and status; {_names(_MINTERS)} of the tenant mints keys."
+
+
+def revoke_note() -> str:
+    """Who revokes which key (shown where a key's Revoke button is left out)."""
+    own = _names(PERMISSIONS[KeyAction.REVOKE_OWN] - PERMISSIONS[KeyAction.REVOKE_ANY])
+    anyone = _names(PERMISSIONS[KeyAction.REVOKE_ANY])
+    return f"{own.capitalize()} revokes the keys they made; {anyone} revokes any key of the tenant."
+
+
+def mint_tenants(user):
+    """The tenants the user may mint keys for now: visible, not archived, a minting role."""
+    from quotas.models import Tenant
+
+    tenants = Tenant.objects.visible_to(user).filter(archived_at__isnull=True)
+    return Tenant.objects.filter(pk__in=[t.pk for t in tenants if allowed(actor_of(t, user), KeyAction.MINT)])
 
 
 def minting_roles() -> list[str]:

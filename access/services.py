@@ -43,6 +43,20 @@ def key_lookup(plaintext: str) -> ApiKey | None:
     return key if key is not None and secrets.compare_digest(key.key_hash, digest) else None
 
 
+def key_tenant(*, tenant: Tenant | None, deployment: ModelDeployment | None) -> Tenant:
+    """The tenant a key is minted in: the one named, else the chosen deployment's (a deployment
+    implies its tenant). The one rule for the mint form and the API."""
+    if deployment is None:
+        if tenant is None:
+            raise DomainError("Choose a tenant, or a deployment (the key is minted in its tenant).", field="tenant")
+        return tenant
+    if tenant is not None and deployment.tenant_id != tenant.pk:
+        raise DomainError(
+            f"That deployment belongs to {deployment.tenant.slug}, not {tenant.slug}.", field="deployment"
+        )
+    return deployment.tenant
+
+
 def _deployment_for(tenant: Tenant, deployment_id: int | None) -> ModelDeployment | None:
     if deployment_id is None:
         return None

@@ -34,7 +34,8 @@ def publish_key_task(key_id: int, sealed: str) -> str | None:
 
 @shared_task(**RETRY)
 def withdraw_key_task(key_id: int) -> str | None:
-    """Delete the key's Secret and local file, and restart its local engines without it."""
+    """Delete the key's Secret and local file, and hand its running local engines the key set
+    without it (they refuse it from the next request on; no restart)."""
     from access.keystore import refresh_local_engines, withdraw
     from access.models import ApiKey
 

@@ -1,5 +1,5 @@
-"""API-key pages: the list, mint (shown once), revoke. Thin callers of access.services, as the
-API is."""
+"""API-key pages: the list, mint (shown once), revoke (after a confirmation page). Thin callers
+of access.services, as the API is."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_POST
 
 from access.api.views import filter_keys
 from access.forms import MintForm
 from access.models import ApiKey
-from access.permissions import may_revoke
+from access.permissions import KeyAction, allowed, may_revoke, mint_note, mint_tenants, revoke_note
 from access.services import key_mint, key_revoke
 from core.exceptions import DomainError
+from deployments.states import actor_of
 
 
 @login_required
@@ -30,16 +30,29 @@ def key_list(request):
     context = {
         "rows": rows,
         "gateway_url": settings.GATEWAY_PUBLIC_URL,
-        "can_mint": MintForm(user=request.user).fields["tenant"].queryset.exists(),
+        "can_mint": mint_tenants(request.user).exists(),
+        "mint_note": mint_note(),
+        # Said only where an active key of the list shows no Revoke button.
+        "revoke_note": revoke_note() if any(r["key"].revoked_at is None and not r["can_revoke"] for r in rows) else "",
     }
     return render(request, "access/apikey_list.html", context)
+
+
+def endpoint_panel(request, dep) -> dict:
+    """What the deployment page's Endpoint panel shows about keys (registered with
+    deployments.panels by AccessConfig.ready): the mint link only where the user may mint."""
+    can_mint = allowed(actor_of(dep.tenant, request.user), KeyAction.MINT) and not dep.tenant.archived
+    return {"can_mint_key": can_mint, "key_mint_note": "" if can_mint else mint_note()}
 
 
 @login_required
 @never_cache
 def key_new(request):
-    """Mint a key; the answer to the POST shows it once (never stored, never redirected to)."""
-    initial = {"tenant": request.GET.get("tenant"), "deployment": request.GET.get("deployment")}
+    """Mint a key; the answer to the POST shows it once (never stored, never redirected to).
+    Someone who may mint in no tenant is told why instead of shown a form with empty lists."""
+    if not mint_tenants(request.user).exists():
+        return render(request, "access/apikey_form.html", {"refusal": mint_note()}, status=403)
+    initial = {name: request.GET[name] for name in ("tenant", "deployment") if request.GET.get(name)}
     form = MintForm(request.POST or None, user=request.user, initial=initial)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
@@ -59,9 +72,14 @@ def key_new(request):
 
 
 @login_required
-@require_POST
 def key_revoke_view(request, pk: int):
-    key = get_object_or_404(ApiKey.objects.visible_to(request.user), pk=pk)
+    """Revoke a key after a confirmation page (GET, or a POST without `confirm`): it works without
+    JavaScript. The API's revoke stays one call."""
+    key = get_object_or_404(ApiKey.objects.visible_to(request.user).select_related("tenant", "deployment"), pk=pk)
+    if not may_revoke(request.user, key):  # the service refuses too; the page says who may
+        return render(request, "access/apikey_revoke.html", {"key": key, "refusal": revoke_note()}, status=403)
+    if request.method != "POST" or request.POST.get("confirm") != "1":
+        return render(request, "access/apikey_revoke.html", {"key": key})
     try:
         key_revoke(user=request.user, key_id=key.pk)
     except DomainError as error:

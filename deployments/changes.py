@@ -13,6 +13,7 @@ from deployments.services.common import apply_spec, spec_gpus, spec_of
 from deployments.specs import deployment_spec
 from deployments.states import RUNNING
 from quotas.models import GpuFlavor
+from quotas.pricing import price_per_hour
 from runtime.backends import traits as backend_traits
 
 LABELS = SPEC_LABELS
@@ -88,10 +89,7 @@ class ChangeSummary:
 def _hourly(spec: dict | None) -> Decimal | None:
     if spec is None:
         return Decimal(0)
-    flavor = GpuFlavor.objects.filter(pk=spec.get("flavor")).first()
-    if flavor is None or flavor.price_per_gpu_hour is None:
-        return None
-    return flavor.price_per_gpu_hour * spec_gpus(spec)
+    return price_per_hour(GpuFlavor.objects.filter(pk=spec.get("flavor")).first(), spec_gpus(spec))
 
 
 def _impact(dep: ModelDeployment, new: dict) -> tuple[str, str]:

@@ -23,7 +23,7 @@ class Backend(models.TextChoices):
 
 
 class Quantization(models.TextChoices):
-    NONE = "", "None"
+    NONE = "", "No quantization"  # not "None": the pages read a bare None as a missing value
     FP8 = "fp8", "FP8"
     AWQ = "awq", "AWQ (4-bit)"
     GPTQ = "gptq", "GPTQ (4-bit)"

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from django import forms
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db.models import Q
 from django.forms.utils import pretty_name
+from django.utils.functional import cached_property
 
 from deployments.choices import Backend, Dtype, Quantization, ServingProfile
 from deployments.limits import LIMITS
@@ -14,6 +16,7 @@ from deployments.validation import NAME_MAX, check_draft
 from quotas.choices import Role
 from quotas.models import GpuFlavor, Tenant
 from quotas.policy import allowed_flavor_ids
+from quotas.services import flavors_with_quota
 from runtime.backends import not_installed
 
 
@@ -38,6 +41,18 @@ class DeploymentForm(forms.Form):
     flavor = forms.ModelChoiceField(
         queryset=GpuFlavor.objects.filter(active=True), widget=forms.RadioSelect, empty_label=None, label="Hardware"
     )
+    # The profile comes before the fields it fills (parallelism, replicas, engine options), right
+    # after what it is computed from: the model and the hardware.
+    serving_profile = forms.ChoiceField(
+        choices=ServingProfile.choices,
+        required=False,
+        label="Serving profile",
+        help_text="Fills parallelism, replicas, target and engine options for the chosen hardware; every field "
+        "stays yours to edit.",
+    )
+    # The profile the fields were last filled from (the script or "Apply profile" sets it): a
+    # request naming another profile is shown filled first, so nothing runs with unseen values.
+    profile_applied = forms.CharField(max_length=12, required=False, widget=forms.HiddenInput)
     tensor_parallel_size = forms.IntegerField(
         **LIMITS["tensor_parallel_size"].bounds(),
         initial=1,
@@ -89,17 +104,6 @@ class DeploymentForm(forms.Form):
         help_text="Only for models not in the catalog, for the memory estimate.",
     )
 
-    serving_profile = forms.ChoiceField(
-        choices=ServingProfile.choices,
-        required=False,
-        label="Serving profile",
-        help_text="Fills parallelism, replicas, target and engine options for the chosen hardware; every field "
-        "stays yours to edit.",
-    )
-    # The profile the fields were last filled from (the script or "Apply profile" sets it): a
-    # request naming another profile is shown filled first, so nothing runs with unseen values.
-    profile_applied = forms.CharField(max_length=12, required=False, widget=forms.HiddenInput)
-
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         self.user = user
@@ -109,9 +113,11 @@ class DeploymentForm(forms.Form):
         )
         tenants = tenants.filter(archived_at__isnull=True)
         self.fields["tenant"].queryset = tenants
-        if not self.initial.get("tenant") and len(tenants) == 1:
-            self.initial["tenant"] = tenants[0].pk  # a member of one team has nothing to choose
-            self.offer_flavors_of(tenants[0])
+        if len(tenants) == 1:  # a member of one team has nothing to choose: no "---------" beside it
+            self.fields["tenant"].empty_label = None
+            if not self.initial.get("tenant"):
+                self.initial["tenant"] = tenants[0].pk
+                self.offer_flavors_of(tenants[0])
         self.fields["backend"].choices = [
             (b, f"{label} (not installed on the cluster)" if not_installed(b) else label)
             for b, label in Backend.choices
@@ -131,22 +137,71 @@ class DeploymentForm(forms.Form):
         """check_draft's keyword arguments for this form's draft."""
         return {"tenant": data.get("tenant")}
 
+    def draft(self, data: dict) -> dict:
+        """The cleaned values as the draft check_draft (and the services) take."""
+        return dict(data, quantization=data.get("quantization") or "")
+
     def clean(self):
+        # The draft's rules run even when a field was refused, on what did clean: the fit panel
+        # lists every problem at once (a field refused by its own check keeps that one message).
         data = super().clean()
-        if self.errors:
-            return data
-        self.check = check_draft(dict(data, quantization=data.get("quantization") or ""), **self.check_context(data))
-        for field, message in self.check.errors.items():
-            self.add_error(field if field in self.fields else None, message)
+        refused = set(self.errors)
+        self.check = check_draft(self.draft(data), refused=refused, **self.check_context(data))
+        for name, messages in self.check.errors.items():
+            if name not in refused:
+                self.add_error(name if name in self.fields else None, messages)
         return data
 
     def labelled_errors(self) -> list[tuple[str, str]]:
         """(label, message) for every error of the form and of the fit check, in the words the
-        form shows ("Max replicas", not max_replicas)."""
-        found = [(self.label_of(f), e) for f, errors in self.errors.items() for e in errors]
+        form shows ("Max replicas", not max_replicas), each once, in the order of the fields."""
+        errors = [(f, e) for f, messages in self.errors.items() for e in messages]
         if self.check is not None:
-            found += [(self.label_of(f), e) for f, e in self.check.errors.items() if (self.label_of(f), e) not in found]
+            errors += [(f, e) for f, messages in self.check.errors.items() for e in messages]
+        order = {name: i for i, name in enumerate(self.fields)}  # top to bottom; the request as a whole first
+        found: list[tuple[str, str]] = []
+        for name, message in sorted(errors, key=lambda item: order.get(item[0], -1)):
+            if (self.label_of(name), message) not in found:
+                found.append((self.label_of(name), message))
         return found
+
+    def quota_tenant(self) -> Tenant | None:
+        """The tenant whose quota the hardware is marked against: the one chosen so far."""
+        try:
+            return self.fields["tenant"].clean(self["tenant"].value())
+        except ValidationError:
+            return None
+
+    @cached_property
+    def flavors_without_quota(self) -> set[int]:
+        """The offered flavors (ids) the tenant has no quota for (quotas.services.flavors_with_quota):
+        marked "no quota" on the tiles. They stay selectable: the fit panel still sizes the model
+        on them and says how quota is requested, while the request itself is refused."""
+        tenant = self.quota_tenant()
+        if tenant is None:
+            return set()
+        offered = {flavor.pk for flavor in self.fields["flavor"].queryset}
+        return offered - flavors_with_quota(tenant)
+
+    def for_panel(self) -> DeploymentForm:
+        """The form whose check the fit panel shows as the page loads: this one once submitted;
+        before that, when the model and the hardware are filled in (an edit, an applied profile),
+        a copy bound to those values, so the panel shows their fit instead of asking for them."""
+        if self.is_bound or not (self["model_source"].value() and self["flavor"].value()):
+            return self
+        data = {}
+        for name in self.fields:
+            value = self[name].value()
+            if isinstance(value, bool):
+                value = "on" if value else None
+            if value is not None:
+                data[name] = value
+        panel = self.bound(data)
+        panel.is_valid()
+        return panel
+
+    def bound(self, data: dict) -> DeploymentForm:
+        return DeploymentForm(data, user=self.user)
 
     def label_of(self, name: str) -> str:
         return label_of(self, name)
@@ -237,15 +292,14 @@ class DeploymentEditForm(DeploymentForm):
     def fresh(self, values: dict) -> DeploymentForm:
         return DeploymentEditForm(deployment=self.deployment, user=self.user, initial=values)
 
-    def clean(self):
-        data = super(DeploymentForm, self).clean()
-        if self.errors:
-            return data
-        draft = dict(data, quantization=data.get("quantization") or "", backend=self.deployment.backend)
-        self.check = check_draft(draft, **self.check_context(data))
-        for field, message in self.check.errors.items():
-            self.add_error(field if field in self.fields else None, message)
-        return data
+    def draft(self, data: dict) -> dict:
+        return dict(super().draft(data), backend=self.deployment.backend)
+
+    def quota_tenant(self) -> Tenant | None:
+        return self.deployment.tenant
+
+    def bound(self, data: dict) -> DeploymentForm:
+        return DeploymentEditForm(data, deployment=self.deployment, user=self.user)
 
 
 def label_of(form: forms.Form, name: str) -> str:

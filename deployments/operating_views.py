@@ -13,6 +13,7 @@ from core.exceptions import DomainError
 from core.params import query_int
 from deployments import operating
 from deployments.views import _visible
+from runtime.backends import traits
 from runtime.backends.insight import LOG_LINES_MAX
 
 # At most one live Events read per deployment in this many seconds, whoever asks.
@@ -38,9 +39,12 @@ def deployment_phases(request, pk: int):
 def deployment_timeline(request, pk: int):
     dep = _visible(request, pk)
     refresh = request.GET.get("refresh") == "1" and refresh_allowed(dep.pk)
-    return render(
-        request, "deployments/_events_body.html", {"dep": dep, "timeline": operating.timeline(dep, refresh=refresh)}
-    )
+    context = {
+        "dep": dep,
+        "timeline": operating.timeline(dep, refresh=refresh),
+        "on_cluster": traits(dep.backend).on_cluster,
+    }
+    return render(request, "deployments/_events_body.html", context)
 
 
 @login_required

@@ -5,7 +5,7 @@ not own, such as the engine metrics: live tokens/s and KV cache in the rows, the
 charts on the detail page. An app that owns such a part registers a context provider here from
 its AppConfig.ready() (metrics/apps.py); the views merge what the providers return into the
 template context, in registration order. deployments never imports those apps: they sit above
-it (README, "Layout"), and the templates read the names the providers document.
+it (docs/architecture.md, "Layout"), and the templates read the names the providers document.
 """
 
 from __future__ import annotations

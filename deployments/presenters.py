@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC
 from decimal import Decimal
 
@@ -10,12 +9,13 @@ from django.utils.dateparse import parse_datetime
 
 from deployments.changes import ChangeSummary, change_summary, history
 from deployments.choices import RevisionStatus
+from deployments.endpoint import endpoint_context
 from deployments.limits import LIMITS
 from deployments.models import DeploymentRevision, ModelDeployment
 from deployments.panels import extra_detail_context
 from deployments.queries import derived_badge
 from deployments.specs import deployment_spec
-from deployments.states import REQUESTED, RUNNING, SERVING, STARTING, Action, actor_of, revision_actions_for
+from deployments.states import REQUESTED, RUNNING, STARTING, Action, actor_of, revision_actions_for
 from runtime.backends import traits as backend_traits
 
 CONDITION_WORDS = {
@@ -117,64 +117,32 @@ def rendered_manifest(dep: ModelDeployment) -> dict:
         return {"title": title, "object": None, "error": f"It cannot be rendered: {error}"}
 
 
-def snippets(dep: ModelDeployment) -> dict[str, str]:
-    base = dep.endpoint_url or "http://<endpoint>/v1"
-    model = dep.served_model_name or dep.name
-    # The key comes from the environment ($API_KEY: minted on the API keys page), never the page.
-    curl = (
-        f"curl {base}/chat/completions \\\n  -H 'Content-Type: application/json' \\\n"
-        '  -H "Authorization: Bearer $API_KEY" \\\n'
-        f"  -d '{json.dumps({'model': model, 'messages': [{'role': 'user', 'content': 'Hello!'}]})}'"
-    )
-    python = (
-        "import os\n\nfrom openai import OpenAI\n\n"
-        f'client = OpenAI(base_url="{base}", api_key=os.environ["API_KEY"])\n'
-        f'reply = client.chat.completions.create(model="{model}",\n'
-        '    messages=[{"role": "user", "content": "Hello!"}])\n'
-        "print(reply.choices[0].message.content)"
-    )
-    return {"curl": curl, "python": python, "note": endpoint_note(dep)}
-
-
-def endpoint_note(dep: ModelDeployment) -> str:
-    """Where the endpoint URL leads and which keys it takes (README "Endpoint access")."""
-    from django.conf import settings
-
-    if not backend_traits(dep.backend).on_cluster:
-        return "The local engine accepts keys minted for this deployment or for its tenant."
-    if settings.GATEWAY_PUBLIC_URL:
-        exposed = dep.condition("Exposed")
-        if exposed is not None and exposed.get("status") != "True":  # runtime.backends.exposure
-            return f"Not exposed yet: {exposed.get('message') or exposed.get('reason')}"
-        return "Through the platform Gateway: send a key minted for this deployment or for its tenant."
-    # Without the Gateway no Kuadrant AuthPolicy stands in front of the engine, and the engine
-    # itself is started without a key: the Authorization header the examples send is ignored.
-    return (
-        "Cluster-internal URL: no Gateway is configured (GATEWAY_PUBLIC_URL is unset), so the endpoint "
-        "is reachable only inside the cluster and nothing checks a key there: the examples' "
-        "Authorization header is ignored until a Gateway is configured, so anyone in the cluster can call it."
-    )
-
-
 def detail_context(request, dep: ModelDeployment) -> dict:
     """The detail page's (and its polled status partial's) context: the deployment's own parts,
     then what the apps above add through deployments.panels (metrics: advice and charts)."""
-    from deployments.states import actions_for
+    from deployments.states import actions_for, who_may
     from deployments.views import allowed_actions
 
-    allowed = actions_for(actor_of(dep.tenant, request.user), dep.state)
+    actor = actor_of(dep.tenant, request.user)
+    allowed = actions_for(actor, dep.state)
+    on_cluster = backend_traits(dep.backend).on_cluster
     return {
         "dep": dep,
         "can_edit": Action.UPDATE in allowed,
         "can_scale": Action.SCALE in allowed,
-        "serving_now": dep.state in SERVING,
-        "preview_title": PREVIEW_TITLES[backend_traits(dep.backend).on_cluster],
+        "can_read_logs": Action.LOGS in allowed,
+        "logs_readers": who_may(Action.LOGS),
+        # Kubernetes-only parts (the Kueue story, cluster Events) only where the backend is one.
+        "on_cluster": on_cluster,
+        # Not running: the conditions and the last message are what the last run reported.
+        "running": dep.state in RUNNING,
+        "preview_title": PREVIEW_TITLES[on_cluster],
         "badge": derived_badge(dep),
         "conditions": plain_conditions(dep),
-        "kueue": kueue_story(dep),
-        "kueue_details": queue_details(dep) if backend_traits(dep.backend).on_cluster else [],
+        "kueue": kueue_story(dep) if on_cluster else "",
+        "kueue_details": queue_details(dep) if on_cluster else [],
         "actions": allowed_actions(request.user, dep),
-        "snippets": snippets(dep),
+        **endpoint_context(dep, actor),  # serving_now, not_serving, snippets_apply, snippets
         "limits": LIMITS,
         **extra_detail_context(request, dep),
     }
@@ -238,6 +206,7 @@ def change_view(dep: ModelDeployment, rev: DeploymentRevision) -> dict:
         "rows": summary.rows,
         "gpus": f"{summary.gpus_before} → {summary.gpus_after} ({signed(summary.gpu_delta)})",
         "cost": cost,
+        "price": "no GPU-hour price set" if summary.cost_after is None else hourly(summary.cost_after),
         "how_label": HOW_LABELS[summary.how],
         "swap": swap_note(summary),
     }
@@ -337,8 +306,32 @@ def revision_done(dep: ModelDeployment, action: str, number: int, before: dict) 
     return f"{verb} revision {number}; {_keeps(dep)}, untouched."
 
 
+def stop_words(dep: ModelDeployment) -> dict:
+    """What a stop does, said before it is done: the stop confirmation page's title, explanation
+    and buttons (the API's POST …/stop/ does the same in one call)."""
+    if dep.state in RUNNING:
+        text = f"{dep.name} stops serving: calls to its endpoint fail until it is started again."
+        if dep.reserved_gpus:
+            gpus = f"{dep.reserved_gpus} reserved GPU{'' if dep.reserved_gpus == 1 else 's'}"
+            text += f" Its {gpus} are released now and its workload is removed."
+        keep = "Keep it running"
+    else:  # failed: its GPUs went with the failure
+        text = f"{dep.name} failed and serves nothing; stopping it keeps it stopped until it is started again."
+        keep = "Leave it as it is"
+    if dep.serving_revision_id:
+        text += (
+            f" Revision {dep.serving_revision.number} stays the serving revision: starting it again needs no "
+            "approval, only room in the quota."
+        )
+    if dep.proposed_number:
+        text += f" The change waiting for approval (revision {dep.proposed_number}) stays waiting."
+    return {"title": f"Stop {dep.name}?", "explanation": text, "confirm_label": "Yes, stop it", "keep_label": keep}
+
+
 def confirm_context(dep: ModelDeployment, action: str, rev: DeploymentRevision | None) -> dict:
-    """The confirmation page of a cancel or a withdrawal: what happens, and the two buttons."""
+    """The confirmation page of a cancel, a stop or a withdrawal: what happens, and the two buttons."""
+    if action == "stop":
+        return {"dep": dep, "action": action, **stop_words(dep)}
     if action == "cancel":
         return {
             "dep": dep,

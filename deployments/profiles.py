@@ -55,7 +55,7 @@ PROFILE_FIELDS = (
     "quantization",
 )
 PROFILES = tuple(p for p in ServingProfile.values if p)
-# What each profile is for, in a few words (the form's choices, the advisor's advice, the README).
+# What each profile is for, in a few words (the form's choices, the advisor's advice, docs/deployments.md).
 SUMMARY = {
     ServingProfile.THROUGHPUT: "large batched-token budget, high target ongoing requests, FP8 where the GPU allows",
     ServingProfile.LATENCY: "tensor parallelism in one node, smaller prefill chunks, lower target ongoing requests",

@@ -41,7 +41,7 @@ SCRAPED = frozenset({S.PROVISIONING, S.READY, S.DEGRADED})
 # The workload must go away: the reconciler removes it (the GPUs went with the state change).
 TEAR_DOWN = frozenset({S.STOPPED, S.FAILED, S.REJECTED, S.CANCELLED, S.DELETING})
 # Holds a GPU reservation: exactly the running states. `services.common.settle_gpus` is the one
-# function that reserves and releases, and it reads this set (the README states the rule).
+# function that reserves and releases, and it reads this set (docs/deployments.md states the rule).
 HOLDS_GPUS = RUNNING
 # GPU-hours are billed while the deployment holds a reservation (same set, named for the ledger).
 BILLABLE = HOLDS_GPUS
@@ -178,6 +178,13 @@ READ_ACTIONS = frozenset({Action.LOGS})
 # Actions on one revision: their buttons sit beside that revision, not in the deployment's bar.
 REVISION_ACTIONS = frozenset(a for a, rule in PERMISSIONS.items() if rule.revisions is not None)
 _VERB = {Action.LOGS: "read the logs of", Action.ROLLBACK: "roll back", Action.UPDATE: "change"}
+
+
+def who_may(action: Action) -> str:
+    """The people the table lets take `action`, as a sentence names them ("members and tenant
+    admins"): the pages say it where they leave a control out."""
+    names = [a.value.replace("_", " ") + "s" for a in Actor if a in PERMISSIONS[action].actors and a != Actor.POLICY]
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 2 else names)
 
 
 def actor_of(tenant, user) -> Actor | None:

@@ -87,7 +87,13 @@ def deployment_new(request):
                 ),
             )
             return redirect("deployment-detail", pk=dep.pk)
-    return render(request, "deployments/deployment_form.html", {"form": form, "backends": Backend})
+    return _form_page(request, form)
+
+
+def _form_page(request, form: DeploymentForm, **context):
+    """The request or edit page; its fit panel shows the check of what is filled in already."""
+    context = {"form": form, "panel": form.for_panel(), "backends": Backend, **context}
+    return render(request, "deployments/deployment_form.html", context)
 
 
 def _show_applied(request, form: DeploymentForm, dep: ModelDeployment | None = None):
@@ -98,10 +104,10 @@ def _show_applied(request, form: DeploymentForm, dep: ModelDeployment | None = N
     else:
         label = ServingProfile(form.preset.profile).label
         messages.info(request, f"Applied the {label} profile: check the values (each is yours to edit), then submit.")
-    context = {"form": form, "backends": Backend, "dep": dep}
+    context = {"dep": dep}
     if dep is not None:
         context |= {"serving_rev": dep.serving_revision, "waiting": dep.proposed_number}
-    return render(request, "deployments/deployment_form.html", context)
+    return _form_page(request, form, **context)
 
 
 def _draft_form(request) -> DeploymentForm:
@@ -126,12 +132,13 @@ def deployment_profile(request):
 
 @login_required
 def deployment_preview(request):
-    """htmx: quota fit and memory fit for the form as typed so far (creates nothing)."""
+    """htmx: every problem, the quota and memory fit and the price per hour for the form as typed
+    so far (creates nothing); the hardware tiles' "no quota" marks follow the chosen tenant."""
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
     form = _draft_form(request)
     form.is_valid()
-    return render(request, "deployments/_preview.html", {"form": form, "check": form.check})
+    return render(request, "deployments/_preview.html", {"form": form, "check": form.check, "oob": True})
 
 
 @login_required
@@ -226,8 +233,7 @@ def deployment_edit(request, pk: int):
         if _propose(form, lambda: services.deployment_update(deployment_id=dep.pk, user=request.user, data=data)):
             messages.success(request, proposal_outcome(dep, before))
             return redirect("deployment-detail", pk=dep.pk)
-    context = {"form": form, "dep": dep, "serving_rev": dep.serving_revision, "waiting": dep.proposed_number}
-    return render(request, "deployments/deployment_form.html", context)
+    return _form_page(request, form, dep=dep, serving_rev=dep.serving_revision, waiting=dep.proposed_number)
 
 
 LIFECYCLE = {
@@ -331,13 +337,13 @@ def _revision_action(request, dep: ModelDeployment, action: str):
 
 
 # Actions that ask first: GET shows what would happen and a button that POSTs (no script needed).
-CONFIRMED = {"cancel": Action.CANCEL, "withdraw": Action.WITHDRAW}
+CONFIRMED = {"cancel": Action.CANCEL, "stop": Action.STOP, "withdraw": Action.WITHDRAW}
 
 
 @login_required
 @require_http_methods(["GET", "HEAD", "POST"])
 def deployment_confirm(request, pk: int, action: str):
-    """Cancel a request, or withdraw a proposed change, after a confirmation page."""
+    """Cancel a request, stop what runs, or withdraw a proposed change, after a confirmation page."""
     if request.method == "POST":
         return deployment_action(request, pk=pk, action=action)
     dep = _visible(request, pk)

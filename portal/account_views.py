@@ -18,7 +18,7 @@ from core.exceptions import DomainError
 from core.models import audit
 from core.throttles import WriteThrottle
 from portal.accounts import invite_tokens, user_invite
-from quotas.models import is_platform_admin
+from quotas.members import can_invite
 
 
 class InviteSerializer(serializers.Serializer):
@@ -63,9 +63,11 @@ class InviteForm(forms.Form):
 @login_required
 def invite(request):
     """The platform admin's form; after it, the link, shown once."""
-    if not is_platform_admin(request.user):
+    if not can_invite(request.user):
         raise PermissionDenied("Only platform admins invite people.")
-    form = InviteForm(request.POST or None)
+    # Prefilled from the members page's link for a person who has no account yet.
+    initial = {name: request.GET[name][:254] for name in ("username", "email") if request.GET.get(name)}
+    form = InviteForm(request.POST or None, initial=initial)
     invitation = None
     if request.method == "POST" and form.is_valid():
         try:

@@ -36,7 +36,8 @@ from django.utils.http import urlsafe_base64_encode
 from core.exceptions import DomainError, Forbidden
 from core.identity import users_with_email
 from core.models import audit
-from quotas.models import PLATFORM_ADMIN_GROUP, is_platform_admin
+from quotas.members import can_invite
+from quotas.models import PLATFORM_ADMIN_GROUP
 
 CONFIGURATION = "configuration"  # the audit log's actor for what the settings decided
 
@@ -84,7 +85,7 @@ def invite_path(user) -> str:
 def user_invite(*, actor, username: str, email: str, reason: str = ""):
     """Invite a person: their account without a usable password, and the link's path.
     Returns (user, path, expires)."""
-    if not is_platform_admin(actor):
+    if not can_invite(actor):
         raise Forbidden("Only platform admins invite people.")
     User = get_user_model()
     username, email = _check_username(username), _check_email(email)

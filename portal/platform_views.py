@@ -12,6 +12,8 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
 from core.exceptions import DomainError
@@ -210,25 +212,37 @@ def tenant_members(request, slug: str):
     """The tenant's members; add one by username or e-mail."""
     tenant = _managed_tenant(request, slug)
     form = MemberAddForm(request.POST or None, prefix="member")
+    invite_url = ""
     if request.method == "POST" and form.is_valid():
         try:
             membership = members.membership_add(tenant=tenant, actor=request.user, **_data(form))
         except DomainError as error:
-            _refused(form, error)
+            invite_url = _invite_url(request, error, form.cleaned_data["user"])
+            _refused(form, error)  # (takes the field out of cleaned_data)
         else:
             messages.success(request, f"{membership.user.username} added as {membership.get_role_display()}.")
             return redirect("tenant-members", slug=slug)
     rows = tenant.memberships.select_related("user").order_by("user__username")
-    context = {"tenant": tenant, "form": form, "rows": rows, "role_form": MemberRoleForm()}
+    context = {"tenant": tenant, "form": form, "rows": rows, "role_form": MemberRoleForm(), "invite_url": invite_url}
     return render(request, "platform/tenant_members.html", context)
+
+
+def _invite_url(request, error: DomainError, identifier: str) -> str:
+    """The invitation page, prefilled, for someone who may invite and met a person with no account."""
+    if error.code != "no_account" or not members.can_invite(request.user):
+        return ""
+    return f"{reverse('platform-invite')}?{urlencode({'email' if '@' in identifier else 'username': identifier})}"
 
 
 @login_required
 @require_POST
 def member_change(request, slug: str, username: str):
-    """Change one member's role, or remove them (the button pressed says which)."""
+    """Change one member's role, or remove them (the button pressed says which). Removing asks
+    first, on a page of its own (a POST without `confirm`), so it works without JavaScript."""
     tenant = _managed_tenant(request, slug)
-    get_object_or_404(tenant.memberships, user__username=username)
+    membership = get_object_or_404(tenant.memberships.select_related("user"), user__username=username)
+    if request.POST.get("remove") and request.POST.get("confirm") != "1":
+        return render(request, "platform/member_remove.html", {"tenant": tenant, "membership": membership})
     form = MemberRoleForm(request.POST)
     try:
         if request.POST.get("remove"):

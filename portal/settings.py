@@ -413,7 +413,7 @@ KUBERNETES_TIMEOUT_SECONDS = env_float("KUBERNETES_TIMEOUT_SECONDS", 10.0, minim
 KUEUE_COHORT = env_str("KUEUE_COHORT", "llm-serving")
 # The CPU-only ResourceFlavor every tenant's ClusterQueue lists first, for Ray heads, and the
 # node labels of the CPU nodes heads should run on ("key=value,key=value"; empty = any
-# untainted node). README "Flavors and queues".
+# untainted node). docs/scheduling.md, "Flavors and queues".
 KUEUE_CPU_FLAVOR = env_str("KUEUE_CPU_FLAVOR", "portal-cpu")
 KUEUE_CPU_NODE_LABELS: dict[str, str] = {}
 for _item in env_list("KUEUE_CPU_NODE_LABELS", []):
@@ -421,8 +421,9 @@ for _item in env_list("KUEUE_CPU_NODE_LABELS", []):
     if not _sep or not _key.strip():
         raise ImproperlyConfigured(f"KUEUE_CPU_NODE_LABELS: {_item!r} is not key=value")
     KUEUE_CPU_NODE_LABELS[_key.strip()] = _value.strip()
-# Every tenant ClusterQueue's queueing strategy (README "Karpenter and topology"): BestEffortFIFO
-# lets a smaller deployment that fits pass a larger one that waits; StrictFIFO admits in order.
+# Every tenant ClusterQueue's queueing strategy (docs/scheduling.md, "Karpenter node pools and
+# topology"): BestEffortFIFO lets a smaller deployment that fits pass a larger one that waits;
+# StrictFIFO admits in order.
 KUEUE_QUEUEING_STRATEGY = env_choice("KUEUE_QUEUEING_STRATEGY", "BestEffortFIFO", {"BestEffortFIFO", "StrictFIFO"})
 # Karpenter NodePools for flavors with provisioning settings (quotas.nodepools). On "aws" each
 # pool gets an EC2NodeClass from the KARPENTER_NODE_ROLE / *_TAGS / AMI settings; elsewhere the
@@ -460,7 +461,7 @@ PROMETHEUS_URL = env_url("PROMETHEUS_URL", None, schemes={"http", "https"})
 KUEUE_CONFIG_NAMESPACE = env_str("KUEUE_CONFIG_NAMESPACE", "kueue-system")
 KUEUE_CONFIG_MAP = env_str("KUEUE_CONFIG_MAP", "kueue-manager-config")
 GATEWAY_API = env_bool("GATEWAY_API", False)
-# Endpoint access (access app; README "Endpoint access"): each kuberay/kserve deployment gets an
+# Endpoint access (access app; docs/install.md, step 8 "Endpoint access"): each kuberay/kserve deployment gets an
 # HTTPRoute on this platform Gateway and Kuadrant policies; its URL shown is
 # GATEWAY_PUBLIC_URL/<tenant>/<deployment>/v1. Unset GATEWAY_PUBLIC_URL: no route, the
 # cluster-internal URL as before. API-key Secrets live in API_KEY_NAMESPACE (Kuadrant's own

@@ -9,7 +9,6 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
-from django.views.decorators.http import require_POST
 
 from core.exceptions import DomainError
 from deployments.choices import RevisionStatus
@@ -200,9 +199,12 @@ def tokens(request):
 
 
 @login_required
-@require_POST
 def token_revoke_view(request, key: str):
+    """Revoke one of your tokens after a confirmation page (GET, or a POST without `confirm`):
+    it works without JavaScript. The API's DELETE stays one call."""
     token = get_object_or_404(ApiToken, user=request.user, token_key=key)
+    if request.method != "POST" or request.POST.get("confirm") != "1":
+        return render(request, "portal/token_revoke.html", {"token": token})
     token_revoke(user=request.user, token=token)
     messages.success(request, f"Token {token.name} revoked.")
     return redirect("tokens")

@@ -40,6 +40,11 @@ class Ceiling:
     def gpus(self) -> int:
         return self.nominal + self.borrowing
 
+    @property
+    def empty(self) -> bool:
+        """Not one GPU may be reserved: what the pages and the API call "no quota" for a flavor."""
+        return self.gpus == 0
+
 
 def archived_error(tenant: Tenant) -> DomainError:
     """The one answer (400 on `tenant`, code "archived") to anything that would give an archived

@@ -30,6 +30,28 @@ def can_manage_members(tenant: Tenant, user) -> bool:
     return is_platform_admin(user) or tenant.role_of(user) == Role.TENANT_ADMIN
 
 
+def can_invite(user) -> bool:
+    """Platform admins only. An account is platform-wide (it may join any tenant, and with an
+    identity provider people get theirs at their first sign-in), so creating one is not a
+    tenant's decision: a tenant admin asks a platform admin (portal.accounts.user_invite), then
+    adds the person here."""
+    return is_platform_admin(user)
+
+
+def no_account_error(identifier: str, actor) -> DomainError:
+    """The refusal for a person without an account: what to do next, for this actor."""
+    step = (
+        "invite them first (Platform, Invite a person), then add them here"
+        if can_invite(actor)
+        else "they sign in once through the identity provider, or a platform admin invites them; then add them here"
+    )
+    return DomainError(
+        f"No one with the username or e-mail {identifier!r} has an account yet: {step}.",
+        field="user",
+        code="no_account",
+    )
+
+
 def _guard(tenant: Tenant, actor, target=None) -> None:
     if not can_manage_members(tenant, actor):
         raise Forbidden("Only platform admins and this tenant's admins manage its members.")
@@ -45,9 +67,10 @@ def _role(role: str) -> str:
     return role
 
 
-def find_user(identifier: str):
+def find_user(identifier: str, *, actor=None):
     """The active user with this username, or else with this e-mail address (the one matching
-    rule, core.identity: the local part exactly, the domain ignoring case)."""
+    rule, core.identity: the local part exactly, the domain ignoring case). The refusal for no
+    such person tells `actor` what to do next."""
     users = get_user_model().objects.filter(is_active=True)
     identifier = (identifier or "").strip()
     if not identifier or len(identifier) > 254:
@@ -59,18 +82,16 @@ def find_user(identifier: str):
             raise DomainError("Several people have this e-mail address; use the username.", field="user")
         match = found[0] if found else None
     if match is None:
-        raise DomainError(
-            f"No one with the username or e-mail {identifier!r} has an account; they sign in once first "
-            "(or a platform admin creates the account).",
-            field="user",
-        )
+        raise no_account_error(identifier, actor)
     return match
 
 
 @transaction.atomic
 def membership_add(*, tenant: Tenant, actor, user: str, role: str, reason: str = "") -> Membership:
     """Add a person (by username or e-mail) to the tenant in `role`."""
-    target = find_user(user)
+    if not can_manage_members(tenant, actor):  # before looking anyone up: no probing for accounts
+        raise Forbidden("Only platform admins and this tenant's admins manage its members.")
+    target = find_user(user, actor=actor)
     _guard(tenant, actor, target)
     try:
         with transaction.atomic():

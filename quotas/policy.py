@@ -71,6 +71,22 @@ def auto_approves(*, tenant: Tenant, gpus: int, fit: str | None) -> bool:
     return bool(limit) and not tenant.archived and fit == Fit.NOMINAL and gpus <= limit
 
 
+def _gpus(n: int) -> str:
+    return f"{n} GPU{'' if n == 1 else 's'}"
+
+
+def policy_words(tenant: Tenant) -> str:
+    """The request policy in words, as the platform's tenant list and the tenant API say it:
+    "Auto-approves up to 2 GPUs within nominal quota · at most 8 GPUs per deployment · every
+    flavor", or "No auto-approval · no per-deployment limit · …" when the settings are 0."""
+    ceiling, limit = tenant.auto_approve_max_gpus, tenant.max_gpus_per_deployment
+    auto = f"Auto-approves up to {_gpus(ceiling)} within nominal quota" if ceiling else "No auto-approval"
+    per = f"at most {_gpus(limit)} per deployment" if limit else "no per-deployment limit"
+    flavors = sorted(f.name for f in tenant.allowed_flavors.all())
+    which = "only " + ", ".join(flavors) if flavors else "every flavor"
+    return f"{auto} · {per} · {which}"
+
+
 # The policy's single-valued settings: the request rules above, the monthly budget and idle
 # policy (usage.budgets, reclaim) and the gateway limits (access). tenants.tenant_policy_set
 # validates and stores them; a setting left out of a change keeps its value.

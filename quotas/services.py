@@ -42,6 +42,7 @@ class QuotaPreview:
     free_nominal: int
     borrowable: int  # what could be borrowed now (limit and cohort capacity both apply)
     message: str
+    has_quota: bool = True  # False: no quota at all for the flavor (no row, or a ceiling of 0)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -68,12 +69,32 @@ def _peers(quota: TenantQuota, *, lock: bool) -> list[TenantQuota]:
     return [q for q in qs if q.tenant.effective_cohort == cohort]
 
 
-def _evaluate(quota: TenantQuota | None, peers: list[TenantQuota], gpus: int) -> QuotaPreview:
+def no_quota_message(tenant: Tenant, flavor: GpuFlavor, why: str = "") -> str:
+    """What the preview, the request form and the approvals page say about a flavor without quota."""
+    because = f" ({why[0].upper()}{why[1:]}.)" if why else ""
+    return f"{tenant.display_name} has no quota for {flavor}.{because} A tenant admin can request quota for it."
+
+
+def flavors_with_quota(tenant: Tenant) -> set[int]:
+    """The flavors (ids) on which `tenant` may reserve GPUs at all: a quota row whose ceiling
+    (quotas.ceiling) is above 0. The one lookup behind the request form's "no quota" marks; the
+    preview below answers the same for one flavor (`has_quota`)."""
+    quotas = list(TenantQuota.objects.filter(tenant=tenant).select_related("tenant"))
+    ceilings = quota_ceilings(quotas)
+    return {q.flavor_id for q in quotas if not ceilings[q.pk].empty}
+
+
+def _evaluate(
+    quota: TenantQuota | None, peers: list[TenantQuota], gpus: int, *, tenant: Tenant, flavor: GpuFlavor
+) -> QuotaPreview:
     """Whether `gpus` more fit under the quota's ceiling (quotas.ceiling) and the cohort's lending."""
     if quota is None:
-        return QuotaPreview(Fit.NO_FIT, gpus, 0, 0, 0, 0, 0, "This tenant has no quota for this GPU flavor.")
+        return QuotaPreview(Fit.NO_FIT, gpus, 0, 0, 0, 0, 0, no_quota_message(tenant, flavor), has_quota=False)
     ceilings = quota_ceilings(peers if quota in peers else [quota, *peers])
     ceiling = ceilings[quota.pk]
+    if ceiling.empty and gpus > 0:  # (asking about 0 GPUs, e.g. for the free count, fits anywhere)
+        message = no_quota_message(tenant, flavor, ceiling.why)
+        return QuotaPreview(Fit.NO_FIT, gpus, 0, 0, quota.reserved_gpus, 0, 0, message, has_quota=False)
     free_nominal = max(0, ceiling.nominal - quota.reserved_gpus)
     used_borrow = max(0, quota.reserved_gpus - ceiling.nominal)
     borrowable = min(max(0, ceiling.borrowing - used_borrow), _cohort_lendable(quota, peers, ceilings))
@@ -123,9 +144,9 @@ def quota_preview(*, tenant: Tenant, flavor: GpuFlavor, gpus: int, credit_gpus: 
     """
     quota = TenantQuota.objects.select_related("tenant").filter(tenant=tenant, flavor=flavor).first()
     if quota is None:
-        return _evaluate(None, [], gpus)
+        return _evaluate(None, [], gpus, tenant=tenant, flavor=flavor)
     quota.reserved_gpus = max(0, quota.reserved_gpus - credit_gpus)
-    return _evaluate(quota, _peers(quota, lock=False), gpus)
+    return _evaluate(quota, _peers(quota, lock=False), gpus, tenant=tenant, flavor=flavor)
 
 
 @transaction.atomic
@@ -139,7 +160,7 @@ def quota_reserve(*, tenant: Tenant, flavor: GpuFlavor, gpus: int, owner_type: s
         raise DomainError("GPUs must not be negative.", field="gpus")
     anchor = TenantQuota.objects.select_related("tenant").filter(tenant=tenant, flavor=flavor).first()
     if anchor is None:
-        raise QuotaExceeded(f"Tenant {tenant.slug} has no quota for {flavor.name}.", field="flavor")
+        raise QuotaExceeded(no_quota_message(tenant, flavor), field="flavor")
     peers = _peers(anchor, lock=True)  # locks every quota row this decision reads, in pk order
     quota = next(q for q in peers if q.pk == anchor.pk)
     current = (
@@ -153,9 +174,9 @@ def quota_reserve(*, tenant: Tenant, flavor: GpuFlavor, gpus: int, owner_type: s
     shrinking = current is not None and current.quota_id == quota.pk and gpus <= current.gpus
     if current is not None:
         _release_locked(current, quota if current.quota_id == quota.pk else None)
-    preview = _evaluate(quota, peers, gpus)
+    preview = _evaluate(quota, peers, gpus, tenant=tenant, flavor=flavor)
     if preview.fit == Fit.NO_FIT and not shrinking:
-        raise QuotaExceeded(preview.message, field="max_replicas")
+        raise QuotaExceeded(preview.message, field="max_replicas" if preview.has_quota else "flavor")
     borrowed = max(0, quota.reserved_gpus + gpus - preview.nominal) - max(0, quota.reserved_gpus - preview.nominal)
     quota.reserved_gpus += gpus
     quota.save(update_fields=["reserved_gpus", "updated"])

@@ -1,5 +1,6 @@
-"""The README's version matrix is runtime/versions.py's: one row per component, the same tested and
-oldest supported versions (an em dash where the matrix has none)."""
+"""The documented version matrix (docs/install.md, linked from the README) is runtime/versions.py's:
+one row per component, the same tested and oldest supported versions (an em dash where the matrix
+has none)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from tests.support.shared import PROJECT_ROOT
 
 
 def _readme_matrix() -> dict[str, tuple[str, str]]:
-    text = (PROJECT_ROOT / "README.md").read_text()
+    text = (PROJECT_ROOT / "docs" / "install.md").read_text()
     section = text.split("\n## Version matrix\n", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| ([^|]+?) \| ([^|]+?) \| ([^|]+?) \|", section, flags=re.M)
     return {name: (tested, oldest) for name, tested, oldest in rows if name not in ("Component", "---")}

@@ -24,6 +24,7 @@ from datetime import UTC, date, datetime, timedelta, tzinfo
 from decimal import Decimal
 
 from deployments.states import SERVING
+from quotas.pricing import gpu_hours_cost
 
 HOURS = Decimal(3600)
 SIX_PLACES = Decimal("0.000001")
@@ -177,10 +178,11 @@ def ledger_days(
             fig = days.setdefault(day, Figures())
             hours = _seconds(b - a) * r.gpus / HOURS
             fig.reserved_gpu_hours += hours
-            if r.price is None:
+            cost = gpu_hours_cost(hours, r.price)  # the one price rule (quotas.pricing)
+            if cost is None:
                 fig.unpriced_gpu_hours += hours
             else:
-                fig.priced_cost += hours * r.price
+                fig.priced_cost += cost
             served = _served(serving, ends, a, b)
             fig.serving_gpu_hours += _seconds(served) * r.gpus / HOURS
     for day, (prompt, generation) in tokens.items():

@@ -45,7 +45,23 @@ SORTS = {
     "cost": "cost",
     "cost_per_mtok": "cost_per_mtok",
 }
-SORT_CHOICES = [*SORTS, *(f"-{key}" for key in SORTS)]
+# The words for each sort key: the deployments table's headings and the page's sort menu (as
+# "<label> (high first)" / "(low first)", the API's choices for `sort`).
+SORT_LABELS = {
+    "tenant": "Tenant",
+    "deployment": "Deployment",
+    "reserved": "Reserved GPU-h",
+    "serving": "Serving GPU-h",
+    "utilisation": "Utilisation",
+    "tokens": "Output tokens",
+    "cost": "Cost",
+    "cost_per_mtok": "$ / 1M output tokens",
+}
+SORT_CHOICES = [
+    choice
+    for key, label in SORT_LABELS.items()
+    for choice in ((f"-{key}", f"{label} (high first)"), (key, f"{label} (low first)"))
+]
 DEFAULT_SORT = "-cost"
 PAGE_SIZE = 50
 WARN_PCT = 80

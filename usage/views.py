@@ -15,18 +15,7 @@ from django.utils.http import urlencode
 from quotas.models import Tenant
 from usage.api.serializers import UsageQuerySerializer
 from usage.presenters import covered_tenants, csv_lines, report
-from usage.reports import DEFAULT_SORT, PAGE_SIZE, SORTS, parse_month
-
-COLUMNS = (  # (sort key, heading) of the deployments table
-    ("tenant", "Tenant"),
-    ("deployment", "Deployment"),
-    ("reserved", "Reserved GPU-h"),
-    ("serving", "Serving GPU-h"),
-    ("utilisation", "Utilisation"),
-    ("tokens", "Output tokens"),
-    ("cost", "Cost"),
-    ("cost_per_mtok", "$ / 1M output tokens"),
-)
+from usage.reports import DEFAULT_SORT, PAGE_SIZE, SORT_CHOICES, SORT_LABELS, parse_month
 
 
 def _query(request) -> tuple[dict, dict]:
@@ -55,7 +44,7 @@ def usage_report(request):
     data = report(tenants, month=q["month"], sort=q["sort"], limit=PAGE_SIZE, offset=q["offset"])
     params = {"month": data["month"], "tenant": q.get("tenant") or "", "sort": q["sort"]}
     columns = []
-    for key, heading in COLUMNS:
+    for key, heading in SORT_LABELS.items():  # the deployments table's sortable columns
         current = q["sort"].lstrip("-") == key
         descending = q["sort"].startswith("-")
         columns.append(
@@ -79,7 +68,7 @@ def usage_report(request):
         "columns": columns,
         "pages": pages,
         "params": params,
-        "sorts": sorted(SORTS),
+        "sorts": SORT_CHOICES,
         "tenant_choices": list(Tenant.objects.visible_to(request.user).values_list("slug", "display_name")),
         "csv_href": reverse("usage-csv-download") + _link(params),
         "api_href": reverse("usage-report") + _link(params),

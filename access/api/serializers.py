@@ -50,9 +50,18 @@ class ApiKeySerializer(serializers.ModelSerializer):
 
 
 class ApiKeyCreateSerializer(serializers.Serializer):
-    tenant = serializers.RegexField(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", max_length=63)
+    tenant = serializers.RegexField(
+        r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+        max_length=63,
+        required=False,
+        help_text="The tenant's slug; may be left out with a deployment (the key is minted in its tenant).",
+    )
     deployment = serializers.IntegerField(
-        required=False, allow_null=True, min_value=1, max_value=2**31 - 1, help_text="Omit for a tenant-wide key."
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=2**31 - 1,
+        help_text="Omit for a tenant-wide key. A deployment of another tenant than `tenant` is a 400.",
     )
     name = serializers.RegexField(r"^[\w .:@-]{1,100}$", max_length=100, error_messages={"invalid": NAME_MESSAGE})
     expires_in_days = serializers.IntegerField(min_value=1, max_value=MAX_DAYS, default=DEFAULT_DAYS)

@@ -12,9 +12,11 @@ from rest_framework.response import Response
 
 from access.api.serializers import ApiKeyCreatedSerializer, ApiKeyCreateSerializer, ApiKeySerializer, RevokeSerializer
 from access.models import ApiKey
-from access.services import key_mint, key_revoke
+from access.services import key_mint, key_revoke, key_tenant
+from core.exceptions import DomainError
 from core.params import query_int
 from core.throttles import WriteThrottle
+from deployments.models import ModelDeployment
 from quotas.models import Tenant
 
 SLUG = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -48,7 +50,12 @@ class ApiKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
         body = ApiKeyCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        tenant = get_object_or_404(Tenant.objects.visible_to(request.user), slug=data["tenant"])
+        tenant = key_tenant(
+            tenant=get_object_or_404(Tenant.objects.visible_to(request.user), slug=data["tenant"])
+            if data.get("tenant")
+            else None,
+            deployment=_visible_deployment(request.user, data.get("deployment")),
+        )
         key, plaintext = key_mint(
             user=request.user,
             tenant=tenant,
@@ -68,6 +75,17 @@ class ApiKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
         body.is_valid(raise_exception=True)
         key = key_revoke(user=request.user, key_id=key.pk, reason=body.validated_data["reason"])
         return Response(ApiKeySerializer(key, context={"request": request}).data)
+
+
+def _visible_deployment(user, deployment_id: int | None) -> ModelDeployment | None:
+    """The deployment a key is asked for, among those the user sees (400 on the field otherwise:
+    another tenant's deployment and a missing one read the same)."""
+    if deployment_id is None:
+        return None
+    found = ModelDeployment.objects.visible_to(user).select_related("tenant").filter(pk=deployment_id).first()
+    if found is None:
+        raise DomainError("No such deployment.", field="deployment")
+    return found
 
 
 def filter_keys(queryset, params):

@@ -13,6 +13,7 @@ from deployments.changes import change_summary, spec_diff
 from deployments.choices import RevisionStatus
 from deployments.models import DeploymentRevision, ModelDeployment
 from quotas.models import GpuFlavor
+from quotas.pricing import price_per_hour
 
 NUMBER_MAX = 2_147_483_647  # a revision number is a PositiveIntegerField
 
@@ -24,6 +25,16 @@ class ChangeRowSerializer(serializers.Serializer):
     label = serializers.CharField()
     before = serializers.CharField(allow_blank=True)
     after = serializers.CharField()
+
+
+def _price_per_hour() -> serializers.DecimalField:
+    return serializers.DecimalField(
+        max_digits=14,
+        decimal_places=2,
+        allow_null=True,
+        help_text="What it costs per hour while it runs: its GPUs × the flavor's price per GPU-hour (the rule "
+        "the usage ledger charges with); null when the flavor has no price.",
+    )
 
 
 class _RevisionBase(serializers.Serializer):
@@ -40,6 +51,7 @@ class RevisionSerializer(_RevisionBase):
 
     spec = serializers.JSONField(help_text="The spec fields of this revision (the flavor by name).")
     gpus = serializers.IntegerField(help_text="GPUs it reserves while it runs: max replicas × TP × PP.")
+    price_per_hour = _price_per_hour()
     decided_by = serializers.CharField(
         allow_null=True, help_text='A user name, or "policy" for the tenant\'s policy; null while undecided.'
     )
@@ -57,6 +69,7 @@ class ProposedRevisionSerializer(_RevisionBase):
     gpus_before = serializers.IntegerField()
     gpus_after = serializers.IntegerField()
     gpu_delta = serializers.IntegerField()
+    price_per_hour = _price_per_hour()
     cost_before = serializers.DecimalField(max_digits=14, decimal_places=2, allow_null=True)
     cost_after = serializers.DecimalField(max_digits=14, decimal_places=2, allow_null=True)
     cost_delta = serializers.DecimalField(
@@ -107,12 +120,13 @@ def revision_rows(dep: ModelDeployment, revisions: list[DeploymentRevision]) -> 
     rows as deployments.changes.history, for a page instead of the whole history."""
     numbers = {r.number - 1 for r in revisions}
     previous = dict(dep.revisions.filter(number__in=numbers).values_list("number", "spec"))
-    flavors = dict(GpuFlavor.objects.filter(pk__in={r.spec.get("flavor") for r in revisions}).values_list("pk", "name"))
+    flavors = {f.pk: f for f in GpuFlavor.objects.filter(pk__in={r.spec.get("flavor") for r in revisions})}
     return [
         _common(rev)
         | {
-            "spec": rev.spec | {"flavor": flavors.get(rev.spec.get("flavor"))},
+            "spec": rev.spec | {"flavor": getattr(flavors.get(rev.spec.get("flavor")), "name", None)},
             "gpus": rev.gpus,
+            "price_per_hour": price_per_hour(flavors.get(rev.spec.get("flavor")), rev.gpus),
             "decided_by": rev.decider or None,
             "decided_at": rev.decided_at,
             "decision_reason": rev.decision_reason,
@@ -134,6 +148,7 @@ def proposal(dep: ModelDeployment) -> dict | None:
         "gpus_before": summary.gpus_before,
         "gpus_after": summary.gpus_after,
         "gpu_delta": summary.gpu_delta,
+        "price_per_hour": summary.cost_after,
         "cost_before": summary.cost_before,
         "cost_after": summary.cost_after,
         "cost_delta": summary.cost_delta,

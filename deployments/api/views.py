@@ -38,6 +38,9 @@ from deployments.models import SPEC_FIELDS, DeploymentRevision, ModelDeployment
 from deployments.profiles import apply_profile
 from deployments.services.common import spec_draft
 from deployments.validation import check_draft
+from quotas.models import GpuFlavor
+from quotas.policy import allowed_flavor_ids
+from quotas.services import flavors_with_quota
 
 
 class VisibleDeploymentsMixin:
@@ -238,7 +241,8 @@ class DeploymentViewSet(
     @extend_schema(request=PreviewSerializer, responses={200: dict})
     @action(detail=False, methods=["post"])
     def preview(self, request):
-        """Quota fit and memory fit for a draft, without creating anything."""
+        """Every problem of a draft (`errors`: each field with all its messages), its quota and memory
+        fit, its GPUs and price per hour, and the flavors the tenant has no quota for; creates nothing."""
         body = PreviewSerializer(data=request.data, context=self.get_serializer_context())
         body.is_valid(raise_exception=True)
         data = dict(body.validated_data)
@@ -246,4 +250,14 @@ class DeploymentViewSet(
         check = check_draft(data, tenant=tenant)
         result = check.as_dict()
         result["gpus_per_replica"] = data.get("tensor_parallel_size", 1) * data.get("pipeline_parallel_size", 1)
+        result["flavors_without_quota"] = _flavors_without_quota(tenant)
         return Response(result)
+
+
+def _flavors_without_quota(tenant) -> list[str]:
+    """The flavors the tenant may request whose quota it lacks: what the request form marks "no quota"."""
+    offered = GpuFlavor.objects.filter(active=True).exclude(pk__in=flavors_with_quota(tenant))
+    allowed = allowed_flavor_ids(tenant)
+    if allowed is not None:
+        offered = offered.filter(pk__in=allowed)
+    return sorted(offered.values_list("name", flat=True))

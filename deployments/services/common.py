@@ -18,14 +18,14 @@ POLICY = "policy"  # the audit log's actor for what the tenant's policy does
 
 
 class DraftInvalid(DomainError):
-    """A draft failed validation; `errors` maps fields to messages."""
+    """A draft failed validation; `errors` maps fields to their messages (deployments.validation)."""
 
-    def __init__(self, errors: dict[str, str]):
-        super().__init__("; ".join(f"{k}: {v}" for k, v in errors.items()))
+    def __init__(self, errors: dict[str, list[str]]):
+        super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()))
         self.errors = errors
 
     def as_dict(self) -> dict:
-        return {field: [message] for field, message in self.errors.items()}
+        return {field: list(messages) for field, messages in self.errors.items()}
 
 
 def lock(deployment_id: int) -> ModelDeployment:

@@ -25,6 +25,14 @@ def state_label(value: str) -> str:
         return str(value).replace("_", " ").capitalize()
 
 
+@register.filter
+def policy_words(tenant) -> str:
+    """A tenant's request policy in words (quotas.policy.policy_words)."""
+    from quotas.policy import policy_words as words
+
+    return words(tenant)
+
+
 # The audit log's action codes (core.models.AuditEvent.action), as the pages say them.
 AUDIT_LABELS = {
     "quota_change.request": "Quota change requested",
@@ -45,6 +53,14 @@ AUDIT_LABELS = {
     "quota_change.revert": "Temporary quota ended",
     "quota_change.revert_waiting": "Temporary quota end waits",
     "quota_change.superseded": "Temporary quota superseded",
+    "deployment.withdraw": "Proposed change withdrawn",
+    "deployment.rollback": "Deployment rolled back",
+    "tenant.create": "Tenant created",
+    "tenant.update": "Tenant names changed",
+    "tenant.policy": "Request policy changed",
+    "tenant.archive": "Tenant archived",
+    "tenant.budget_stop": "Budget hard stop reached",
+    "tenant.budget_resume": "Budget stop lifted",
 }
 
 
@@ -54,6 +70,17 @@ def audit_label(action: str) -> str:
     if action in AUDIT_LABELS:
         return AUDIT_LABELS[action]
     return str(action).replace("_", " ").replace(".", ": ").capitalize()
+
+
+# Words a field name spells in lower case that read otherwise in a sentence.
+FIELD_WORDS = {"gpu": "GPU", "gpus": "GPUs", "cpu": "CPU", "gib": "GiB", "mtok": "1M output tokens"}
+
+
+@register.filter
+def field_label(name: str) -> str:
+    """A field name of an audit entry's changes as words: "nominal_gpus" → "Nominal GPUs"."""
+    text = " ".join(FIELD_WORDS.get(word, word) for word in str(name).split("_"))
+    return text[:1].upper() + text[1:]
 
 
 @register.filter

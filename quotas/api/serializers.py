@@ -177,3 +177,6 @@ class QuotaPreviewSerializer(serializers.Serializer):
     free_nominal = serializers.IntegerField()
     borrowable = serializers.IntegerField()
     message = serializers.CharField()
+    has_quota = serializers.BooleanField(
+        help_text='False: the tenant has no quota at all for this flavor (the request form marks it "no quota").'
+    )

@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from quotas.choices import Role
 from quotas.models import GpuFlavor, Membership, Tenant, is_platform_admin
+from quotas.policy import policy_words
 from quotas.validators import DNS1123_LABEL
 
 
@@ -28,6 +29,7 @@ class TenantSerializer(serializers.ModelSerializer):
     allowed_flavors = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
     archived = serializers.BooleanField(read_only=True)
     my_role = serializers.SerializerMethodField()
+    policy_words = serializers.SerializerMethodField()
 
     class Meta:
         model = Tenant
@@ -41,6 +43,7 @@ class TenantSerializer(serializers.ModelSerializer):
             "auto_approve_max_gpus",
             "max_gpus_per_deployment",
             "allowed_flavors",
+            "policy_words",
             "archived",
             "archived_at",
             "my_role",
@@ -50,6 +53,10 @@ class TenantSerializer(serializers.ModelSerializer):
     def get_my_role(self, obj) -> str | None:
         user = self.context["request"].user
         return "platform_admin" if is_platform_admin(user) else obj.role_of(user)
+
+    def get_policy_words(self, obj) -> str:
+        """The request policy in words, as the platform's tenant list shows it."""
+        return policy_words(obj)
 
 
 class TenantWriteSerializer(serializers.Serializer):

@@ -206,7 +206,8 @@ def _preview_inferenceservice(spec: DeploymentSpec):
 
 def _preview_local(spec: DeploymentSpec):
     """What the local backend runs for `spec` with the configured engine: vLLM's command line
-    (the port is picked at start), or the Serve config of the single-node Ray app."""
+    (the port is the deployment's own, given at its first start), or the single-node Ray app's
+    Serve config."""
     from django.conf import settings
 
     from runtime.backends.local.engine import ENGINES
@@ -231,7 +232,10 @@ def _impact_inferenceservice(old: DeploymentSpec, new: DeploymentSpec) -> tuple[
 
 
 def _impact_local(old: DeploymentSpec, new: DeploymentSpec) -> tuple[str, str]:
-    return "recreate", "The local engine restarts with the new settings: no answers until it is ready again."
+    return "recreate", (
+        "The local engine restarts with the new settings on the same port (the endpoint URL stays): "
+        "no answers until it is ready again."
+    )
 
 
 register("kuberay", _kuberay, Traits(True, True, False, True, True, _preview_rayservice, _impact_rayservice))

@@ -54,6 +54,9 @@ class Backend(Protocol):
 
     def startup(self, spec: DeploymentSpec) -> dict[str, Any]: ...
 
+    # A tenant's API keys changed: hand the running engine of `deployment_id` its current set.
+    def refresh_keys(self, *, tenant_slug: str, deployment_id: int) -> bool: ...
+
 
 def digest(value: Any) -> str:
     """A short stable hash of JSON-able data: the spec hashes stamped on objects and state files."""
@@ -99,6 +102,10 @@ class ClusterObjectBackend(ClusterInsight, ABC):
         self.platform = platform
         self.gateway = gateway  # None: not exposed on a Gateway (runtime.backends.exposure)
         self.key_seed = key_seed  # derives the Try-it key (runtime.keys)
+
+    def refresh_keys(self, *, tenant_slug: str, deployment_id: int) -> bool:
+        """Nothing to hand over: the gateway reads each key's Secret itself (access.keystore)."""
+        return False
 
     def expose_stamp(self, obj: dict[str, Any], spec: DeploymentSpec) -> None:
         """Fold the exposure objects' hash into the object's spec hash: a changed route or limit

@@ -4,7 +4,7 @@ Functions of frozen specs (`runtime.spec`) and nothing else: no ORM, no I/O, no 
 import. `quotas.kueue` applies what these return; the tests compare them with golden files and
 validate them against the real CRD schemas in ../shared.
 
-Flavors (README "Flavors and queues"): Kueue charges each pod set to the first flavor of the
+Flavors (docs/scheduling.md, "Flavors and queues"): Kueue charges each pod set to the first flavor of the
 ClusterQueue, in list order, that has room and whose node labels the pod does not rule out.
 The ClusterQueue has one resource group covering GPUs, CPU and memory. Its first flavor is
 the platform's CPU flavor (`PlatformSpec.cpu_flavor`, no GPUs): Ray heads, which request no

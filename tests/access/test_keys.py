@@ -7,8 +7,10 @@ from __future__ import annotations
 import hashlib
 import stat
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
+import requests
 from django.utils import timezone
 
 from access.models import ApiKey
@@ -16,8 +18,12 @@ from access.services import key_lookup, key_mint, keys_expire
 from core.models import AuditEvent
 from deployments import services as deployment_services
 from runtime import k8s
+from runtime.backends.local.backend import LocalBackend
 from runtime.backends.local.keys import keys_for
+from tests.runtime.test_local import make_spec
+from tests.runtime.test_local_keys import VllmStandIn
 from tests.support.factories import draft
+from tests.support.processes import wait_for
 
 K = "/api/v1/keys/"
 
@@ -77,6 +83,32 @@ class TestMint:
         other = dep(world, tenant=world.beta, name="beta-chat")
         response = mint(world, deployment=other.pk)
         assert response.status_code == 400 and "deployment" in response.json()
+        assert not ApiKey.objects.exists()
+
+    def test_a_deployment_alone_names_its_tenant(self, world):
+        d = dep(world)
+        response = world.client("member").post(K, {"deployment": d.pk, "name": "ci"}, format="json")
+        assert response.status_code == 201, response.content
+        assert (response.json()["tenant"], response.json()["deployment"]) == ("alpha", d.pk)
+
+    def test_a_deployment_of_another_tenant_than_the_one_named_is_a_400_on_the_field(self, world):
+        other = dep(world, tenant=world.beta, name="beta-chat")
+        response = world.client("platform_admin").post(
+            K, {"tenant": "alpha", "deployment": other.pk, "name": "x"}, format="json"
+        )
+        assert response.status_code == 400
+        assert response.json()["deployment"] == ["That deployment belongs to beta, not alpha."]
+        assert not ApiKey.objects.exists()
+
+    def test_neither_tenant_nor_deployment_is_a_400_on_the_tenant(self, world):
+        response = world.client("member").post(K, {"name": "x"}, format="json")
+        assert response.status_code == 400 and "tenant" in response.json()
+        assert not ApiKey.objects.exists()
+
+    def test_a_viewer_naming_only_a_deployment_is_still_refused(self, world):
+        d = dep(world)
+        assert world.client("viewer").post(K, {"deployment": d.pk, "name": "x"}, format="json").status_code == 403
+        assert world.client("other_member").post(K, {"deployment": d.pk, "name": "x"}, format="json").status_code == 400
         assert not ApiKey.objects.exists()
 
     @pytest.mark.parametrize(
@@ -237,13 +269,93 @@ class TestPages:
         world.browser("viewer").post("/keys/new/", {"tenant": "alpha", "name": "x", "expires_in_days": 7})
         assert not ApiKey.objects.exists()
 
-    def test_revoke_from_the_list(self, world):
+    def test_revoke_from_the_list_asks_first(self, world):
         key, _ = key_mint(user=world.users["member"], tenant=world.alpha, name="old")
-        response = world.browser("tenant_admin").post(f"/keys/{key.pk}/revoke/")
+        admin = world.browser("tenant_admin")
+        for asked in (admin.get(f"/keys/{key.pk}/revoke/"), admin.post(f"/keys/{key.pk}/revoke/")):
+            assert asked.status_code == 200 and 'name="confirm"' in asked.content.decode()
+        key.refresh_from_db()
+        assert key.revoked_at is None  # asking changed nothing
+        response = admin.post(f"/keys/{key.pk}/revoke/", {"confirm": "1"})
         assert response.status_code == 302
         key.refresh_from_db()
         assert key.revoked_at is not None
-        assert world.browser("other_member").post(f"/keys/{key.pk}/revoke/").status_code == 404
+        assert world.browser("other_member").post(f"/keys/{key.pk}/revoke/", {"confirm": "1"}).status_code == 404
+
+    def test_who_may_not_revoke_is_told_who_may_and_nothing_changes(self, world):
+        key, _ = key_mint(user=world.users["tenant_admin"], tenant=world.alpha, name="admins")
+        for role in ("viewer", "member"):
+            response = world.browser(role).post(f"/keys/{key.pk}/revoke/", {"confirm": "1"})
+            body = response.content.decode()
+            assert response.status_code == 403 and "a tenant admin revokes any key" in body
+            assert 'name="confirm"' not in body
+        key.refresh_from_db()
+        assert key.revoked_at is None
+
+
+class TestMintForm:
+    """The mint page: only the tenants and deployments the user may mint for; one tenant is
+    preselected; a deployment alone names its tenant."""
+
+    def test_a_one_tenant_member_finds_the_tenant_chosen(self, world):
+        html = world.browser("member").get("/keys/new/").content.decode()
+        select = html.split('name="tenant"')[1].split("</select>")[0]
+        assert '<option value="alpha" selected>' in select and "---------" not in select and "beta" not in select
+
+    def test_a_deployment_alone_mints_in_its_tenant(self, world):
+        d = dep(world)
+        response = world.browser("member").post("/keys/new/", {"deployment": d.pk, "name": "ci", "expires_in_days": 7})
+        assert response.status_code == 200 and "not shown again" in response.content.decode()
+        key = ApiKey.objects.get()
+        assert (key.tenant, key.deployment) == (world.alpha, d)
+
+    def test_a_platform_admin_lists_every_tenant_and_a_deployment_picks_it(self, world):
+        other = dep(world, tenant=world.beta, name="beta-chat")
+        admin = world.browser("platform_admin")
+        html = admin.get("/keys/new/").content.decode()
+        assert "The chosen deployment&#x27;s tenant" in html and "beta / beta-chat" in html
+        admin.post("/keys/new/", {"deployment": other.pk, "name": "ops", "expires_in_days": 7})
+        assert ApiKey.objects.get().tenant == world.beta
+
+    def test_a_deployment_of_another_tenant_than_the_one_chosen_is_a_field_error(self, world):
+        other = dep(world, tenant=world.beta, name="beta-chat")
+        response = world.browser("platform_admin").post(
+            "/keys/new/", {"tenant": "alpha", "deployment": other.pk, "name": "x", "expires_in_days": 7}
+        )
+        assert response.status_code == 200 and "belongs to beta, not alpha" in response.content.decode()
+        assert not ApiKey.objects.exists()
+
+    def test_neither_tenant_nor_deployment_is_a_field_error(self, world):
+        User = type(world.users["member"])
+        two = User.objects.create_user("two-tenants")
+        world.alpha.memberships.create(user=two, role="member")
+        world.beta.memberships.create(user=two, role="member")
+        client = world.browser("anonymous")
+        client.force_login(two)
+        response = client.post("/keys/new/", {"name": "x", "expires_in_days": 7})
+        assert response.status_code == 200 and "Choose a tenant, or a deployment" in response.content.decode()
+        assert not ApiKey.objects.exists()
+
+    def test_a_viewer_is_told_why_instead_of_shown_empty_lists(self, world):
+        response = world.browser("viewer").get("/keys/new/")
+        body = response.content.decode()
+        assert response.status_code == 403 and "<form" not in body.split("<main")[1]
+        assert "Viewers can read keys&#x27; names, dates and status; a member or tenant admin" in body
+        assert world.browser("viewer").post("/keys/new/", {"tenant": "alpha", "name": "x"}).status_code == 403
+        assert not ApiKey.objects.exists()
+
+    def test_the_deployment_page_links_to_minting_only_for_those_who_may_mint(self, world):
+        d = dep(world)
+        link = f"/keys/new/?tenant=alpha&amp;deployment={d.pk}"
+        for role, offered in (("viewer", False), ("member", True), ("tenant_admin", True), ("platform_admin", True)):
+            html = world.browser(role).get(f"/deployments/{d.pk}/").content.decode()
+            assert (link in html) is offered and ('id="key-mint-note"' in html) is not offered, role
+
+    def test_the_list_says_why_a_viewer_has_no_mint_button(self, world):
+        viewer = world.browser("viewer").get("/keys/").content.decode()
+        member = world.browser("member").get("/keys/").content.decode()
+        assert 'id="mint-note"' in viewer and "/keys/new/" not in viewer
+        assert 'id="mint-note"' not in member and "/keys/new/" in member
 
 
 class TestHostileForms:
@@ -276,3 +388,47 @@ class TestHostileForms:
     def test_a_hostile_json_mint_is_a_400(self, world, body):
         response = world.client("member").post(K, body, format="json")
         assert response.status_code == 400 and not ApiKey.objects.exists(), response.content
+
+
+class TestTheRunningLocalEngine:
+    """Minting and revoking reach a running local engine (a stand-in posing as vLLM, wrapped in
+    the real EngineKeyCheck) by the time the task ends, without restarting it."""
+
+    @pytest.fixture
+    def engine(self, world, gateway, monkeypatch):
+        d = dep(world)
+        type(d).objects.filter(pk=d.pk).update(state="ready", backend="local")
+        backend = LocalBackend(
+            gateway.LOCAL_RUNTIME_DIR,
+            engine=VllmStandIn(),
+            stop_timeout=5,
+            model_root=Path("/models"),
+            key_seed=gateway.SECRET_KEY,
+        )
+        monkeypatch.setattr(LocalBackend, "_instance", backend)  # what get_backend("local") returns
+        spec = make_spec(d.pk, tenant_slug="alpha")
+        backend.ensure(spec)
+        wait_for(lambda: backend.observe(spec).state == "ready", timeout=30, what="the stand-in to serve")
+        yield d, backend
+        backend.remove(spec)
+
+    def test_a_minted_key_works_at_once_and_a_revoked_one_is_refused_at_once_by_the_same_engine(
+        self, world, engine, eager, django_capture_on_commit_callbacks
+    ):
+        d, backend = engine
+        before = backend.load_state(d.pk)
+        models = f"http://127.0.0.1:{before.ports[0]}/v1/models"
+
+        def status(key):
+            return requests.get(models, headers={"Authorization": f"Bearer {key}"}, timeout=5).status_code
+
+        with django_capture_on_commit_callbacks(execute=True):
+            body = mint(world, deployment=d.pk).json()
+        assert status(body["key"]) == 200  # the publishing task has ended: no wait, no restart
+
+        with django_capture_on_commit_callbacks(execute=True):
+            assert world.client("member").post(f"{K}{body['id']}/revoke/", {}, format="json").status_code == 200
+        assert status(body["key"]) == 401
+
+        after = backend.load_state(d.pk)
+        assert (after.pid, after.start_time, after.ports) == (before.pid, before.start_time, before.ports)

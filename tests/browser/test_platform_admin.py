@@ -1,7 +1,7 @@
 """Platform administration in a real Chromium.
 
-1. README "Install on a cluster", step 6, from an empty database with the browser only: the
-   superuser from `createsuperuser` signs in, creates an account in the Django admin, a GPU flavor,
+1. docs/install.md "Install on a cluster", step 6, from an empty database with the browser only:
+   the superuser from `createsuperuser` signs in, creates an account in the Django admin, a GPU flavor,
    a tenant with quota and policy, adds the account as a member; the member signs in and requests
    a deployment that the tenant's policy approves.
 2. Sign-in through a real OpenID provider (`oidc-provider` on Node.js, tests/support/oidc.py):

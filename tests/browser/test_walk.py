@@ -1,7 +1,9 @@
 """Every page of the UI, as every role, in Chromium at a laptop width (1366 px) and a phone width
 (390 px): no console error, no failed request, nothing wider than the window, and no serious or
 critical accessibility violation found by axe-core (from npm, tests/support/node) run inside the
-page under the portal's Content-Security-Policy.
+page under the portal's Content-Security-Policy; and no raw identifier in the text a person reads
+(a state or choice value such as pending_approval, a field name such as cost_per_mtok, "None", a
+"---------" placeholder in a select that offers a single choice).
 
 The page list is generated from the URL configuration (portal.urls), so a page someone adds is
 walked without editing this file: every route whose parameters can be filled from the test world
@@ -42,6 +44,40 @@ document.addEventListener("securitypolicyviolation", (e) => {
   window.__walk.violations.push(`${e.effectiveDirective} blocked ${e.blockedURI || "inline"}`);
 }, true);
 """
+
+# A raw identifier in visible text: a snake_case word (state and choice values, field names) or
+# Python's None as a value (a text that is only "None", or "None" after ":", "=" or "(": not the
+# English "None ticked"). Code (<code>, <pre>: model names, resource names, snippets) and inputs
+# are not prose; names the world gives things (usernames such as alpha-tenant_admin) are theirs.
+RAW_IDENTIFIER = re.compile(r"\b[a-z]+_[a-z_]+\b|^None$|[:=(]\s*None\b")
+EMPTY_CHOICE = "---------"
+VISIBLE_TEXT = """() => {
+  const prose = [];
+  const skip = 'code, pre, script, style, template, noscript, textarea, kbd, samp, select';
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const el = node.parentElement;
+    const text = node.textContent.trim();
+    if (text && el && !el.closest(skip) && el.checkVisibility({visibilityProperty: true})) prose.push(text);
+  }
+  const selects = Array.from(document.querySelectorAll('select')).filter((s) => s.checkVisibility())
+    .map((s) => ({name: s.name || s.id, options: Array.from(s.options).map((o) => o.text.trim())}));
+  return {prose, selects};
+}"""
+
+
+def raw_identifiers(page, allowed: tuple[str, ...]) -> list[str]:
+    """What a person would read as a raw identifier on the page as it is now (empty: none)."""
+    seen = page.evaluate(VISIBLE_TEXT)
+    found = []
+    for text in seen["prose"] + [o for s in seen["selects"] for o in s["options"]]:
+        for name in allowed:
+            text = text.replace(name, "")
+        found += [f"{m.group(0)!r} in {text[:80]!r}" for m in RAW_IDENTIFIER.finditer(text)]
+    for select in seen["selects"]:
+        if EMPTY_CHOICE in select["options"] and len(select["options"]) == 2:
+            found.append(f"{EMPTY_CHOICE!r} beside the single choice of select {select['name']!r}")
+    return sorted(set(found))
 
 
 def axe_source() -> str:
@@ -93,6 +129,8 @@ class Walk:
     pages: set[str] = field(default_factory=set)
     skipped: dict[str, str] = field(default_factory=dict)
     axe_runs: int = 0
+    # Names the world gives things, which may hold underscores (alpha-tenant_admin).
+    allowed: tuple[str, ...] = tuple(USERNAMES.values())
 
 
 def check_document(page, url: str, who: str, width: int, walk: Walk, *, run_axe: bool, source: str) -> None:
@@ -132,6 +170,7 @@ def check_document(page, url: str, who: str, width: int, walk: Walk, *, run_axe:
         walk.problems += [f"{where}: axe {v}" for v in result]
     csp = page.evaluate("() => (window.__walk || {violations: ['no recorder']}).violations")
     walk.problems += [f"{where}: CSP {v}" for v in csp]
+    walk.problems += [f"{where}: raw identifier {r}" for r in raw_identifiers(page, walk.allowed)]
 
 
 def open_as(portal, who: str, width: int, walk: Walk):
@@ -261,6 +300,29 @@ class TestEveryPageAsEveryRole:
         assert page.evaluate("() => window.__walk.violations") == []
 
 
+class TestRawIdentifierCheck:
+    def test_it_finds_raw_identifiers_in_prose_and_leaves_code_and_names_alone(self, portal):
+        """The check can fail: a state value in a paragraph, a field name, a "None" cell and a
+        "---------" beside a single choice are found; code, hidden text, a username and the
+        English "None ticked" are not."""
+        walk = Walk()
+        page, _ = open_as(portal, "member", 1366, walk)
+        page.goto("/tokens/")
+        page.evaluate(
+            """() => document.querySelector('main').insertAdjacentHTML('beforeend',
+                 '<p>Moved to pending_approval by alpha-tenant_admin</p><code>llama_chat_8b</code>'
+                 + '<p hidden>cost_per_mtok</p><table><tr><td>None</td><td>None ticked.</td></tr></table>'
+                 + '<label>Pick <select name="pick"><option>---------</option><option>Only</option></select></label>'
+                 + '<p>Sorted by cost_per_mtok</p>')"""
+        )
+        assert raw_identifiers(page, tuple(USERNAMES.values())) == [
+            "'---------' beside the single choice of select 'pick'",
+            "'None' in 'None'",
+            "'cost_per_mtok' in 'Sorted by cost_per_mtok'",
+            "'pending_approval' in 'Moved to pending_approval by '",
+        ]
+
+
 class TestCopyButtons:
     def test_snippets_copy_to_the_clipboard(self, portal):
         """The Endpoint panel's curl and OpenAI-client snippets name the served model, and their
@@ -287,14 +349,27 @@ class TestReadmeScreenshots:
     def test_main_pages(self, portal):
         """The README's screenshots, taken from the real pages (written to docs/screenshots/ when
         UPDATE_README_SCREENSHOTS=1, else to tests/_artifacts/)."""
+        from access.services import key_mint
         from deployments import services
-        from deployments.models import ModelDeployment
+        from deployments.models import DeploymentEvent, ModelDeployment
+        from metrics.models import MetricSample
         from quotas import services as quota_services
+        from quotas.models import QuotaReservation
+        from usage.rollup import refresh_month
 
         world = portal.world
         dep = create_deployment(world, name="chat-8b")
         services.deployment_approve(deployment_id=dep.pk, approver=world.users["platform_admin"], revision=1)
-        since = (timezone.now() - timedelta(minutes=12)).isoformat()
+        dep.refresh_from_db()
+        services.deployment_observe(  # the transition the usage ledger counts serving hours from
+            deployment_id=dep.pk,
+            generation=dep.generation,
+            state="ready",
+            conditions=[{"type": "Ready", "status": "True", "reason": "ServeRunning"}],
+            observed_generation=dep.generation,
+        )
+        started = timezone.now() - timedelta(minutes=12)
+        since = started.isoformat()
         ModelDeployment.objects.filter(pk=dep.pk).update(
             state="ready",
             status_message="",
@@ -306,6 +381,13 @@ class TestReadmeScreenshots:
             ],
         )
         store_samples(dep)
+        # Approved and serving for the 12 minutes the conditions say, and the tokens of its 15 s
+        # scrapes (the interval each raw sample covers), for the usage report.
+        MetricSample.objects.filter(deployment=dep).update(interval_s=15.0)
+        QuotaReservation.objects.filter(owner_type="deployment", owner_id=dep.pk).update(created=started)
+        DeploymentEvent.objects.filter(deployment=dep).update(created=started)
+        refresh_month(timezone.localdate().replace(day=1))
+        key_mint(user=world.users["member"], tenant=world.alpha, name="support-bot", deployment_id=dep.pk)
         create_deployment(world, name="embed-small")  # waiting for approval
         quota_services.quota_change_request_create(
             tenant=world.alpha,
@@ -321,6 +403,8 @@ class TestReadmeScreenshots:
             ("overview", "/", "main"),
             ("deployment-detail", f"/deployments/{dep.pk}/", "#chart-tokens .main-svg"),
             ("new-deployment", "/deployments/new/", "#deployment-form"),
+            ("usage", "/usage/", "main table"),
+            ("keys", "/keys/", "main table"),
         ):
             member.goto(path)
             member.locator(ready).first.wait_for(timeout=60_000)  # plotly.js on a busy host: seconds

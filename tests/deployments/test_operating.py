@@ -206,3 +206,11 @@ class TestLogs:
             download = world.browser(role).get(f"/deployments/{dep.pk}/logs/?download=1")
             assert "line" not in download.content.decode() and TOKEN not in download.content.decode()
         assert world.browser("other_member").get(f"/deployments/{dep.pk}/logs/").status_code == 404
+
+    def test_the_detail_page_offers_the_logs_only_to_those_who_may_read_them(self, world):
+        dep = services.deployment_create(tenant=world.alpha, user=world.users["member"], data=draft(world, name="x"))
+        for role, offered in (("viewer", False), ("platform_admin", False), ("member", True), ("tenant_admin", True)):
+            html = world.browser(role).get(f"/deployments/{dep.pk}/").content.decode()
+            assert ("Show logs" in html) is offered and (f"/deployments/{dep.pk}/logs/" in html) is offered, role
+            said = "only the tenant's members and tenant admins read them" in html
+            assert said is not offered, role

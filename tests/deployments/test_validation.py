@@ -68,8 +68,12 @@ CLUSTER_ACCEPTED = [
 ]
 
 
-def _source_errors(world, source: str, backend: str = "kuberay") -> dict:
-    return check_draft(draft(world, model_source=source, backend=backend), tenant=world.alpha, with_quota=False).errors
+def _source_errors(world, source: str, backend: str = "kuberay") -> dict[str, str]:
+    """Each field's messages as one text."""
+    errors = check_draft(
+        draft(world, model_source=source, backend=backend), tenant=world.alpha, with_quota=False
+    ).errors
+    return {name: " ".join(messages) for name, messages in errors.items()}
 
 
 @pytest.fixture

@@ -77,7 +77,9 @@ class TestMembershipRemoved:
 
     def test_on_the_members_page(self, world, store, keys, django_capture_on_commit_callbacks):
         with django_capture_on_commit_callbacks(execute=True):
-            response = world.browser("tenant_admin").post("/tenants/alpha/members/alpha-member/", {"remove": "1"})
+            response = world.browser("tenant_admin").post(
+                "/tenants/alpha/members/alpha-member/", {"remove": "1", "confirm": "1"}
+            )
         assert response.status_code == 302
         assert_left(store, keys, "Left tenant alpha.")
 

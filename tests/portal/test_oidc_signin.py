@@ -52,7 +52,7 @@ class TestWhichAccount:
             claims["email_verified"] = verified  # sent by the provider as a JSON string
         provider.set_account("mallory", **claims)
         assert signed_in_as("mallory", provider) is None
-        assert list(User.objects.values_list("username", flat=True)) == [
+        assert list(User.objects.order_by("pk").values_list("username", flat=True)) == [
             "alpha-viewer",
             "alpha-member",
             "alpha-tenant_admin",

@@ -259,7 +259,10 @@ class TestMembers:
     def test_unknown_people_and_duplicates_are_field_errors(self, world):
         admin = world.client("platform_admin")
         unknown = admin.post(f"{T}/alpha/members/", {"user": "nobody@example.org"})
-        assert unknown.status_code == 400 and "user" in unknown.json()
+        assert unknown.status_code == 400 and unknown.json()["code"] == "no_account"
+        assert "invite them first" in unknown.json()["user"][0]
+        asked = world.client("tenant_admin").post(f"{T}/alpha/members/", {"user": "nobody@example.org"})
+        assert asked.status_code == 400 and "a platform admin invites them" in asked.json()["user"][0]
         duplicate = admin.post(f"{T}/alpha/members/", {"user": "alpha-member", "role": "viewer"})
         assert duplicate.status_code == 409
         assert admin.patch(f"{T}/alpha/members/nobody/", {"role": "viewer"}).status_code == 404

@@ -197,7 +197,10 @@ class TestMembersPage:
         assert added.status_code == 302
         assert admin.post("/tenants/alpha/members/erin/", {"role": "member"}).status_code == 302
         assert Membership.objects.get(user__username="erin").role == "member"
-        assert admin.post("/tenants/alpha/members/erin/", {"remove": "1", "role": "member"}).status_code == 302
+        asked = admin.post("/tenants/alpha/members/erin/", {"remove": "1", "role": "member"})
+        assert asked.status_code == 200 and "Remove erin from Team Alpha?" in asked.content.decode()
+        assert Membership.objects.filter(user__username="erin").exists()  # asking changed nothing
+        assert admin.post("/tenants/alpha/members/erin/", {"remove": "1", "confirm": "1"}).status_code == 302
         assert not Membership.objects.filter(user__username="erin").exists()
 
     def test_a_tenant_admin_cannot_touch_a_platform_admins_membership(self, world):
@@ -213,3 +216,20 @@ class TestMembersPage:
         )
         assert response.status_code == 200 and "has an account" in response.content.decode()
         assert Membership.objects.count() == 4
+
+    def test_a_person_without_an_account_leads_a_platform_admin_to_the_invitation(self, world):
+        admin = world.browser("platform_admin")
+        response = admin.post("/tenants/alpha/members/", {"member-user": "erin@example.org", "member-role": "viewer"})
+        body = response.content.decode()
+        assert response.status_code == 200 and "invite them first" in body
+        assert 'href="/platform/invite/?email=erin%40example.org"' in body
+        invite = admin.get("/platform/invite/?email=erin%40example.org").content.decode()
+        assert 'value="erin@example.org"' in invite
+
+    def test_a_tenant_admin_is_told_to_ask_a_platform_admin(self, world):
+        response = world.browser("tenant_admin").post(
+            "/tenants/alpha/members/", {"member-user": "erin", "member-role": "viewer"}
+        )
+        body = response.content.decode()
+        assert "a platform admin invites them" in body and "/platform/invite/" not in body
+        assert world.browser("tenant_admin").get("/platform/invite/").status_code == 403

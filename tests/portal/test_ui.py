@@ -230,7 +230,13 @@ class TestTokensPage:
         from portal.models import ApiToken
 
         token = ApiToken.objects.get()
-        client.post(f"/tokens/{token.token_key}/revoke/")
+        for asked in (
+            client.get(f"/tokens/{token.token_key}/revoke/"),
+            client.post(f"/tokens/{token.token_key}/revoke/"),
+        ):
+            assert asked.status_code == 200 and 'name="confirm"' in asked.content.decode()
+        assert ApiToken.objects.exists()  # asking changed nothing
+        client.post(f"/tokens/{token.token_key}/revoke/", {"confirm": "1"})
         assert not ApiToken.objects.exists()
 
 

@@ -73,7 +73,9 @@ class TestLastTenantAdmin:
         assert world.client("tenant_admin").delete("/api/v1/tenants/alpha/members/alpha-viewer/").status_code == 204
 
     def test_the_page_shows_the_refusal(self, world):
-        page = world.browser("tenant_admin").post(f"/tenants/alpha/members/{ADMIN}/", {"remove": "1"}, follow=True)
+        page = world.browser("tenant_admin").post(
+            f"/tenants/alpha/members/{ADMIN}/", {"remove": "1", "confirm": "1"}, follow=True
+        )
         assert page.status_code == 200
         assert "is the last tenant admin of alpha" in page.content.decode()
         assert _admins(world) == [ADMIN]

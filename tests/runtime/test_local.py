@@ -191,16 +191,18 @@ class TestLifecycle:
         assert second.observe(spec).exists is False
         assert not http_ok(f"http://127.0.0.1:{state.ports[0]}/health")
 
-    def test_a_spec_change_replaces_the_engine(self, backends):
+    def test_a_spec_change_replaces_the_engine_on_the_same_port(self, backends):
         backend = backends(engine=StandInEngine())
         old = backend.ensure(make_spec())
         old_pid = backend.load_state(7).pid
+        wait_for(lambda: backend.observe(make_spec()).state == "ready")  # it answered: TIME_WAITs on its port
 
         new = backend.ensure(make_spec(served_model_name="tiny-v2", generation=2))
 
         assert [e[1] for e in new.events] == ["Updated"]
         assert backend.load_state(7).pid != old_pid and gone(old_pid)
         assert old.converged and new.converged
+        assert new.endpoint_url == old.endpoint_url  # the URL users copied still reaches it
 
     def test_an_engine_that_exits_is_reported_failed_with_the_end_of_its_log(self, backends):
         backend = backends(engine=StandInEngine(fail=True))

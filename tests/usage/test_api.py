@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from datetime import date
 from decimal import Decimal
 
@@ -203,6 +204,17 @@ class TestPage:
     def test_platform_admins_see_every_tenant_and_unknown_cost(self, world, rows):
         text = world.browser("platform_admin").get("/usage/", {"month": "2026-11"}).content.decode()
         assert "Team Alpha" in text and "Team Beta" in text and "unknown" in text
+
+    def test_the_sort_menu_and_the_states_are_in_words(self, world, rows):
+        """Issue 32: the menu says "$ / 1M output tokens (low first)", not "cost_per_mtok (low first)",
+        from the same labels as the table's headings; a deployment's state is its label."""
+        text = world.browser("member").get("/usage/", {"month": "2026-11", "sort": "cost_per_mtok"}).content.decode()
+        menu = re.search(r'<select name="sort" id="id_sort">(.*?)</select>', text, re.S).group(1)
+        options = re.findall(r'<option value="([^"]*)" ?(selected)?>([^<]*)</option>', menu)
+        assert options[:2] == [("-tenant", "", "Tenant (high first)"), ("tenant", "", "Tenant (low first)")]
+        assert ("cost_per_mtok", "selected", "$ / 1M output tokens (low first)") in options
+        assert len(options) == 16 and not [label for *_, label in options if "_" in label]
+        assert "h100-sxm5 · Pending approval" in text and "· pending_approval" not in text
 
     def test_another_tenant_is_a_404_and_anonymous_signs_in(self, world, rows):
         assert world.browser("other_member").get("/usage/", {"tenant": "alpha"}).status_code == 404

@@ -28,6 +28,13 @@ restart, finds what it owns there. Removal signals the whole *session*, not just
 group: Ray puts each actor (and vLLM's engine core under it) in a process group of its own
 inside the launcher's session, and killing only the leader's group orphans them (seen).
 
+Endpoint: a deployment's ports are given once, at its first start, and kept in
+``LOCAL_RUNTIME_DIR/ports-assigned.json`` (`ports.PortAllocator.assign`), beyond its run directory:
+a new revision, a stop and resume or a reboot start the engine on the same port, so the endpoint
+URL users copied keeps working. Only when another process listens there at start does it move (a
+Warning event, EndpointMoved, says so; the portal shows the new URL). Key changes never restart
+the engine: it re-reads its key file (`keys.EngineKeyCheck`).
+
 Isolation: the engine runs code that ships with a model, so its environment is an allow-list
 (`engine.engine_environment`: no SECRET_KEY, database, broker or cloud credentials), and it is only
 ever pointed at a local path that resolves, symlinks included, inside LOCAL_MODEL_ROOT

@@ -127,19 +127,40 @@ class LocalBackend:
         tmp.replace(path)  # atomic: a reader never sees half a state file
 
     def spec_hash(self, spec: DeploymentSpec) -> str:
-        """What the running engine must match: its config and, for vLLM, the set of API keys
-        (as a digest: the state file never holds a key), so a minted or revoked key restarts it."""
-        keys = self.api_keys(spec)
-        extra = {"keys": digest(sorted(keys))} if keys else {}
-        return digest({"engine": self.engine.kind, "config": self.engine.config(spec), **extra})
+        """What the running engine must match: its config, and whether it checks keys. Not the
+        keys: the engine re-reads them from its key file (`refresh_keys`), so minting or revoking
+        one never restarts it, and its port, in the endpoint URL users copied, stays."""
+        checks = {"key_check": True} if self._checks_keys() else {}
+        return digest({"engine": self.engine.kind, "config": self.engine.config(spec), **checks})
+
+    def _checks_keys(self) -> bool:
+        """Only vLLM's server checks keys itself (the Ray app has no `--middleware`)."""
+        return self.engine.kind == "vllm" and bool(self.key_seed)
 
     def api_keys(self, spec: DeploymentSpec) -> list[str]:
-        """The keys the engine accepts: the portal's Try-it key and the tenant's kept keys for this
-        deployment (runtime.backends.local.keys). Only vLLM's server checks keys itself."""
-        if self.engine.kind != "vllm" or not self.key_seed:
+        """The keys the engine accepts (see `_keys`)."""
+        return self._keys(spec.tenant_slug, spec.deployment_id)
+
+    def _keys(self, tenant_slug: str, deployment_id: int) -> list[str]:
+        """The portal's Try-it key and the tenant's kept keys for this deployment
+        (runtime.backends.local.keys); none when the engine checks no keys."""
+        if not self._checks_keys():
             return []
-        kept = keys_for(self.root, spec.tenant_slug, spec.deployment_id)
-        return [portal_key(self.key_seed, spec.deployment_id), *kept]
+        return [portal_key(self.key_seed, deployment_id), *keys_for(self.root, tenant_slug, deployment_id)]
+
+    def refresh_keys(self, *, tenant_slug: str, deployment_id: int) -> bool:
+        """Hand a running engine its current keys after a mint, a revocation or an expiry: its key
+        file is rewritten (atomically, 0600) and `EngineKeyCheck` reads it on the next request; no
+        restart. Under the deployment's lock, so a start that read the key store before the change
+        cannot write the old set after this. True when an engine was there to tell (one that is
+        not running reads its keys when it starts)."""
+        if not self._checks_keys():
+            return False
+        with self._deployment_lock(deployment_id):
+            if self.load_state(deployment_id) is None:
+                return False
+            write_engine_keys(self.run_dir(deployment_id), self._keys(tenant_slug, deployment_id))
+            return True
 
     # --- engine checks --------------------------------------------------------------------------
 
@@ -195,6 +216,7 @@ class LocalBackend:
             except ValueError as refused:
                 return _failed("ModelSourceRefused", str(refused))
             state, want = self.load_state(spec.deployment_id), self.spec_hash(spec)
+            previous = state.ports if state is not None else None
             events: list[tuple[str, str, str]] = []
             if state is not None and state.spec_hash != want:
                 self._stop(state)
@@ -203,9 +225,16 @@ class LocalBackend:
             elif state is not None and state.boot_id != boot_id():
                 state = None  # stopped by a reboot, not by a fault
             if state is None:
-                state = self._start(spec, want)
+                # The ports it had (its endpoint URL), unless another process took one meanwhile.
+                ports, moved_from = self.ports.assign(spec.deployment_id, self.engine.port_count, previous=previous)
+                state = self._start(spec, want, ports)
                 if not events:
                     events.append(("Normal", "Created", f"Local {self.engine.kind} engine started (pid {state.pid})."))
+                if moved_from:
+                    events.append(("Warning", "EndpointMoved", _moved_message(self.engine, moved_from, ports)))
+            elif self._checks_keys():
+                # Level-triggered: whatever a lost refresh_keys missed, the next reconcile hands over.
+                write_engine_keys(self.run_dir(spec.deployment_id), self.api_keys(spec))
             obs = self._observe(spec, state)
             obs.events = events + obs.events
             return obs
@@ -274,11 +303,10 @@ class LocalBackend:
     def _env(self) -> dict[str, str]:
         return engine_environment(os.environ, kvcache_gib=self.kvcache_gib, threads=self.threads)
 
-    def _start(self, spec: DeploymentSpec, spec_hash: str) -> EngineState:
+    def _start(self, spec: DeploymentSpec, spec_hash: str, ports: list[int]) -> EngineState:
         run_dir = self.run_dir(spec.deployment_id)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / READY_FILE).unlink(missing_ok=True)
-        ports = self.ports.allocate(self.engine.port_count)
         argv = self.engine.argv(self.python, self.engine.config(spec), ports, run_dir)
         env = self._env()
         keys = self.api_keys(spec)
@@ -310,7 +338,6 @@ class LocalBackend:
             argv=argv,
         )
         self._save_state(state)
-        self.ports.release(ports)  # the state file holds them from here on
         return state
 
     def _stop(self, state: EngineState) -> None:
@@ -357,6 +384,14 @@ class LocalBackend:
             degraded=(False, "Healthy", ""),
         )
         return obs
+
+
+def _moved_message(engine: Engine, old: list[int], new: list[int]) -> str:
+    """Which of the engine's URLs (endpoint, metrics) moved, old and new."""
+    before, after = engine.urls(old + new[len(old) :]), engine.urls(new)
+    moved = "; ".join(f"{b} is now {a}" for b, a in zip(before, after, strict=True) if b != a)
+    clients = " Snippets and clients that use the old endpoint URL must change." if before[0] != after[0] else ""
+    return f"Another process listens on a port this deployment had, so the local engine moved: {moved}.{clients}"
 
 
 def _failed(reason: str, message: str, *, converged: bool = True) -> Observation:

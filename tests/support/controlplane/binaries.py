@@ -1,8 +1,8 @@
 """The control plane's binaries: found through `KUBEBUILDER_ASSETS`, else unpacked once from
 ../shared/k8s/bin/*.xz into a per-user cache, each checked against ../shared/k8s/SHA256SUMS.
 
-The versions live in `runtime.versions` (one place: the README's matrix, the readiness page and
-these tests read the same table). A contributor elsewhere builds the same binaries with the
+The versions live in `runtime.versions` (one place: the matrix in docs/install.md, the readiness
+page and these tests read the same table). A contributor elsewhere builds the same binaries with the
 commands in ../shared/k8s/BUILD.md and points `KUBEBUILDER_ASSETS` at the folder (envtest's
 convention: a directory holding the binaries by name).
 """

@@ -155,7 +155,7 @@ class Nodes:
 def provision_claims(plane, claim: str) -> list[str]:
     """A claim `claim` and a PersistentVolume bound to it in every tenant namespace the portal
     made (labelled as runtime.manifests.kueue.render_namespace labels them) that lacks one: what
-    a platform team provides (README, "Install on a cluster"). Returns the namespaces served."""
+    a platform team provides (docs/install.md, "Install on a cluster"). Returns the namespaces served."""
     from runtime.manifests.common import LABEL_MANAGED_BY, LABEL_TENANT, MANAGED_BY
 
     selector = urllib.parse.quote(f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_TENANT}")
@@ -300,7 +300,7 @@ def up(folder: Path = FOLDER, *, kserve: bool = False, follow: bool = False) -> 
             f"They come from {K8S_DIR} (the shared folder beside the project; PORTAL_SHARED_DIR moves it),\n"
             "or from a folder named by KUBEBUILDER_ASSETS holding etcd, kube-apiserver, kube-controller-manager,\n"
             "kube-scheduler, kubectl, kwok, kueue, kuberay-operator, kserve-controller, karpenter-kwok and helm\n"
-            "built as ../shared/k8s/BUILD.md says (README, 'A local cluster')."
+            "built as ../shared/k8s/BUILD.md says (docs/demo.md, 'A local cluster')."
         )
         (folder / "pid").unlink(missing_ok=True)
         return 2
