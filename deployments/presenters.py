@@ -328,10 +328,32 @@ def stop_words(dep: ModelDeployment) -> dict:
     return {"title": f"Stop {dep.name}?", "explanation": text, "confirm_label": "Yes, stop it", "keep_label": keep}
 
 
+def delete_words(dep: ModelDeployment) -> dict:
+    """What a delete does, said before it is done (the API's DELETE does the same in one call)."""
+    text = f"{dep.name} is deleted for good: it cannot be started again."
+    if dep.state in RUNNING:
+        text += " Its endpoint stops answering"
+        if dep.reserved_gpus:
+            text += f" and its {dep.reserved_gpus} reserved GPU{'' if dep.reserved_gpus == 1 else 's'} are released"
+        text += "."
+    text += (
+        " Keys minted for it alone are revoked; what was done to it stays in the audit log. To serve the model "
+        "again, request a new deployment."
+    )
+    return {
+        "title": f"Delete {dep.name}?",
+        "explanation": text,
+        "confirm_label": "Yes, delete it",
+        "keep_label": "Keep it",
+    }
+
+
 def confirm_context(dep: ModelDeployment, action: str, rev: DeploymentRevision | None) -> dict:
-    """The confirmation page of a cancel, a stop or a withdrawal: what happens, and the two buttons."""
+    """The confirmation page of a cancel, a stop, a withdrawal or a delete: what happens, and the two buttons."""
     if action == "stop":
         return {"dep": dep, "action": action, **stop_words(dep)}
+    if action == "delete":
+        return {"dep": dep, "action": action, **delete_words(dep)}
     if action == "cancel":
         return {
             "dep": dep,

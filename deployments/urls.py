@@ -14,6 +14,7 @@ urlpatterns = [
     # The API's POST …/stop/ and …/cancel/ stay one call (deployments.api).
     path("deployments/<int:pk>/cancel/", views.deployment_confirm, {"action": "cancel"}, name="deployment-cancel"),
     path("deployments/<int:pk>/stop/", views.deployment_confirm, {"action": "stop"}, name="deployment-stop"),
+    path("deployments/<int:pk>/delete/", views.deployment_confirm, {"action": "delete"}, name="deployment-delete"),
     path(
         "deployments/<int:pk>/withdraw/", views.deployment_confirm, {"action": "withdraw"}, name="deployment-withdraw"
     ),

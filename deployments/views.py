@@ -337,13 +337,13 @@ def _revision_action(request, dep: ModelDeployment, action: str):
 
 
 # Actions that ask first: GET shows what would happen and a button that POSTs (no script needed).
-CONFIRMED = {"cancel": Action.CANCEL, "stop": Action.STOP, "withdraw": Action.WITHDRAW}
+CONFIRMED = {"cancel": Action.CANCEL, "stop": Action.STOP, "withdraw": Action.WITHDRAW, "delete": Action.DELETE}
 
 
 @login_required
 @require_http_methods(["GET", "HEAD", "POST"])
 def deployment_confirm(request, pk: int, action: str):
-    """Cancel a request, stop what runs, or withdraw a proposed change, after a confirmation page."""
+    """Cancel a request, stop what runs, withdraw a proposed change or delete, after a confirmation page."""
     if request.method == "POST":
         return deployment_action(request, pk=pk, action=action)
     dep = _visible(request, pk)

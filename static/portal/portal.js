@@ -1,12 +1,6 @@
 // Behaviour every page shares, bound here instead of in inline handlers (Content-Security-Policy).
 // Listeners sit on the document, so buttons that htmx swaps in later behave the same.
 
-// <button data-confirm="Delete x?">: ask before the form is submitted.
-document.addEventListener("click", (event) => {
-  const button = event.target.closest("[data-confirm]");
-  if (button && !window.confirm(button.dataset.confirm)) event.preventDefault();
-});
-
 // <button data-copy="element-id">: put that element's text on the clipboard and say so.
 // navigator.clipboard needs a secure context (https, or http on localhost); elsewhere the
 // text is selected and copied with the older execCommand.

@@ -92,6 +92,43 @@ class TestStopAsksFirst:
         assert response.status_code == 200 and response.json()["state"] == State.STOPPED
 
 
+class TestDeleteAsksFirst:
+    """Delete asks on a page of its own too (before, only a script's dialog asked: without
+    JavaScript one click deleted)."""
+
+    def test_the_button_leads_to_a_confirmation_that_changes_nothing(self, world, serving):
+        client = world.browser("member")
+        detail = client.get(f"/deployments/{serving.pk}/").content.decode()
+        assert f'<form method="get" action="/deployments/{serving.pk}/delete/">' in detail
+        assert "data-confirm" not in detail
+        page = client.get(f"/deployments/{serving.pk}/delete/").content.decode()
+        assert "Delete llama-chat?" in page and "Yes, delete it" in page and "Keep it" in page
+        assert "Its endpoint stops answering and its 2 reserved GPUs are released." in page
+        assert f'<form method="post" action="/deployments/{serving.pk}/delete/"' in page
+        serving.refresh_from_db()
+        assert (serving.state, serving.reserved_gpus) == (State.READY, 2)
+
+    def test_confirming_deletes_it(self, world, serving):
+        response = world.browser("member").post(f"/deployments/{serving.pk}/delete/", follow=True)
+        assert "Deleting." in response.content.decode()
+        serving.refresh_from_db()
+        assert serving.state == State.DELETING
+
+    def test_a_stopped_deployment_is_not_said_to_stop_serving(self, world, serving):
+        services.deployment_stop(deployment_id=serving.pk, user=world.users["member"])
+        page = world.browser("member").get(f"/deployments/{serving.pk}/delete/").content.decode()
+        assert "llama-chat is deleted for good" in page and "stops answering" not in page
+
+    def test_a_viewer_may_not_and_another_tenant_sees_nothing(self, world, serving):
+        assert world.browser("viewer").get(f"/deployments/{serving.pk}/delete/").status_code == 403
+        assert world.browser("other_member").get(f"/deployments/{serving.pk}/delete/").status_code == 404
+        refused = world.browser("viewer").post(f"/deployments/{serving.pk}/delete/", follow=True)
+        assert "Only members of the tenant may delete a deployment." in refused.content.decode()
+        assert "/delete/" not in html(world, "viewer", serving)
+        serving.refresh_from_db()
+        assert serving.state == State.READY
+
+
 class TestNotServing:
     def test_a_stopped_deployment_says_so_who_stopped_it_and_how_to_start_it(self, world, serving):
         services.deployment_stop(deployment_id=serving.pk, user=world.users["member"])

@@ -224,3 +224,19 @@ class TestPricePerHour:
             tz=UTC,
         )
         assert days[start.date()].cost == price_per_hour(world.h100, 2) == Decimal("7.80")
+
+
+class TestMarksOnlyForTheCallersTenants:
+    def test_another_tenant_posted_on_the_form_gives_no_marks(self, world, l4):
+        page = world.browser("member").post("/deployments/preview/", form_data(world, tenant=world.beta.pk))
+        marks = re.findall(
+            r'<span class="no-quota" id="quota-mark-\d+" hx-swap-oob="true">([^<]*)</span>', page.content.decode()
+        )
+        assert len(marks) == 3 and set(marks) == {""}  # beta has no A100 or L4 quota: not said to alpha's member
+
+    def test_the_api_preview_of_another_tenant_reads_as_one_that_does_not_exist(self, world, l4):
+        member = world.client("member")
+        beta = member.post(f"{D}/preview/", api_draft(world, tenant="beta"), format="json")
+        missing = member.post(f"{D}/preview/", api_draft(world, tenant="gamma"), format="json")
+        assert (beta.status_code, missing.status_code) == (400, 400)
+        assert list(beta.json()) == ["tenant"] and list(missing.json()) == ["tenant"]

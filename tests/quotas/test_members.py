@@ -131,3 +131,23 @@ def test_the_django_admin_keeps_the_rule_one_by_one_and_in_bulk(world):
     bulk = {"action": "delete_selected", "_selected_action": [last.pk, second.pk], "post": "yes"}
     admin.post("/admin/quotas/membership/", bulk)
     assert len(_admins(world)) == 1  # one of the two went; the other is now the last
+
+
+class TestNoProbingForAccounts:
+    """Adding a member checks the role before anyone is looked up: a member, a viewer or another
+    tenant's admin learns the same 403 whether the person has an account or not."""
+
+    @pytest.mark.parametrize("role, status", [("member", 403), ("viewer", 403), ("other_member", 404)])
+    def test_the_same_refusal_for_an_account_and_for_none(self, world, role, status):
+        client = world.client(role)
+        known = client.post("/api/v1/tenants/alpha/members/", {"user": "beta-member", "role": "viewer"}, format="json")
+        unknown = client.post("/api/v1/tenants/alpha/members/", {"user": "nobody-xyz", "role": "viewer"}, format="json")
+        assert (known.status_code, unknown.status_code) == (status, status)
+        assert known.json() == unknown.json()
+
+    def test_an_admin_learns_that_there_is_no_account_and_who_can_invite(self, world):
+        body = world.client("tenant_admin").post(
+            "/api/v1/tenants/alpha/members/", {"user": "nobody-xyz", "role": "viewer"}, format="json"
+        )
+        assert body.status_code == 400
+        assert "a platform admin invites them" in str(body.json()["user"])
