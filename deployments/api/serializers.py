@@ -3,6 +3,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from core.api_fields import NamedRef
 from deployments.api.revision_serializers import NUMBER_MAX, ProposedRevisionSerializer, proposal
 from deployments.choices import Backend, Dtype, Quantization, ServingProfile
 from deployments.limits import LIMITS
@@ -29,7 +30,7 @@ class DeploymentSpecSerializer(serializers.Serializer):
     model_source = serializers.CharField(max_length=500)
     served_model_name = serializers.CharField(max_length=200, required=False, allow_blank=True)
     hf_token_secret = serializers.CharField(max_length=253, required=False, allow_blank=True, default="")
-    flavor = serializers.SlugRelatedField(slug_field="name", queryset=GpuFlavor.objects.all())
+    flavor = NamedRef("flavor", slug_field="name", queryset=GpuFlavor.objects.all())
     backend = serializers.ChoiceField(choices=Backend.choices, required=False)
     tensor_parallel_size = serializers.IntegerField(**LIMITS["tensor_parallel_size"].bounds(), default=1)
     pipeline_parallel_size = serializers.IntegerField(**LIMITS["pipeline_parallel_size"].bounds(), default=1)
@@ -55,7 +56,7 @@ class DeploymentSpecSerializer(serializers.Serializer):
 
 
 class DeploymentCreateSerializer(DeploymentSpecSerializer):
-    tenant = serializers.SlugRelatedField(slug_field="slug", queryset=Tenant.objects.none())
+    tenant = NamedRef("tenant", slug_field="slug", queryset=Tenant.objects.none())
     name = serializers.CharField(max_length=40)
 
     def __init__(self, *args, **kwargs):
@@ -316,7 +317,7 @@ class ScaleSerializer(serializers.Serializer):
 
 
 class PreviewSerializer(DeploymentSpecSerializer):
-    tenant = serializers.SlugRelatedField(slug_field="slug", queryset=Tenant.objects.none())
+    tenant = NamedRef("tenant", slug_field="slug", queryset=Tenant.objects.none())
     name = serializers.CharField(max_length=200, required=False)
 
     def __init__(self, *args, **kwargs):

@@ -3,6 +3,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from core.api_fields import NamedRef
 from quotas.ceiling import quota_ceiling
 from quotas.flavors import FIELDS as FLAVOR_FIELDS
 from quotas.models import GpuFlavor, QuotaChangeRequest, Tenant, TenantQuota, is_platform_admin
@@ -89,8 +90,8 @@ class QuotaSetSerializer(serializers.Serializer):
 
 
 class QuotaCreateSerializer(QuotaSetSerializer):
-    tenant = serializers.SlugRelatedField(slug_field="slug", queryset=Tenant.objects.all())
-    flavor = serializers.SlugRelatedField(slug_field="name", queryset=GpuFlavor.objects.filter(active=True))
+    tenant = NamedRef("tenant", slug_field="slug", queryset=Tenant.objects.all())
+    flavor = NamedRef("flavor", slug_field="name", queryset=GpuFlavor.objects.filter(active=True))
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -101,8 +102,8 @@ class QuotaCreateSerializer(QuotaSetSerializer):
 
 
 class QuotaChangeRequestSerializer(serializers.ModelSerializer):
-    tenant = serializers.SlugRelatedField(slug_field="slug", queryset=Tenant.objects.all())
-    flavor = serializers.SlugRelatedField(slug_field="name", queryset=GpuFlavor.objects.filter(active=True))
+    tenant = NamedRef("tenant", slug_field="slug", queryset=Tenant.objects.all())
+    flavor = NamedRef("flavor", slug_field="name", queryset=GpuFlavor.objects.filter(active=True))
     requested_by = serializers.CharField(source="requested_by.username", read_only=True)
     decided_by = serializers.CharField(source="decided_by.username", default=None, allow_null=True, read_only=True)
     justification = serializers.CharField(max_length=2000)

@@ -1,6 +1,8 @@
 """Request → approve → Kueue suspends → Workload admitted in the reserved flavor → RayCluster →
 pods bound to a KWOK node of that flavor → RayService Ready, on the real controllers."""
 
+import pytest
+
 from deployments.choices import State
 from runtime import k8s
 from tests.cluster.chain import condition, converge, onboard, request_and_approve, workload_of
@@ -34,3 +36,40 @@ def test_an_approved_request_runs_on_the_flavor_it_reserved_and_the_portal_says_
         )
         assert ("nvidia.com/gpu.product" in labels or world.h100.name in labels.values()) == wants_gpu, (pod, labels)
     assert dep.reserved_gpus == dep.gpus_needed
+
+
+def test_the_chain_ends_on_the_dashboard_with_the_metrics_the_running_pods_serve(world, kube, settings):
+    """The last link (issue 38): with no Prometheus, the collector lists the deployment's Running
+    pods on the real API server, scrapes each pod's metrics port (the stand-in head answers on
+    every pod address with a real Ray Serve LLM exposition) and the dashboard plots what it read.
+    Idle first (gauges only: no earlier snapshot to take rates from), then under load."""
+    from metrics.charts import CHARTS
+    from metrics.collect import collect, scraped_ids
+    from metrics.models import MetricSample
+
+    settings.PROMETHEUS_URL = None
+    onboard(kube, world.h100)
+    dep = request_and_approve(world, flavor=world.h100)
+    converge(kube, dep, lambda d: d.state == State.READY, what="ready")
+    running = [p for p in kube.pods(dep.tenant.namespace) if p["status"].get("phase") == "Running"]
+    assert running and dep.pk in scraped_ids()
+
+    assert collect([dep.pk]) == 1
+    idle = MetricSample.objects.get(deployment=dep)
+    assert (idle.running, idle.generation_tokens_per_s) == (0.0, None)
+
+    kube.set_head_metrics(running[0]["status"]["podIP"], "ray-serve-llm-vllm-0.32-cpu-under-load.prom")
+    try:
+        assert collect([dep.pk]) == 1
+    finally:
+        kube.set_head_metrics(running[0]["status"]["podIP"], None)
+    busy = MetricSample.objects.filter(deployment=dep).latest("ts")
+    # 39 running requests in that exposition, on each pod the collector read (every pod of the
+    # stand-in serves it); 8193 - 1828 generated tokens since the idle read, over the interval.
+    assert busy.running == 39.0 * len(running)
+    assert busy.generation_tokens_per_s == pytest.approx((8193 - 1828) * len(running) / busy.interval_s, rel=1e-6)
+
+    member = world.browser("member")
+    charts = member.get(f"/deployments/{dep.pk}/charts/?window=1h").json()
+    assert charts["_meta"]["points"] == 2
+    assert set(charts) == set(CHARTS) | {"_meta"}  # every chart drawn, none left empty for lack of points

@@ -239,4 +239,5 @@ class TestMarksOnlyForTheCallersTenants:
         beta = member.post(f"{D}/preview/", api_draft(world, tenant="beta"), format="json")
         missing = member.post(f"{D}/preview/", api_draft(world, tenant="gamma"), format="json")
         assert (beta.status_code, missing.status_code) == (400, 400)
-        assert list(beta.json()) == ["tenant"] and list(missing.json()) == ["tenant"]
+        assert beta.json() == {"tenant": ["No tenant named 'beta' that you can use."]}
+        assert missing.json() == {"tenant": ["No tenant named 'gamma' that you can use."]}

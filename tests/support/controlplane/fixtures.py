@@ -175,6 +175,13 @@ class Kube:
         req = urllib.request.Request(f"http://{pod_ip}:8265/_standin/status", data=body, method="POST")
         urllib.request.urlopen(req, timeout=5).read()
 
+    def set_head_metrics(self, pod_ip: str, fixture: str | None) -> None:
+        """Every stand-in head serves `fixture` (a file of ../shared/fixtures/metrics) on :8080,
+        or, with None, the exposition it started with (one server answers on every pod address)."""
+        body = json.dumps({"fixture": fixture} if fixture else {}).encode()
+        req = urllib.request.Request(f"http://{pod_ip}:8265/_standin/metrics", data=body, method="POST")
+        urllib.request.urlopen(req, timeout=5).read()
+
     # cleanup
 
     def clean(self) -> None:

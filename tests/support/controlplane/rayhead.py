@@ -12,7 +12,10 @@ Tests steer it over HTTP on the dashboard port: `POST /_standin/status` with
 `{"status": "DEPLOY_FAILED", "message": "..."}` sets what this head reports for its apps (the
 socket's local address says which head); `GET /_standin/state` returns what it holds;
 `POST /_standin/reset` forgets every head, so a pod that later gets a deleted head's address (KWOK
-reuses them) starts healthy instead of inheriting a failure an earlier test set.
+reuses them) starts healthy instead of inheriting a failure an earlier test set;
+`POST /_standin/metrics` with `{"fixture": "<file name>"}` serves another exposition of the same
+folder on every address (a bare name only: nothing outside that folder is read), and `{}` the
+one it started with.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import json
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 _LOCK = threading.Lock()
 _STATE: dict[str, dict] = {}  # pod IP -> {"config": last PUT, "status": app status, "puts": n}
@@ -51,6 +55,7 @@ def _applications(state: dict) -> dict:
 
 class Handler(BaseHTTPRequestHandler):
     metrics_body = b""
+    metrics_file: Path | None = None  # the exposition it started with; its folder holds the others
     protocol_version = "HTTP/1.1"
 
     def log_message(self, format, *args):  # noqa: A002 - the stdlib's name
@@ -98,6 +103,15 @@ class Handler(BaseHTTPRequestHandler):
             with _LOCK:
                 _STATE.clear()
             return self._send(200, b"{}")
+        if self.path == "/_standin/metrics":
+            name = str(json.loads(self._body() or b"{}").get("fixture") or "")
+            start = Handler.metrics_file
+            chosen = start.parent / name if name else start
+            if start is None or (name and (Path(name).name != name or not chosen.is_file())):
+                return self._send(400, b'{"error": "no such exposition"}')
+            with _LOCK:
+                Handler.metrics_body = chosen.read_bytes()
+            return self._send(200, b"{}")
         if self.path == "/_standin/status":
             change = json.loads(self._body() or b"{}")
             with _LOCK:
@@ -110,8 +124,8 @@ class Handler(BaseHTTPRequestHandler):
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
-        with open(argv[1], "rb") as f:
-            Handler.metrics_body = f.read()
+        Handler.metrics_file = Path(argv[1])
+        Handler.metrics_body = Handler.metrics_file.read_bytes()
     servers = [ThreadingHTTPServer(("0.0.0.0", port), Handler) for port in (8265, 8000, 8080)]
     for server in servers[1:]:
         threading.Thread(target=server.serve_forever, daemon=True).start()
