@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from runtime.kueue_words import kueue_words
 from runtime.manifests.common import ANNOTATION_GENERATION, GPU_RESOURCE, LABEL_QUEUE_NAME
 
 FAILED_READY_REASONS = {"ValidationFailed", "InitializingTimeout"}
@@ -116,7 +117,8 @@ def kueue_story(workload: dict | None) -> tuple[bool | None, str, str, list[tupl
         return True, "Admitted", admitted.get("message") or "Admitted by Kueue.", events
     reserved = _find(conds, "QuotaReserved")
     if reserved is not None and reserved.get("status") == "False":
-        return False, reserved.get("reason") or "Pending", reserved.get("message") or "Waiting for quota.", events
+        words = kueue_words(reserved.get("message") or "")  # Kueue's flavor-by-flavor refusal, said plainly
+        return False, reserved.get("reason") or "Pending", words or "Waiting for quota.", events
     return False, "Pending", "Waiting for Kueue to admit the workload.", events
 
 

@@ -23,6 +23,7 @@ from deployments.choices import State
 from deployments.reconcile import reconcile
 from quotas.models import TenantQuota
 from runtime import k8s
+from runtime.kueue_words import kueue_words
 from tests.cluster.chain import condition, converge, onboard, request_and_approve, workload_of
 from tests.cluster.contract import BACKENDS, Backend, backend_for
 from tests.support import operators
@@ -214,4 +215,6 @@ def test_a_full_queue_reads_the_same(backend, world):
     reserved = condition(second, "QuotaReserved")
     assert (reserved["status"], reserved["reason"]) == ("False", "Pending")
     assert reserved["message"].startswith("couldn't assign flavors to pod set "), reserved["message"]
+    # The portal says it in words, from the real Kueue's text as from the emulator's (runtime/kueue_words.py).
+    assert kueue_words(reserved["message"]).startswith("Waiting for quota: "), reserved["message"]
     assert "admission" not in second.get("status", {})
