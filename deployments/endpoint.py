@@ -22,6 +22,9 @@ NOT_SERVING = {
     State.DELETING: "Its workload is being removed.",
     State.DELETED: "Nothing of it remains.",
 }
+# What the streaming snippets send, so that a token limit counts their tokens (the last event
+# before [DONE] carries the usage: runtime.manifests.gateway).
+STREAM_OPTIONS = {"include_usage": True}
 # The snippets the panel shows, in order: (key in `snippets()`, heading).
 SNIPPETS = (
     ("curl", "curl"),
@@ -96,14 +99,17 @@ def endpoint_context(dep: ModelDeployment, actor: Actor | None) -> dict:
 
 def snippets(dep: ModelDeployment) -> dict[str, str]:
     """curl and OpenAI-client examples, each plain and streaming ("stream": true; curl -N so the
-    server-sent events print as they come), and the note on where the URL leads."""
+    server-sent events print as they come), and the note on where the URL leads. The streaming
+    ones ask for usage (`stream_options`): a token limit counts a stream only when it ends with
+    its usage (runtime.manifests.gateway), and every engine here serves vLLM's OpenAI API, which
+    takes it (`StreamOptions.include_usage`)."""
     base = dep.endpoint_url or "http://<endpoint>/v1"
     model = dep.served_model_name or dep.name
     messages = [{"role": "user", "content": "Hello!"}]
     # The key comes from the environment ($API_KEY: minted on the API keys page), never the page.
     headers = "  -H 'Content-Type: application/json' \\\n  -H \"Authorization: Bearer $API_KEY\" \\\n"
     curl = f"curl {base}/chat/completions \\\n{headers}  -d '{json.dumps({'model': model, 'messages': messages})}'"
-    body = json.dumps({"model": model, "messages": messages, "stream": True})
+    body = json.dumps({"model": model, "messages": messages, "stream": True, "stream_options": STREAM_OPTIONS})
     curl_stream = f"curl -N {base}/chat/completions \\\n{headers}  -d '{body}'"
     client = (
         f'import os\n\nfrom openai import OpenAI\n\nclient = OpenAI(base_url="{base}", api_key=os.environ["API_KEY"])\n'
@@ -115,7 +121,8 @@ def snippets(dep: ModelDeployment) -> dict[str, str]:
     )
     python_stream = (
         client + f'stream = client.chat.completions.create(model="{model}",\n'
-        '    messages=[{"role": "user", "content": "Hello!"}], stream=True)\n'
+        '    messages=[{"role": "user", "content": "Hello!"}], stream=True,\n'
+        '    stream_options={"include_usage": True})\n'
         "for chunk in stream:\n"
         "    if chunk.choices and chunk.choices[0].delta.content:\n"
         '        print(chunk.choices[0].delta.content, end="", flush=True)\n'
@@ -140,7 +147,8 @@ def endpoint_note(dep: ModelDeployment) -> str:
         exposed = dep.condition("Exposed")
         if exposed is not None and exposed.get("status") != "True":  # runtime.backends.exposure
             return f"Not exposed yet: {exposed.get('message') or exposed.get('reason')}"
-        return "Through the platform Gateway: send a key minted for this deployment or for its tenant."
+        said = "Through the platform Gateway: send a key minted for this deployment or for its tenant."
+        return said + limits_note(dep.tenant)
     # Without the Gateway no Kuadrant AuthPolicy stands in front of the engine, and the engine
     # itself is started without a key: the Authorization header the examples send is ignored.
     return (
@@ -148,3 +156,19 @@ def endpoint_note(dep: ModelDeployment) -> str:
         "is reachable only inside the cluster and nothing checks a key there: the examples' "
         "Authorization header is ignored until a Gateway is configured, so anyone in the cluster can call it."
     )
+
+
+def limits_note(tenant) -> str:
+    """The tenant's gateway limits as a key holder meets them ("" when it sets none): per key, on
+    each endpoint, tokens as the responses report them (runtime.manifests.gateway)."""
+    limits = []
+    if tenant.tokens_per_minute:
+        limits.append(
+            f"{tenant.tokens_per_minute:,} tokens a minute (as each response reports them; a streamed one counts "
+            'only when it asks for usage, stream_options {"include_usage": true}, as the streaming examples do)'
+        )
+    if tenant.requests_per_minute:
+        limits.append(f"{tenant.requests_per_minute:,} requests a minute")
+    if not limits:
+        return ""
+    return f" Each key may use {' and '.join(limits)} on this endpoint; past that the Gateway answers 429."

@@ -70,3 +70,26 @@ def check_kubernetes_names(app_configs, **kwargs):
         Error(problem, hint="Kubernetes would refuse the objects named by it; fix the setting.", id="portal.E001")
         for problem in problems
     ]
+
+
+@register()
+def check_karpenter_ami(app_configs, **kwargs):
+    """portal.E002: on AWS with Karpenter configured (a node role set), the EC2NodeClasses need a
+    pinned AMI alias; "@latest" only with KARPENTER_AMI_ALLOW_LATEST (it drifts every GPU node on
+    each AMI release). A set alias is checked on any platform: a typo must not wait for a sync."""
+    from runtime.manifests.karpenter import ami_alias_problem
+
+    alias = getattr(settings, "KARPENTER_AMI_ALIAS", "")
+    configured = getattr(settings, "KARPENTER_PLATFORM", "") == "aws" and getattr(settings, "KARPENTER_NODE_ROLE", "")
+    if not alias and not configured:
+        return []
+    problem = ami_alias_problem(alias, allow_latest=getattr(settings, "KARPENTER_AMI_ALLOW_LATEST", False))
+    if problem is None:
+        return []
+    return [
+        Error(
+            f"KARPENTER_AMI_ALIAS: {problem}",
+            hint="Set KARPENTER_AMI_ALIAS to an AMI release (docs/install.md, node pools).",
+            id="portal.E002",
+        )
+    ]

@@ -42,8 +42,10 @@ def _require_platform_admin(request) -> None:
 
 
 def _refused(form, error: DomainError) -> None:
-    """Show a service's refusal on the field it names (or above the form)."""
-    form.add_error(error.field if error.field in form.fields else None, error.message)
+    """Show a service's refusal on the field it names (or above the form); a form may show a
+    model field under another name (`FIELD_OF`)."""
+    field = getattr(form, "FIELD_OF", {}).get(error.field, error.field)
+    form.add_error(field if field in form.fields else None, error.message)
 
 
 def _data(form) -> dict:
@@ -192,6 +194,8 @@ def flavor_edit(request, name: str | None = None):
             _refused(form, error)
         else:
             messages.success(request, f"Flavor {flavor.name} saved; Kueue follows.")
+            for warning in (pool_summary(flavor) or {}).get("warnings", []):
+                messages.warning(request, warning)  # saved, but the pool would not work as is
             return redirect("platform")
     pool = pool_summary(flavor) if flavor else None
     if pool and pool["manifest"]:

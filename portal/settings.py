@@ -433,7 +433,10 @@ KARPENTER_NODE_CLASS_GROUP = env_str("KARPENTER_NODE_CLASS_GROUP", "karpenter.k8
 KARPENTER_NODE_CLASS_KIND = env_str("KARPENTER_NODE_CLASS_KIND", "EC2NodeClass")
 KARPENTER_NODE_CLASS_NAME = env_str("KARPENTER_NODE_CLASS_NAME", "")
 KARPENTER_NODE_ROLE = env_str("KARPENTER_NODE_ROLE", "")
-KARPENTER_AMI_ALIAS = env_str("KARPENTER_AMI_ALIAS", "al2023@latest")
+# A pinned AMI release (e.g. al2023@v20240807): "@latest" replaces every GPU node on each AMI
+# release, so it needs KARPENTER_AMI_ALLOW_LATEST (portal.E002 checks both at start).
+KARPENTER_AMI_ALIAS = env_str("KARPENTER_AMI_ALIAS", "")
+KARPENTER_AMI_ALLOW_LATEST = env_bool("KARPENTER_AMI_ALLOW_LATEST", False)
 KARPENTER_ROOT_VOLUME_GIB = env_int("KARPENTER_ROOT_VOLUME_GIB", 200, minimum=20)
 
 
@@ -456,6 +459,11 @@ MODEL_CACHE_PVC = env_str("MODEL_CACHE_PVC", "model-cache")
 HF_CACHE_PATH = env_str("HF_CACHE_PATH", "/home/ray/.cache/huggingface")
 NCCL_DEBUG = env_choice("NCCL_DEBUG", "WARN", {"VERSION", "WARN", "INFO", "TRACE"})
 PROMETHEUS_URL = env_url("PROMETHEUS_URL", None, schemes={"http", "https"})
+# How often that Prometheus scrapes the engines (their ServiceMonitor/PodMonitor `interval`; the
+# prometheus-operator's default, CommonPrometheusFields.ScrapeInterval in
+# pkg/apis/monitoring/v1/prometheus_types.go, is 30s). The rate window follows from it and the
+# cycle (runtime.exposition.window.rate_window; metrics.collect.rate_window_s).
+PROMETHEUS_SCRAPE_INTERVAL_SECONDS = env_float("PROMETHEUS_SCRAPE_INTERVAL_SECONDS", 30.0, minimum=1.0)
 # The cluster readiness page: where Kueue keeps its configuration, and whether the Gateway API's
 # CRDs are required (portal/readiness.py).
 KUEUE_CONFIG_NAMESPACE = env_str("KUEUE_CONFIG_NAMESPACE", "kueue-system")

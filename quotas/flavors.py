@@ -2,7 +2,8 @@
 
 A flavor is mirrored as a Kueue ResourceFlavor and appears in every ClusterQueue that has quota
 for it, so every change is audited and re-syncs every tenant on commit. Its node labels and
-tolerations are checked by GpuFlavor.clean (the ResourceFlavor CRD's schema and CEL rules).
+tolerations are checked by GpuFlavor.clean (the ResourceFlavor CRD's schema and CEL rules), its
+accelerator type against Ray's names (runtime.accelerators) when it is new or changes.
 """
 
 from __future__ import annotations
@@ -72,6 +73,17 @@ def _refuse_fixed_with_topology(before: dict, flavor: GpuFlavor) -> None:
             )
 
 
+def _refuse_unknown_accelerator(before: dict | None, flavor: GpuFlavor) -> None:
+    """Ray Serve LLM refuses an accelerator type it does not know only when it builds the app,
+    after the GPU workers started (DEPLOY_FAILED; runtime.accelerators cites Ray's check), so a new
+    or changed name is checked here, on the field. A name saved before this check is flagged
+    (readiness, the flavor's page) but blocks no other change, retiring the flavor included."""
+    if before is not None and before["accelerator_type"] == flavor.accelerator_type:
+        return
+    if problem := flavor.accelerator_problem:
+        raise DomainError(problem, field="accelerator_type")
+
+
 @transaction.atomic
 def flavor_save(*, actor, values: dict, name: str | None = None, reason: str = "") -> GpuFlavor:
     """Create a flavor (`name` None) or change the named one. The name is fixed once created: it
@@ -97,6 +109,7 @@ def flavor_save(*, actor, values: dict, name: str | None = None, reason: str = "
             "A flavor's topology can be changed but not removed (Kueue forbids it).", field="topology_levels"
         )
     _validated(flavor)
+    _refuse_unknown_accelerator(before, flavor)
     if fixed is not None:
         _refuse_fixed_with_topology(fixed, flavor)
     try:

@@ -3,11 +3,13 @@ from __future__ import annotations
 import re
 
 from django import forms
+from django.utils.html import format_html, format_html_join
 
 from quotas.choices import Role
-from quotas.models import GpuFlavor
+from quotas.models import REQUESTS_PER_MINUTE_HELP, TOKENS_PER_MINUTE_HELP, GpuFlavor
 from quotas.services import QUOTA_VALUES
 from quotas.validators import validate_node_labels
+from runtime.accelerators import CPU_ONLY, OFFERED
 
 
 class QuotaRequestForm(forms.Form):
@@ -137,7 +139,7 @@ class PolicyForm(forms.Form):
         max_value=10**9,
         initial=0,
         label="Tokens per minute",
-        help_text="At the gateway (0: no limit).",
+        help_text=TOKENS_PER_MINUTE_HELP,
     )
     requests_per_minute = forms.IntegerField(
         required=False,
@@ -145,7 +147,7 @@ class PolicyForm(forms.Form):
         max_value=10**7,
         initial=0,
         label="Requests per minute",
-        help_text="Per endpoint, where token counts are not known (0: no limit).",
+        help_text=REQUESTS_PER_MINUTE_HELP,
     )
     reason = _reason()
 
@@ -210,12 +212,32 @@ def tolerations_to_text(tolerations: list) -> str:
     return "\n".join(lines)
 
 
+class SuggestingInput(forms.TextInput):
+    """A text input that offers `options` in a <datalist>: still free text, the save decides."""
+
+    def __init__(self, options: tuple[str, ...], attrs: dict | None = None):
+        super().__init__(attrs)
+        self.options = options
+
+    def render(self, name, value, attrs=None, renderer=None):
+        list_id = f"{(attrs or {}).get('id') or name}_options"
+        html = super().render(name, value, {**(attrs or {}), "list": list_id}, renderer)
+        options = format_html_join("", '<option value="{}">', ((option,) for option in self.options))
+        return format_html('{}<datalist id="{}">{}</datalist>', html, list_id, options)
+
+
 class FlavorForm(forms.Form):
     """A GPU flavor. Labels and tolerations are typed one per line, the way kubectl writes them."""
 
     name = forms.CharField(max_length=63, help_text="The Kueue ResourceFlavor's name; fixed once created.")
     gpu_model = forms.CharField(max_length=60, label="GPU model", help_text="e.g. H100 SXM5, L4")
-    accelerator_type = forms.CharField(max_length=40, label="Accelerator type", help_text="Ray's name: H100, A100, L4…")
+    accelerator_type = forms.CharField(
+        max_length=40,
+        label="Accelerator type",
+        widget=SuggestingInput(OFFERED),
+        help_text=f"Ray's name, as Ray spells it (case counts): H100, A100, L4… {CPU_ONLY}: no accelerator "
+        "(the local backend's CPU engine).",
+    )
     gpu_memory_gib = forms.IntegerField(min_value=1, max_value=4096, label="GPU memory (GiB)")
     gpus_per_node = forms.IntegerField(min_value=1, max_value=64, label="GPUs per node")
     cpu_per_gpu = forms.IntegerField(min_value=1, max_value=256, initial=8, label="CPU cores per GPU")
@@ -244,7 +266,8 @@ class FlavorForm(forms.Form):
         required=False,
         label="Provision nodes with Karpenter",
         help_text="The portal keeps a Karpenter NodePool for this flavor, limited to the GPUs granted on it. "
-        "Clearing it deletes the pool, and Karpenter removes its nodes.",
+        "Clearing it deletes the pool, and Karpenter removes its nodes. Not with topology levels: Kueue "
+        "places those deployments only on nodes that already exist.",
     )
     capacity_types = forms.ChoiceField(
         required=False,
@@ -292,6 +315,7 @@ class FlavorForm(forms.Form):
     reason = _reason()
 
     PROVISIONING_FIELDS = ("capacity_types", "instance_types", "consolidate_after", "expire_after", "node_class")
+    FIELD_OF = {"provisioning": "provision"}  # the service's refusals of `provisioning` show on the box
 
     def clean_topology_levels(self) -> list:
         return [line.strip() for line in self.cleaned_data["topology_levels"].splitlines() if line.strip()]

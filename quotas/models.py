@@ -21,8 +21,21 @@ from quotas.validators import (
     validate_tenant_slug,
     validate_tolerations,
 )
+from runtime.accelerators import accelerator_type_problem
 
 PLATFORM_ADMIN_GROUP = "platform-admins"
+
+# What the tenant's gateway limits mean (runtime.manifests.gateway renders them: a counter per key,
+# and Kuadrant counts per route); the model, the policy form and the API say it in these words.
+TOKENS_PER_MINUTE_HELP = (
+    "Per API key, on each endpoint, counted from the tokens each response reports (usage.total_tokens). "
+    'A streamed response counts only if the client sends stream_options {"include_usage": true}: '
+    "set requests per minute too (0: no limit)."
+)
+REQUESTS_PER_MINUTE_HELP = (
+    "Per API key, on each endpoint; also bounds the streamed requests whose tokens the gateway cannot count "
+    "(0: no limit)."
+)
 
 
 def is_platform_admin(user) -> bool:
@@ -148,12 +161,12 @@ class Tenant(models.Model):
     tokens_per_minute = models.PositiveIntegerField(
         default=0,
         validators=[MaxValueValidator(10**9)],
-        help_text="Tokens per minute across the tenant's endpoints, enforced at the gateway (0: no limit).",
+        help_text=TOKENS_PER_MINUTE_HELP,
     )
     requests_per_minute = models.PositiveIntegerField(
         default=0,
         validators=[MaxValueValidator(10**7)],
-        help_text="Requests per minute per endpoint, where token counts are not known (0: no limit).",
+        help_text=REQUESTS_PER_MINUTE_HELP,
     )
     namespace_created = models.DateTimeField(
         null=True,
@@ -309,6 +322,12 @@ class GpuFlavor(models.Model):
 
     def __str__(self) -> str:
         return f"{self.gpu_model} ({self.name})"
+
+    @property
+    def accelerator_problem(self) -> str | None:
+        """Why Ray Serve LLM would refuse this flavor's accelerator type (None: it accepts it).
+        quotas.flavors refuses a new or changed one; this flags rows saved before that check."""
+        return accelerator_type_problem(self.accelerator_type)
 
     def clean(self) -> None:
         errors = {}

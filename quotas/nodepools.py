@@ -19,11 +19,12 @@ from typing import Any
 from django.db.models import Sum
 
 from quotas.models import GpuFlavor, TenantQuota
+from quotas.provisioning import topology_pool_problem
 from quotas.specs import flavor_spec
 from runtime import k8s
 from runtime.k8s.kinds import EC2NODECLASS, NODEPOOL, TOPOLOGY
-from runtime.manifests.common import LABEL_MANAGED_BY, MANAGED_BY
-from runtime.manifests.karpenter import render_ec2nodeclass, render_nodepool
+from runtime.manifests.common import GPU_RESOURCE, GPU_TAINT_KEY, LABEL_MANAGED_BY, MANAGED_BY
+from runtime.manifests.karpenter import device_plugin_untolerated, render_ec2nodeclass, render_nodepool
 from runtime.manifests.topology import render_topology
 from runtime.platform import node_class_spec
 from runtime.spec import NodeClassSpec, NodePoolSpec
@@ -112,10 +113,13 @@ def sync_nodepools(cluster: k8s.Cluster, apply: Applier) -> int:
     """
     pools = [f for f in GpuFlavor.objects.order_by("name") if f.provisioning]
     node_class: NodeClassSpec = node_class_spec()
-    written = 0
+    # Pools before their node classes: a node class change (a new AMI) drifts the nodes, and the
+    # pool's disruption budget must already be there to keep them (runtime.manifests.karpenter).
+    # A pool naming a node class not yet made only waits for it (NodeClassReady False,
+    # "NodeClassNotFound": kubernetes-sigs/karpenter v1.14.1 pkg/controllers/nodepool/readiness).
+    written = _apply_each(cluster, apply, [lambda f=f: render_nodepool(nodepool_spec(f), node_class) for f in pools])
     if node_class.aws:
         written += _apply_each(cluster, apply, [lambda f=f: render_ec2nodeclass(f.name, node_class) for f in pools])
-    written += _apply_each(cluster, apply, [lambda f=f: render_nodepool(nodepool_spec(f), node_class) for f in pools])
     # Pools before their node classes: Karpenter keeps a node class while a pool names it.
     written += _prune(cluster, NODEPOOL, {f.name for f in pools})
     if node_class.aws:
@@ -130,11 +134,17 @@ def pool_summary(flavor: GpuFlavor) -> dict[str, Any] | None:
     if not flavor.provisioning:
         return None
     spec = nodepool_spec(flavor)
+    node_class = node_class_spec()
     try:
-        manifest: dict[str, Any] | None = render_nodepool(spec, node_class_spec())
+        manifest: dict[str, Any] | None = render_nodepool(spec, node_class)
         problem = ""
     except ValueError as error:
         manifest, problem = None, str(error)
+    if not problem and node_class.aws:
+        try:  # the pool's nodes need it: its problems (platform settings) are the pool's
+            render_ec2nodeclass(flavor.name, node_class)
+        except ValueError as error:
+            problem = str(error)
     return {
         "name": flavor.name,
         "gpu_limit": spec.gpu_limit,
@@ -144,5 +154,27 @@ def pool_summary(flavor: GpuFlavor) -> dict[str, Any] | None:
         "consolidate_after": spec.consolidate_after,
         "expire_after": spec.expire_after,
         "problem": problem,
+        "warnings": pool_warnings(flavor, spec),
         "manifest": manifest,
     }
+
+
+def pool_warnings(flavor: GpuFlavor, spec: NodePoolSpec) -> list[str]:
+    """What saves but will not work as the platform team expects: taints the NVIDIA device
+    plugin does not tolerate as shipped (its nodes would have no allocatable GPUs), and topology
+    levels on a flavor saved before they were refused together (quotas.provisioning)."""
+    warnings = [
+        f"Taint {_taint_text(taint)}: the NVIDIA device plugin's DaemonSet does not tolerate it as shipped "
+        f"(only {GPU_TAINT_KEY}:NoSchedule and CriticalAddonsOnly), so these nodes would report no {GPU_RESOURCE} "
+        "and no deployment would start on them. Add the toleration to the device plugin's DaemonSet (the Helm "
+        "chart's `tolerations` value), or change this flavor's toleration."
+        for taint in device_plugin_untolerated(spec)
+    ]
+    if problem := topology_pool_problem(flavor.provisioning, flavor.topology_levels):
+        warnings.append(problem)
+    return warnings
+
+
+def _taint_text(taint: dict[str, Any]) -> str:
+    value = f"={taint['value']}" if taint.get("value") else ""
+    return f"{taint['key']}{value}:{taint['effect']}"

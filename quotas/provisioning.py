@@ -23,6 +23,8 @@ server (or Karpenter) would refuse it later, after the flavor was saved: node la
 unless Karpenter derives it from the instance. (Every keyed toleration becomes a taint; its key
 and value are valid taint fields because validate_tolerations holds them to the same syntax.)
 The Kubernetes syntax itself (label keys and values, DNS names) is runtime.manifests.syntax's.
+
+A flavor has provisioning or topology levels, never both (`topology_pool_problem` says why).
 """
 
 from __future__ import annotations
@@ -193,4 +195,29 @@ def provisioning_errors(flavor) -> dict[str, list[str]]:
         errors["topology_levels"] = problems
     elif flavor.topology_levels is None:
         flavor.topology_levels = []
+    if not errors and (problem := topology_pool_problem(flavor.provisioning, flavor.topology_levels)):
+        errors["provisioning"] = [problem]
     return errors
+
+
+def topology_pool_problem(provisioning: object, levels: object) -> str | None:
+    """Why a flavor may not have both a Karpenter pool and topology levels (None: it may).
+
+    Kueue's topology-aware scheduling places a pod set only on nodes that are Ready and
+    schedulable (kubernetes-sigs/kueue v0.19.2, pkg/cache/scheduler/tas_nodes_cache.go `sync`),
+    and holds the pods back until it has placed them (a RayCluster suspended, a predictor pod
+    scheduling-gated); Karpenter adds nodes only for pods the scheduler found no room for. A
+    pool at zero nodes therefore never grows: deadlock. A NodePool has no minimum size: only a
+    static pool (`spec.replicas`) keeps nodes, and that is alpha behind the StaticCapacity
+    feature gate, off by default (kubernetes-sigs/karpenter v1.14.1, pkg/operator/options/
+    options.go), and allows no GPU limit (the CRD's CEL rule: only `limits.nodes`), so the
+    portal refuses the pair instead. Also shown as a warning on flavors saved before this rule.
+    """
+    if provisioning and levels:
+        return (
+            "A flavor with topology levels cannot be provisioned by Karpenter: Kueue places topology-aware "
+            "deployments only on nodes that already exist and are Ready, and Karpenter adds nodes only for pods "
+            "Kueue has placed, so the pool would stay at zero nodes and its deployments would wait forever. Keep "
+            "the nodes of a topology flavor yourself (e.g. a reserved block), or provision a flavor without levels."
+        )
+    return None

@@ -34,6 +34,7 @@ def node_class_spec() -> NodeClassSpec:
         subnet_tags=tuple(sorted(settings.KARPENTER_SUBNET_TAGS.items())),
         security_group_tags=tuple(sorted(settings.KARPENTER_SECURITY_GROUP_TAGS.items())),
         ami_alias=settings.KARPENTER_AMI_ALIAS,
+        ami_allow_latest=settings.KARPENTER_AMI_ALLOW_LATEST,
         root_volume_gib=settings.KARPENTER_ROOT_VOLUME_GIB,
     )
 

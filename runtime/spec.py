@@ -164,7 +164,8 @@ class NodeClassSpec:
     role: str = ""  # AWS: the IAM role of the nodes
     subnet_tags: tuple[tuple[str, str], ...] = ()  # AWS: sorted (key, value) selector tags
     security_group_tags: tuple[tuple[str, str], ...] = ()
-    ami_alias: str = "al2023@latest"
+    ami_alias: str = ""  # AWS: a pinned release, e.g. al2023@v20240807 (karpenter.ami_alias_problem)
+    ami_allow_latest: bool = False  # AWS: whether "<family>@latest" may be used (it drifts every node)
     root_volume_gib: int = 200  # AWS: room for images and weights pulled onto the node
 
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from quotas.choices import Role
-from quotas.models import GpuFlavor, Membership, Tenant, is_platform_admin
+from quotas.models import (
+    REQUESTS_PER_MINUTE_HELP,
+    TOKENS_PER_MINUTE_HELP,
+    GpuFlavor,
+    Membership,
+    Tenant,
+    is_platform_admin,
+)
 from quotas.policy import policy_words
 from quotas.validators import DNS1123_LABEL
 
@@ -124,10 +131,10 @@ class PolicySerializer(serializers.Serializer):
         help_text="When deployments may run, e.g. 'mon-fri 08:00-20:00' (empty: always).",
     )
     tokens_per_minute = serializers.IntegerField(
-        min_value=0, max_value=10**9, required=False, help_text="Tokens per minute at the gateway (0: no limit)."
+        min_value=0, max_value=10**9, required=False, help_text=TOKENS_PER_MINUTE_HELP
     )
     requests_per_minute = serializers.IntegerField(
-        min_value=0, max_value=10**7, required=False, help_text="Requests per minute per endpoint (0: no limit)."
+        min_value=0, max_value=10**7, required=False, help_text=REQUESTS_PER_MINUTE_HELP
     )
     reason = _reason()
 

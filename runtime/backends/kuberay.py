@@ -8,6 +8,7 @@ from typing import Any
 from runtime import k8s
 from runtime.backends.base import ClusterObjectBackend, annotation, digest, stale, stamp
 from runtime.manifests.common import ANNOTATION_CLUSTER_HASH, PORT_METRICS, PORT_SERVE
+from runtime.manifests.karpenter import ANNOTATION_DO_NOT_DISRUPT
 from runtime.manifests.rayservice import SERVE_APP_NAME, render_rayservice
 from runtime.manifests.topology import TAS_ANNOTATION_PREFIX
 from runtime.spec import DeploymentSpec
@@ -37,13 +38,15 @@ def _cluster_part(rayservice: dict, *, autoscaling: bool = False) -> dict:
     for group in config.get("workerGroupSpecs", []):
         if autoscaling:
             group.pop("replicas", None)
-        # Kueue reads its topology annotations at admission only: a flavor gaining topology
-        # levels must not tear down running Ray clusters (new ones are placed by them).
+    for group in [config.get("headGroupSpec") or {}, *config.get("workerGroupSpecs", [])]:
+        # Kueue reads its topology annotations at admission only, Karpenter its do-not-disrupt
+        # when it considers a node: a flavor gaining topology levels, or the portal starting to
+        # annotate, must not tear down running Ray clusters (new ones carry them).
         metadata = (group.get("template") or {}).get("metadata") or {}
         kept = {
             k: v
             for k, v in (metadata.pop("annotations", None) or {}).items()
-            if not k.startswith(TAS_ANNOTATION_PREFIX)
+            if not k.startswith(TAS_ANNOTATION_PREFIX) and k != ANNOTATION_DO_NOT_DISRUPT
         }
         if kept:
             metadata["annotations"] = kept

@@ -12,6 +12,33 @@ A deployment accepts two kinds of key: those scoped to it (label `llm-portal.io/
 and those scoped to its whole tenant (`llm-portal.io/key-scope: tenant`): two API-key identities,
 either of which authenticates. Every name and label value here comes from validated slugs and
 integer ids, never from what a user typed as a key's name.
+
+The tenant's limits count per key, on each endpoint (docs/install.md, step 8 "Endpoint access").
+Per key because a limit without `counters` is one counter for every key on the route (Limitador
+keys a counter by the limit and the values of its `counters`), so one busy client would starve
+the tenant's others. On each endpoint because Kuadrant counts every limit per HTTPRoute, whatever
+the policy targets: the Limitador namespace (the rate-limit domain) is the route
+(Kuadrant/kuadrant-operator v1.5.2, internal/controller/ratelimit_workflow_helpers.go,
+LimitsNamespaceFromRoute, used by limitador_limits_reconciler.go and the wasm action scope), so no
+policy, not even one on the Gateway, can count a tenant's endpoints together.
+
+The counter is the key's id, which the limit policies can only see because the AuthPolicy hands it
+over: Kuadrant passes on to rate limiting what `response.success.filters` publish, as
+`auth.<filter>.<property>`, and Authorino's API-key identity is the key's Secret, whose user-id
+annotation names the key (kuadrant-operator v1.5.2, doc/overviews/token-rate-limiting.md,
+"Integration with AuthPolicy", the same selector and `counters: [{expression: auth.identity.userid}]`).
+
+A TokenRateLimitPolicy checks a request with 0 hits, then adds the response's `usage.total_tokens`
+(ratelimit_workflow_helpers.go, wasmActionSpecsFromTokenLimit: `responseBodyJSON("/usage/total_tokens")`):
+a key is refused once its minute's count has reached the limit, and the response that crosses it
+is served in full. A streamed response carries usage only when the client asks for it with
+`stream_options: {"include_usage": true}` (doc/overviews/token-rate-limiting.md, "Important";
+the wasm-shim v0.14.1 that v1.5.2 ships reads it from the stream's last event before `[DONE]`:
+src/kuadrant/pipeline/tasks/token_usage.rs, SseStrategy); without it Kuadrant cannot count the
+stream's tokens (doc/user-guides/tokenratelimitpolicy/authenticated-token-ratelimiting-tutorial.md).
+Nothing here refuses such a request: Kuadrant documents no way to, and a `when` on the request
+body (wasm-shim's `requestBodyJSON`) could only answer with a limit's 429 while making the gateway
+buffer every body. The requests-per-minute limit bounds them; the endpoint's snippets send the option.
 """
 
 from __future__ import annotations
@@ -35,6 +62,14 @@ ANNOTATION_USER_ID = "secret.kuadrant.io/user-id"
 SECRET_KEY_FIELD = "api_key"
 SCOPE_DEPLOYMENT = "deployment"
 SCOPE_TENANT = "tenant"
+
+# What the AuthPolicy publishes for the limit policies (`auth.identity.key_id`): the key's id from
+# its Secret's user-id annotation ("key-12", or "portal-try-7" for a deployment's Try-it key).
+IDENTITY_FILTER = "identity"
+IDENTITY_KEY_ID = "key_id"
+KEY_COUNTER = f"auth.{IDENTITY_FILTER}.{IDENTITY_KEY_ID}"
+TOKENS_LIMIT = "tokens-per-key"
+REQUESTS_LIMIT = "requests-per-key"
 
 
 # The Ray Serve proxy (kuberay) and the KServe predictor Service listen here.
@@ -121,8 +156,14 @@ def key_selector(tenant_slug: str, deployment_id: int | None) -> dict[str, str]:
     return labels
 
 
+def _selector_path(*keys: str) -> str:
+    """A gjson path into Authorino's authorization JSON; the dots inside a key are escaped."""
+    return ".".join(key.replace(".", "\\.") for key in keys)
+
+
 def render_authpolicy(spec: DeploymentSpec) -> dict[str, Any]:
-    """API keys from labelled Secrets: the deployment's own keys, or its tenant's."""
+    """API keys from labelled Secrets: the deployment's own keys, or its tenant's; the key's id
+    published for the limit policies' per-key counter (`KEY_COUNTER`)."""
     authentication = {
         name: {
             "apiKey": {"selector": {"matchLabels": key_selector(spec.tenant_slug, scope)}},
@@ -130,41 +171,48 @@ def render_authpolicy(spec: DeploymentSpec) -> dict[str, Any]:
         }
         for name, scope in (("deployment-keys", spec.deployment_id), ("tenant-keys", None))
     }
+    key_id = {"selector": _selector_path("auth", "identity", "metadata", "annotations", ANNOTATION_USER_ID)}
+    published = {IDENTITY_FILTER: {"json": {"properties": {IDENTITY_KEY_ID: key_id}}}}
     return {
         "apiVersion": AUTHPOLICY_API_VERSION,
         "kind": "AuthPolicy",
         "metadata": _metadata(spec),
         "spec": {
             "targetRef": _target(spec),
-            "rules": {"authentication": authentication},
+            "rules": {"authentication": authentication, "response": {"success": {"filters": published}}},
         },
     }
 
 
+def _per_key(per_minute: int) -> dict[str, Any]:
+    """One limit counted per key (on this route): `per_minute` for each key's own counter."""
+    return {"rates": [{"limit": per_minute, "window": "1m"}], "counters": [{"expression": KEY_COUNTER}]}
+
+
 def render_tokenratelimitpolicy(spec: DeploymentSpec) -> dict[str, Any] | None:
-    """The tenant's tokens per minute on this route (None when the policy sets no limit)."""
+    """The tenant's tokens per minute, per key on this route: the responses' `usage.total_tokens`
+    (None when the policy sets no limit)."""
     if spec.tokens_per_minute <= 0:
         return None
-    limit = {"rates": [{"limit": spec.tokens_per_minute, "window": "1m"}]}
     return {
         "apiVersion": TOKENRATELIMITPOLICY_API_VERSION,
         "kind": "TokenRateLimitPolicy",
         "metadata": _metadata(spec),
-        "spec": {"targetRef": _target(spec), "limits": {"tenant-tokens": limit}},
+        "spec": {"targetRef": _target(spec), "limits": {TOKENS_LIMIT: _per_key(spec.tokens_per_minute)}},
     }
 
 
 def render_ratelimitpolicy(spec: DeploymentSpec) -> dict[str, Any] | None:
-    """The tenant's requests per minute on this route, for when tokens are not known up front
-    (None when the policy sets no limit)."""
+    """The tenant's requests per minute, per key on this route: the bound where tokens are not
+    counted (a stream without usage) or not yet (requests in flight); None when the policy sets
+    no limit."""
     if spec.requests_per_minute <= 0:
         return None
-    limit = {"rates": [{"limit": spec.requests_per_minute, "window": "1m"}]}
     return {
         "apiVersion": RATELIMITPOLICY_API_VERSION,
         "kind": "RateLimitPolicy",
         "metadata": _metadata(spec),
-        "spec": {"targetRef": _target(spec), "limits": {"tenant-requests": limit}},
+        "spec": {"targetRef": _target(spec), "limits": {REQUESTS_LIMIT: _per_key(spec.requests_per_minute)}},
     }
 
 

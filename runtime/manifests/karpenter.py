@@ -17,18 +17,41 @@ template label (every other key, put on the node as written). The nodes are tain
 toleration of the flavor with a key becomes a taint too, so only pods Kueue admitted into the
 flavor land on its nodes.
 
-Deliberately plain: `consolidationPolicy: WhenEmpty` — a node with an engine on it is never
-drained to pack pods tighter (reloading weights costs minutes of serving), only an empty node
-is removed, `consolidate_after` after its last pod left. `expireAfter` still replaces every
-node after its lifetime (security patches); Kueue re-admits the workload on a fresh node.
+Disruption: a node serving a model is never taken away by Karpenter on its own initiative
+(reloading weights costs minutes of serving). Three parts, read from kubernetes-sigs/karpenter
+v1.14.1:
+- `consolidationPolicy: WhenEmpty`: an empty node is removed `consolidate_after` after its last
+  pod left; a busy one is never drained to pack pods tighter;
+- `budgets`: no node is disrupted for the reasons `Drifted` or `Underutilized` (`nodes: "0"`;
+  pkg/apis/v1/nodepool.go GetAllowedDisruptionsByReason takes the smallest budget naming the
+  reason, so `Empty`, named by none, stays unlimited). A changed AMI or template reaches new
+  nodes at once and the old ones when they empty or expire. This also covers serving pods
+  started before they carried the annotation below (running Ray clusters keep their pods);
+- the serving pods carry `karpenter.sh/do-not-disrupt: "true"` (`serving_pod_annotations`;
+  pkg/apis/v1/labels.go DoNotDisruptAnnotationKey): a node with such a pod is no candidate for
+  any voluntary disruption (pkg/controllers/state/statenode.go ValidatePodsDisruptable) and the
+  terminator never evicts it (pkg/utils/pod/scheduling.go IsEvictable). Only Karpenter reads
+  the annotation: stopping a deployment deletes its pods through their controllers as before.
+`expireAfter` is forceful (pkg/controllers/nodeclaim/expiration): an expired node is tainted
+`karpenter.sh/disrupted` and drained, but its drain waits for the do-not-disrupt pods
+(IsDrainable), so it goes once the deployments on it stop; the pool sets no
+terminationGracePeriod, which would delete them at a deadline.
+
+On AWS the EC2NodeClass selects its AMI by a pinned alias (`ami_alias_problem`): `@latest`
+drifts every node on each AMI release, so it needs an explicit opt-in.
+
+The NVIDIA device plugin's DaemonSet must run on the pool's nodes, or they report no
+`nvidia.com/gpu` at all: `device_plugin_untolerated` names the pool's taints its default
+tolerations do not cover (a warning on the flavor; the platform team may have added them).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from runtime.manifests.common import GPU_RESOURCE, GPU_TAINT_KEY, flavor_node_labels, portal_labels
-from runtime.spec import NodeClassSpec, NodePoolSpec
+from runtime.spec import NodeClassSpec, NodePoolSpec, Toleration
 
 KARPENTER_API_VERSION = "karpenter.sh/v1"
 EC2_API_VERSION = "karpenter.k8s.aws/v1"
@@ -58,6 +81,85 @@ WELL_KNOWN_PREFIXES = ("karpenter.k8s.aws/",)
 RESTRICTED_DOMAINS = ("kubernetes.io", "k8s.io", "karpenter.sh", "karpenter.k8s.aws")
 # Karpenter's own exceptions inside those domains: labels there may be set on a node template.
 DOMAIN_EXCEPTIONS = ("kops.k8s.io", "node.kubernetes.io", "node-restriction.kubernetes.io")
+
+
+# Voluntary disruption never touches a node with a pod annotated so (module docstring).
+ANNOTATION_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+# Never for drift or to pack tighter; empty nodes go (module docstring). Budgets are not part of
+# the NodePool's drift hash (`hash:"ignore"`), so changing them replaces no node.
+DISRUPTION_BUDGETS = (("0", ("Drifted", "Underutilized")),)  # (nodes, reasons)
+
+# EC2NodeClass amiSelectorTerms[].alias (aws/karpenter-provider-aws v1.14.1, pkg/apis/v1/
+# ec2nodeclass.go and its CRD's CEL rules): "family@version", at most 30 characters. A pinned
+# version is the AMI release the family's SSM parameter names (pkg/providers/amifamily/al2023.go:
+# amazon-eks-node-al2023-<arch>-<variant>-<k8s>-<version>, e.g. v20240807; bottlerocket.go drops
+# a leading "v" of 1.10.0). Windows families take only "latest" and run none of the portal's pods.
+AMI_VERSIONS = {
+    "al2023": re.compile(r"v\d{8}"),
+    "al2": re.compile(r"v\d{8}"),
+    "bottlerocket": re.compile(r"v?\d+\.\d+\.\d+"),
+}
+AMI_ALIAS_MAX = 30
+AMI_LATEST = "latest"
+AMI_EXAMPLE = "al2023@v20240807"
+
+# The NVIDIA device plugin DaemonSet's tolerations as shipped (NVIDIA/k8s-device-plugin v0.20.0,
+# deployments/helm/nvidia-device-plugin/values.yaml `tolerations`; the static
+# deployments/static/nvidia-device-plugin.yml has only the second). A node taint outside them
+# keeps the plugin off the node, which then reports no nvidia.com/gpu.
+DEVICE_PLUGIN_TOLERATIONS = (
+    Toleration(key="CriticalAddonsOnly", operator="Exists", effect=""),
+    Toleration(key=GPU_TAINT_KEY, operator="Exists", effect="NoSchedule"),
+)
+
+
+def serving_pod_annotations() -> dict[str, str]:
+    """Annotations of every pod that serves a model (Ray head and workers, KServe predictor)."""
+    return {ANNOTATION_DO_NOT_DISRUPT: "true"}
+
+
+def ami_alias_problem(alias: str, *, allow_latest: bool) -> str | None:
+    """Why the EC2NodeClass may not use `alias` (None: it may): the CRD's rules, a version in
+    the family's release format, and `latest` only with the opt-in."""
+    family, sep, version = alias.partition("@")
+    if not alias:
+        return f"not set: pin an AMI release, e.g. {AMI_EXAMPLE}."
+    if len(alias) > AMI_ALIAS_MAX or not sep or family not in AMI_VERSIONS:
+        return (
+            f"{alias[:40]!r} is not an AMI alias: family@version (at most {AMI_ALIAS_MAX} characters), family one "
+            f"of {', '.join(AMI_VERSIONS)}, e.g. {AMI_EXAMPLE}."
+        )
+    if version == AMI_LATEST:
+        if allow_latest:
+            return None
+        return (
+            f"{alias!r}: @latest replaces every GPU node on each AMI release (Karpenter drift); pin a release, "
+            f"e.g. {AMI_EXAMPLE}, or set KARPENTER_AMI_ALLOW_LATEST=true."
+        )
+    if not AMI_VERSIONS[family].fullmatch(version):
+        example = "v1.10.0" if family == "bottlerocket" else "v20240807"
+        return f"{alias!r}: {family} AMI releases are named like {family}@{example}."
+    return None
+
+
+def _tolerates(toleration: Toleration, taint: dict[str, Any]) -> bool:
+    """Kubernetes' rule for Equal and Exists (k8s.io/api core/v1/toleration.go ToleratesTaint):
+    an empty effect or key matches any, Exists any value."""
+    if toleration.effect and toleration.effect != taint["effect"]:
+        return False
+    if toleration.key and toleration.key != taint["key"]:
+        return False
+    return toleration.operator == "Exists" or toleration.value == taint.get("value", "")
+
+
+def device_plugin_untolerated(spec: NodePoolSpec) -> list[dict[str, Any]]:
+    """The pool's taints that keep the NVIDIA device plugin off its nodes as shipped
+    (PreferNoSchedule only prefers, so it never does)."""
+    return [
+        taint
+        for taint in _taints(spec)
+        if taint["effect"] != "PreferNoSchedule" and not any(_tolerates(t, taint) for t in DEVICE_PLUGIN_TOLERATIONS)
+    ]
 
 
 def is_well_known(key: str) -> bool:
@@ -152,7 +254,11 @@ def render_nodepool(spec: NodePoolSpec, node_class: NodeClassSpec) -> dict[str, 
         "metadata": {"name": nodepool_name(spec.flavor.name), "labels": portal_labels()},
         "spec": {
             "template": template,
-            "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": spec.consolidate_after},
+            "disruption": {
+                "consolidationPolicy": "WhenEmpty",
+                "consolidateAfter": spec.consolidate_after,
+                "budgets": [{"nodes": nodes, "reasons": list(reasons)} for nodes, reasons in DISRUPTION_BUDGETS],
+            },
             # Whole GPUs of node capacity; quotas.nodepools derives it from the quotas granted.
             "limits": {GPU_RESOURCE: spec.gpu_limit},
         },
@@ -173,6 +279,8 @@ def render_ec2nodeclass(flavor_name: str, node_class: NodeClassSpec) -> dict[str
         raise ValueError(
             "EC2NodeClass needs KARPENTER_NODE_ROLE, KARPENTER_SUBNET_TAGS and KARPENTER_SECURITY_GROUP_TAGS"
         )
+    if problem := ami_alias_problem(node_class.ami_alias, allow_latest=node_class.ami_allow_latest):
+        raise ValueError(f"EC2NodeClass: KARPENTER_AMI_ALIAS {problem}")
     return {
         "apiVersion": EC2_API_VERSION,
         "kind": "EC2NodeClass",

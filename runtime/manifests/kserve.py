@@ -56,6 +56,7 @@ from runtime.manifests.common import (
     placement_error,
     shm_volume,
 )
+from runtime.manifests.karpenter import serving_pod_annotations
 from runtime.manifests.syntax import DNS1035_LABEL
 from runtime.manifests.topology import single_pod_annotations
 from runtime.spec import DeploymentSpec, PlatformSpec, RenderError
@@ -242,6 +243,10 @@ def render_inferenceservice(spec: DeploymentSpec, platform: PlatformSpec) -> dic
             ANNOTATION_PROGRESS_DEADLINE: PROGRESS_DEADLINE,
             # One replica, one pod, one host (runtime.manifests.topology); none without a Topology.
             **single_pod_annotations(spec.flavor),
+            # Never drained by Karpenter's own disruption (runtime.manifests.karpenter). KServe puts
+            # these on the predictor pod (kserve/kserve v0.20.0 pkg/apis/serving/v1beta1/component.go,
+            # ComponentExtensionSpec.Annotations).
+            **serving_pod_annotations(),
         },
         # Pins the predictor pods to the reserved flavor; Kueue injects its tolerations.
         "nodeSelector": gpu_node_selector(spec.flavor),

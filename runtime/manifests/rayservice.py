@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from runtime.accelerators import ray_accelerator_type
 from runtime.manifests.common import (
     ANNOTATION_ELASTIC_JOB,
     DNS1035_LABEL,
@@ -34,6 +35,7 @@ from runtime.manifests.common import (
     pvc_model_path,
     shm_volume,
 )
+from runtime.manifests.karpenter import serving_pod_annotations
 from runtime.manifests.topology import slice_annotations
 from runtime.spec import DeploymentSpec, PlatformSpec, RenderError
 
@@ -150,10 +152,10 @@ def llm_config(spec: DeploymentSpec) -> dict[str, Any]:
             },
         },
     }
-    # Ray turns accelerator_type into a placement constraint; a CPU-only (local) flavor
-    # leaves it empty so the replica can be placed at all.
-    if spec.flavor.accelerator_type:
-        config["accelerator_type"] = spec.flavor.accelerator_type
+    # Ray turns accelerator_type into a placement constraint; a CPU-only flavor (empty, or the
+    # portal's "CPU") gives none: Ray refuses one on a CPU-only config (runtime.accelerators).
+    if accelerator := ray_accelerator_type(spec.flavor.accelerator_type):
+        config["accelerator_type"] = accelerator
     return config
 
 
@@ -201,7 +203,8 @@ def _head_group(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str, Any]:
             "metrics-export-port": str(PORT_METRICS),
         },
         "template": {
-            "metadata": {"labels": deployment_labels(spec)},
+            # The head holds Serve's controller and proxy: Karpenter must not drain it either.
+            "metadata": {"labels": deployment_labels(spec), "annotations": serving_pod_annotations()},
             "spec": {
                 "containers": [
                     {
@@ -268,10 +271,12 @@ def _worker_group(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str, Any
         {"name": "NCCL_NET_GDR_LEVEL", "value": "2"},
         {"name": "NCCL_DEBUG", "value": platform.nccl_debug},
     ]
-    metadata: dict[str, Any] = {"labels": deployment_labels(spec)}
-    placement = slice_annotations(spec.flavor, pods)  # each replica in one block / on one host
-    if placement:
-        metadata["annotations"] = placement
+    # Each replica in one block / on one host; never drained by Karpenter's own disruption.
+    placement = slice_annotations(spec.flavor, pods)
+    metadata: dict[str, Any] = {
+        "labels": deployment_labels(spec),
+        "annotations": {**placement, **serving_pod_annotations()},
+    }
     return {
         "groupName": WORKER_GROUP_NAME,
         # The KubeRay autoscaler moves `replicas` between these bounds; keeping them whole

@@ -6,8 +6,9 @@ Checks: the API server's version; the APIs the portal writes are served at the v
 enabled backend whose API group is absent is not installed: amber, red only when no enabled
 backend is); Kueue runs (its webhook answers) at a supported version, and so are KubeRay and KServe
 (runtime.readiness_install, against runtime.versions); Kueue manages RayServices; each GPU flavor
-has schedulable nodes (labels, allocatable GPUs, taints tolerated; none yet is amber) and its
-quota fits them; the model-cache claim is bound in each tenant namespace, Prometheus answers, and
+has schedulable nodes (labels, allocatable GPUs, taints tolerated; none yet is amber), an
+accelerator type Ray Serve knows (runtime.accelerators) and its quota fits them; the model-cache
+claim is bound in each tenant namespace, Prometheus answers, and
 the portal holds each permission it needs (SelfSubjectAccessReview per verb); with a Gateway,
 Kuadrant's policy APIs are served, the Gateway has its deny-all AuthPolicy and each
 deployment's AuthPolicy is enforced (runtime.readiness.gateway). Red: deployments
@@ -27,7 +28,7 @@ from runtime import k8s
 from runtime.readiness.apis import GATEWAY, KARPENTER, KSERVE, KUBERAY, KUEUE, KUEUE_VISIBILITY, Api, check_apis
 from runtime.readiness.gateway import check_kuadrant
 from runtime.readiness.kueue import KUEUE_CONFIG_KEY, RAYSERVICE_FRAMEWORK, check_kueue_rayservice
-from runtime.readiness.nodes import check_flavors, check_pools, tolerates
+from runtime.readiness.nodes import check_accelerator_types, check_flavors, check_pools, tolerates
 from runtime.readiness.services import MAX_NAMESPACES, check_model_cache, check_permissions, check_prometheus
 from runtime.readiness_base import AMBER, GREEN, RED, Check, ReadinessConfig
 from runtime.readiness_install import (
@@ -53,6 +54,7 @@ __all__ = [
     "Api",
     "Check",
     "ReadinessConfig",
+    "check_accelerator_types",
     "check_apis",
     "check_flavors",
     "check_kuadrant",
@@ -73,6 +75,7 @@ CLUSTER_CHECKS: tuple[Callable[[k8s.Cluster, ReadinessConfig], list[Check]], ...
     check_backend_versions,
     check_kueue_rayservice,
     check_flavors,
+    check_accelerator_types,
     check_quota_capacity,
     check_pools,
     check_model_cache,

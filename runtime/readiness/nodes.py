@@ -1,11 +1,13 @@
 """Readiness: each GPU flavor has schedulable nodes (labels, allocatable GPUs, taints tolerated;
-none yet is amber), the queueing strategy, Karpenter pools and topology labels."""
+none yet is amber) and an accelerator type Ray knows, the queueing strategy, Karpenter pools and
+topology labels."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from runtime import k8s
+from runtime.accelerators import accelerator_type_problem
 from runtime.manifests.common import GPU_RESOURCE
 from runtime.readiness_base import AMBER, GREEN, OPTIONAL_RBAC, RED, Check, ReadinessConfig
 from runtime.readiness_base import denied as _denied
@@ -117,6 +119,23 @@ def check_flavors(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Check]:
                 )
             )
     return checks
+
+
+def check_accelerator_types(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Check]:
+    """A red check for each flavor whose accelerator type Ray Serve LLM refuses (saved before the
+    portal checked it): its Ray deployments would end DEPLOY_FAILED after their GPUs started.
+    Reads nothing from the cluster; none when every name is Ray's."""
+    return [
+        Check(
+            f"accelerator:{flavor.name}",
+            f"Accelerator type of flavor {flavor.name}",
+            RED,
+            f"{problem} Ray Serve refuses it: deployments on this flavor fail to start.",
+            "Correct the flavor's accelerator type (Platform, the flavor's page).",
+        )
+        for flavor in config.flavors
+        if (problem := accelerator_type_problem(flavor.accelerator_type))
+    ]
 
 
 def check_pools(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Check]:

@@ -76,7 +76,13 @@ def test_the_workload_comes_with_its_route_policies_and_try_key_and_leaves_with_
     auth = cluster_api.get_object(k8s.AUTHPOLICY, name, "alpha")
     tokens = cluster_api.get_object(k8s.TOKENRATELIMITPOLICY, name, "alpha")
     assert route["spec"]["rules"][0]["matches"][0]["path"]["value"] == f"/alpha/{name}"
-    assert tokens["spec"]["limits"]["tenant-tokens"]["rates"] == [{"limit": 20_000, "window": "1m"}]
+    assert tokens["spec"]["limits"]["tokens-per-key"] == {
+        "rates": [{"limit": 20_000, "window": "1m"}],
+        "counters": [{"expression": "auth.identity.key_id"}],  # what the AuthPolicy publishes
+    }
+    assert auth["spec"]["rules"]["response"]["success"]["filters"]["identity"]["json"]["properties"] == {
+        "key_id": {"selector": r"auth.identity.metadata.annotations.secret\.kuadrant\.io/user-id"}
+    }
     assert cluster_api.get_object(k8s.RATELIMITPOLICY, name, "alpha") is None  # 0 = no limit
     for obj in (route, auth, tokens):  # what the API server stored still validates
         assert_valid({k: obj[k] for k in ("apiVersion", "kind", "spec")} | {"metadata": {"name": name}})
@@ -96,7 +102,8 @@ def test_the_workload_comes_with_its_route_policies_and_try_key_and_leaves_with_
     run(dep)
     assert cluster_api.get_object(k8s.TOKENRATELIMITPOLICY, name, "alpha") is None
     limits = cluster_api.get_object(k8s.RATELIMITPOLICY, name, "alpha")["spec"]["limits"]
-    assert limits["tenant-requests"]["rates"] == [{"limit": 120, "window": "1m"}]
+    assert limits["requests-per-key"]["rates"] == [{"limit": 120, "window": "1m"}]
+    assert limits["requests-per-key"]["counters"] == [{"expression": "auth.identity.key_id"}]
 
     services.deployment_delete(deployment_id=dep.pk, user=world.users["member"])
     for _ in range(2):

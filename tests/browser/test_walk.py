@@ -195,7 +195,15 @@ def open_as(portal, who: str, width: int, walk: Walk):
 
     page.on("console", console)
     page.on("pageerror", lambda exc: walk.problems.append(f"{state['url']} as {who}: page error: {exc}"))
-    page.on("requestfailed", lambda r: walk.problems.append(f"{state['url']} as {who}: failed {r.url} {r.failure}"))
+
+    def failed(request) -> None:
+        # net::ERR_ABORTED is Chromium cancelling what the page still loaded (the favicon, a status
+        # poll) because the walk navigated on: not a failure of the page. A refused, blocked or
+        # unreachable request fails otherwise (and a 4xx/5xx is a response, checked above).
+        if request.failure != "net::ERR_ABORTED":
+            walk.problems.append(f"{state['url']} as {who}: failed {request.url} {request.failure}")
+
+    page.on("requestfailed", failed)
     page.on("response", response)
     if who != "anonymous":
         page.goto("/accounts/login/")

@@ -229,3 +229,52 @@ class TestStreamingSnippets:
         for block in ("snippet-curl", "snippet-curl-stream", "snippet-python", "snippet-python-stream"):
             assert f'id="{block}"' in page and f'data-copy="{block}"' in page
         assert "curl, streaming" in page and "OpenAI client, streaming (Python)" in page
+
+    def test_the_streaming_examples_ask_for_usage_so_a_token_limit_counts_them(self, world, serving):
+        """Kuadrant's TokenRateLimitPolicy counts a stream only from the usage event that
+        `stream_options.include_usage` asks for (runtime.manifests.gateway); the plain calls
+        report usage anyway and send nothing extra."""
+        import json
+
+        from deployments.endpoint import snippets
+
+        found = snippets(serving)
+        body = json.loads(found["curl_stream"].split("-d '", 1)[1].rstrip("'"))
+        assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+        assert 'stream_options={"include_usage": True}' in found["python_stream"]
+        # The usage chunk has no choices: the loop must not index into it.
+        assert "if chunk.choices and" in found["python_stream"]
+        assert "stream_options" not in found["curl"] and "stream_options" not in found["python"]
+        page = unescape(element(html(world, "viewer", serving), "snippet-curl-stream", "pre"))
+        assert '"stream_options": {"include_usage": true}' in page
+
+
+class TestLimitsInTheNote:
+    """Behind the Gateway the note says the tenant's limits as a key holder meets them."""
+
+    @pytest.fixture
+    def exposed(self, world, serving, settings):
+        settings.GATEWAY_PUBLIC_URL = "https://llm.example.com"
+        ModelDeployment.objects.filter(pk=serving.pk).update(backend="kuberay")
+        serving.refresh_from_db()
+        return serving
+
+    def test_per_key_limits_and_the_streaming_rule(self, world, exposed):
+        from deployments.endpoint import endpoint_note
+
+        world.alpha.tokens_per_minute, world.alpha.requests_per_minute = 50_000, 600
+        world.alpha.save(update_fields=["tokens_per_minute", "requests_per_minute"])
+        exposed.refresh_from_db()
+        note = endpoint_note(exposed)
+        assert "Each key may use 50,000 tokens a minute" in note and "600 requests a minute" in note
+        assert "on this endpoint" in note and '"include_usage": true' in note and "429" in note
+
+    def test_only_the_limits_the_tenant_sets(self, world, exposed):
+        from deployments.endpoint import endpoint_note
+
+        assert "Each key may use" not in endpoint_note(exposed)
+        world.alpha.requests_per_minute = 60
+        world.alpha.save(update_fields=["requests_per_minute"])
+        exposed.refresh_from_db()
+        note = endpoint_note(exposed)
+        assert "Each key may use 60 requests a minute on this endpoint" in note and "tokens" not in note

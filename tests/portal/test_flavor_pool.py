@@ -28,6 +28,7 @@ def aws(settings):
     settings.KARPENTER_NODE_ROLE = "KarpenterNodeRole-test"
     settings.KARPENTER_SUBNET_TAGS = {"karpenter.sh/discovery": "test"}
     settings.KARPENTER_SECURITY_GROUP_TAGS = {"karpenter.sh/discovery": "test"}
+    settings.KARPENTER_AMI_ALIAS = "al2023@v20240807"
 
 
 class TestFlavorPage:
@@ -40,17 +41,35 @@ class TestFlavorPage:
             "instance_types": "p5.48xlarge",
             "consolidate_after": "10m",
             "expire_after": "336h",
-            "topology_levels": "cloud.example.com/block\nkubernetes.io/hostname\n",
         }
         assert admin.post("/platform/flavors/h100-sxm5/", body).status_code == 302
         flavor = GpuFlavor.objects.get(name="h100-sxm5")
         assert flavor.provisioning["capacity_types"] == ["spot", "on-demand"]
         assert flavor.provisioning["instance_types"] == ["p5.48xlarge"]
-        assert flavor.topology_levels == ["cloud.example.com/block", "kubernetes.io/hostname"]
         page = admin.get("/platform/flavors/h100-sxm5/").content.decode()
         assert 'data-gpu-limit="16"' in page  # alpha 8 + beta 8 nominal
         assert "kind: NodePool" in page and "consolidateAfter: 10m" in page
-        assert "cloud.example.com/block → kubernetes.io/hostname" in page
+        assert "data-pool-warning" not in page  # the GPU taint alone: the device plugin tolerates it
+
+    def test_topology_levels_with_a_pool_are_refused_on_the_provision_box(self, world, aws):
+        body = {**FORM, "provision": "on", "topology_levels": "cloud.example.com/block\nkubernetes.io/hostname"}
+        response = world.browser("platform_admin").post("/platform/flavors/h100-sxm5/", body)
+        page = response.content.decode()
+        assert response.status_code == 200
+        assert '<p class="error" role="alert" id="id_provision_error">A flavor with topology levels cannot' in page
+        flavor = GpuFlavor.objects.get(name="h100-sxm5")
+        assert (flavor.provisioning, flavor.topology_levels) == ({}, [])
+
+    def test_a_taint_the_device_plugin_does_not_tolerate_saves_with_a_warning(self, world, aws):
+        admin = world.browser("platform_admin")
+        body = {**FORM, "tolerations": "nvidia.com/gpu:NoSchedule\ndedicated=inference:NoExecute", "provision": "on"}
+        response = admin.post("/platform/flavors/h100-sxm5/", body, follow=True)
+        warning = "Taint dedicated=inference:NoExecute: the NVIDIA device plugin&#x27;s DaemonSet does not tolerate"
+        assert GpuFlavor.objects.get(name="h100-sxm5").provisioning  # saved: the team may have added it
+        assert f'<li class="warning"><span aria-hidden="true" class="msg-icon"></span>{warning}' in (
+            response.content.decode()
+        )
+        assert warning in admin.get("/platform/flavors/h100-sxm5/").content.decode()
 
     def test_unticking_provision_clears_the_pool(self, world, aws):
         admin = world.browser("platform_admin")
@@ -75,7 +94,7 @@ class TestFlavorPage:
 class TestFlavorApi:
     def test_the_api_mirrors_the_page(self, world, aws):
         admin = world.client("platform_admin")
-        body = {"provisioning": {"capacity_types": ["spot"]}, "topology_levels": ["kubernetes.io/hostname"]}
+        body = {"provisioning": {"capacity_types": ["spot"]}}
         response = admin.patch("/api/v1/flavors/h100-sxm5/", body, format="json")
         assert response.status_code == 200, response.content
         pool = response.json()["node_pool"]
@@ -84,6 +103,22 @@ class TestFlavorApi:
         # Members read flavors, not the node role and subnet tags the manifest names.
         member_view = world.client("member").get("/api/v1/flavors/h100-sxm5/").json()["node_pool"]
         assert member_view["gpu_limit"] == 16 and "manifest" not in member_view
+        assert pool["warnings"] == []
+
+    def test_topology_levels_with_a_pool_are_a_400_on_provisioning(self, world, aws):
+        body = {"provisioning": {"capacity_types": ["spot"]}, "topology_levels": ["kubernetes.io/hostname"]}
+        response = world.client("platform_admin").patch("/api/v1/flavors/h100-sxm5/", body, format="json")
+        assert response.status_code == 400, response.content
+        assert response.json()["provisioning"][0].startswith("A flavor with topology levels cannot be provisioned")
+        assert GpuFlavor.objects.get(name="h100-sxm5").topology_levels == []
+
+    def test_the_device_plugin_warning_is_in_the_pool(self, world, aws):
+        tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}]
+        body = {"provisioning": {"capacity_types": ["spot"]}, "tolerations": tolerations}
+        response = world.client("platform_admin").patch("/api/v1/flavors/h100-sxm5/", body, format="json")
+        assert response.status_code == 200, response.content
+        (warning,) = response.json()["node_pool"]["warnings"]
+        assert warning.startswith("Taint nvidia.com/gpu:NoExecute: the NVIDIA device plugin's DaemonSet")
 
     @pytest.mark.parametrize(
         "body",

@@ -62,16 +62,19 @@ def granted() -> set[tuple[str, str, str]]:
 
 
 def provision_and_retire_a_pool(world, api) -> None:
-    """Node provisioning: a pool, node class and topology applied, then the pool cleared (both
-    deleted), and the Topology of a flavor that is gone deleted."""
+    """Node provisioning: a pool, node class and topology applied (the topology on another flavor:
+    a flavor has one or the other), then the pool cleared (both deleted), and the Topology of a
+    flavor that is gone deleted."""
     admin = world.users["platform_admin"]
     with override_settings(
         KARPENTER_NODE_ROLE="role",
         KARPENTER_SUBNET_TAGS={"k": "v"},
         KARPENTER_SECURITY_GROUP_TAGS={"k": "v"},
+        KARPENTER_AMI_ALIAS="al2023@v20240807",
     ):
-        values = {"provisioning": {"capacity_types": ["spot"]}, "topology_levels": ["kubernetes.io/hostname"]}
-        flavors.flavor_save(actor=admin, name="h100-sxm5", values=values)
+        flavors.flavor_save(actor=admin, name="h100-sxm5", values={"provisioning": {"capacity_types": ["spot"]}})
+        values = {"node_labels": {"cloud.example.com/gpu": "a100"}, "topology_levels": ["kubernetes.io/hostname"]}
+        flavors.flavor_save(actor=admin, name="a100-pcie", values=values)
         sync_kueue()
         stale = render_topology(
             replace(flavor_spec(world.h100), name="gone", topology_levels=("kubernetes.io/hostname",))

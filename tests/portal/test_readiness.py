@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from portal.readiness import cluster_readiness
+from quotas.models import GpuFlavor
 from runtime import k8s
 from runtime.k8s.kinds import TOPOLOGY
 from tests.support.http_stubs import base_url, serve
@@ -116,6 +117,19 @@ def test_nodes_without_gpus_or_with_an_untolerated_taint(healthy, world):
     assert "device plugin" in checks["flavor:a100-pcie"]["fix"]
     assert "nvidia.com/gpu=present:NoSchedule" in checks["flavor:h100-sxm5"]["detail"]
     assert "toleration" in checks["flavor:h100-sxm5"]["fix"]
+
+
+def test_a_flavor_whose_accelerator_type_ray_does_not_know_is_red(healthy, world):
+    # Saved before the portal checked it (quotas.flavors refuses it now): Ray Serve LLM 2.60.0
+    # refuses the name when it builds the app (runtime.accelerators).
+    GpuFlavor.objects.filter(pk=world.h100.pk).update(accelerator_type="h100")
+    checks = by_key()
+    assert not_green(checks) == {"accelerator:h100-sxm5": "red"}
+    assert checks["accelerator:h100-sxm5"]["detail"] == (
+        "'h100' is not one of Ray's accelerator types (Ray matches case exactly); did you mean H100? "
+        "Ray Serve refuses it: deployments on this flavor fail to start."
+    )
+    assert "accelerator type" in checks["accelerator:h100-sxm5"]["fix"]
 
 
 def test_a_missing_permission(healthy):

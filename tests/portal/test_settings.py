@@ -47,6 +47,8 @@ def load_settings(**overrides) -> subprocess.CompletedProcess:
         ("ALLOWED_HOSTS", "a,,b", "ALLOWED_HOSTS='a,,b' has an empty item"),
         ("API_TOKEN_TTL_DAYS", "ninety", "API_TOKEN_TTL_DAYS='ninety' is not an integer"),
         ("METRICS_SCRAPE_SECONDS", "0", "below the minimum"),
+        ("PROMETHEUS_SCRAPE_INTERVAL_SECONDS", "0.5", "PROMETHEUS_SCRAPE_INTERVAL_SECONDS=0.5 is below the minimum"),
+        ("PROMETHEUS_SCRAPE_INTERVAL_SECONDS", "30s", "PROMETHEUS_SCRAPE_INTERVAL_SECONDS='30s' is not a number"),
         ("KUBERNETES_URL", "ftp://cluster", "KUBERNETES_URL="),
         ("NCCL_DEBUG", "LOUD", "NCCL_DEBUG='LOUD' must be one of"),
         ("KUEUE_QUEUEING_STRATEGY", "LIFO", "KUEUE_QUEUEING_STRATEGY='LIFO' must be one of"),

@@ -10,7 +10,7 @@ from core.exceptions import DomainError
 from quotas import flavors, services
 from quotas.kueue import sync_kueue
 from quotas.models import GpuFlavor
-from quotas.nodepools import gpu_limit
+from quotas.nodepools import gpu_limit, pool_summary
 from runtime import k8s
 from runtime.k8s.kinds import EC2NODECLASS, NODEPOOL, TOPOLOGY
 from tests.support.crd import assert_valid
@@ -25,14 +25,24 @@ def aws(settings):
     settings.KARPENTER_NODE_ROLE = "KarpenterNodeRole-test"
     settings.KARPENTER_SUBNET_TAGS = {"karpenter.sh/discovery": "test"}
     settings.KARPENTER_SECURITY_GROUP_TAGS = {"karpenter.sh/discovery": "test"}
+    settings.KARPENTER_AMI_ALIAS = "al2023@v20240807"
     return settings
 
 
-def provision(world, provisioning=POOL, levels=LEVELS) -> GpuFlavor:
+def provision(world, provisioning=POOL, levels=None) -> GpuFlavor:
     return flavors.flavor_save(
         actor=world.users["platform_admin"],
         name="h100-sxm5",
-        values={"provisioning": provisioning, "topology_levels": levels},
+        values={"provisioning": provisioning, "topology_levels": [] if levels is None else levels},
+    )
+
+
+def with_topology(world) -> GpuFlavor:
+    """Topology levels on the A100 flavor: a flavor has a pool or a topology, never both."""
+    return flavors.flavor_save(
+        actor=world.users["platform_admin"],
+        name="a100-pcie",
+        values={"node_labels": {"cloud.example.com/gpu": "a100"}, "topology_levels": LEVELS},
     )
 
 
@@ -46,18 +56,21 @@ def stored(obj: dict) -> dict:
 class TestSync:
     def test_it_applies_valid_pool_node_class_and_topology_then_writes_nothing(self, world, cluster_api, aws):
         provision(world)
+        with_topology(world)
         assert sync_kueue() > 0
         pool = cluster_api.get_object(NODEPOOL, "h100-sxm5")
         node_class = cluster_api.get_object(EC2NODECLASS, "h100-sxm5")
-        topology = cluster_api.get_object(TOPOLOGY, "h100-sxm5")
-        flavor = cluster_api.get_object(k8s.RESOURCEFLAVOR, "h100-sxm5")
+        topology = cluster_api.get_object(TOPOLOGY, "a100-pcie")
+        flavor = cluster_api.get_object(k8s.RESOURCEFLAVOR, "a100-pcie")
         for obj in (pool, node_class, topology, flavor):
             assert_valid(stored(obj))
         # alpha 8 + beta 8 nominal H100s (borrowing adds no GPUs): two 8-GPU nodes.
         assert pool["spec"]["limits"] == {"nvidia.com/gpu": 16}
         assert pool["spec"]["template"]["spec"]["taints"] == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
+        assert pool["spec"]["disruption"]["budgets"] == [{"nodes": "0", "reasons": ["Drifted", "Underutilized"]}]
+        assert node_class["spec"]["amiSelectorTerms"] == [{"alias": "al2023@v20240807"}]
         assert [lvl["nodeLabel"] for lvl in topology["spec"]["levels"]] == LEVELS
-        assert flavor["spec"]["topologyName"] == "h100-sxm5"
+        assert flavor["spec"]["topologyName"] == "a100-pcie"
         assert sync_kueue() == 0  # idempotent: nothing changed, nothing written
         assert cluster_api.get_object(NODEPOOL, "a100-pcie") is None  # not provisioned
 
@@ -80,7 +93,6 @@ class TestSync:
         assert cluster_api.get_object(NODEPOOL, "h100-sxm5") is None
         assert cluster_api.get_object(EC2NODECLASS, "h100-sxm5") is None
         assert cluster_api.get_object(NODEPOOL, "system") is not None
-        assert cluster_api.get_object(TOPOLOGY, "h100-sxm5") is not None  # the ResourceFlavor still names it
 
     def test_off_aws_the_pool_names_the_configured_node_class_and_no_ec2nodeclass_is_made(
         self, world, cluster_api, settings
@@ -167,6 +179,57 @@ class TestProvisioningSettings:
             )
 
 
+class TestTopologyWithAPool:
+    """Issue 39: Kueue places topology-aware pods only on Ready nodes and Karpenter adds nodes only
+    for pods it placed, so a topology flavor's pool at zero nodes never grows (deadlock)."""
+
+    def test_a_flavor_with_levels_cannot_be_provisioned(self, world):
+        with pytest.raises(DomainError, match="cannot be provisioned by Karpenter") as caught:
+            provision(world, levels=LEVELS)
+        assert caught.value.field == "provisioning"
+        world.h100.refresh_from_db()
+        assert (world.h100.provisioning, world.h100.topology_levels) == ({}, [])
+
+    def test_a_provisioned_flavor_cannot_gain_levels(self, world):
+        provision(world)
+        with pytest.raises(DomainError, match="stay at zero nodes") as caught:
+            flavors.flavor_save(
+                actor=world.users["platform_admin"], name="h100-sxm5", values={"topology_levels": LEVELS}
+            )
+        assert caught.value.field == "provisioning"
+        assert GpuFlavor.objects.get(name="h100-sxm5").topology_levels == []
+
+    def test_a_flavor_saved_with_both_before_the_rule_says_so_on_its_pool(self, world, aws):
+        provision(world)
+        GpuFlavor.objects.filter(name="h100-sxm5").update(topology_levels=LEVELS)  # as an older portal saved it
+        warnings = pool_summary(GpuFlavor.objects.get(name="h100-sxm5"))["warnings"]
+        assert [w for w in warnings if "cannot be provisioned by Karpenter" in w] == warnings and len(warnings) == 1
+
+
+class TestPoolWarnings:
+    def test_a_taint_the_device_plugin_does_not_tolerate_is_a_warning_not_a_refusal(self, world, aws):
+        tolerations = [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "dedicated", "operator": "Equal", "value": "inference", "effect": "NoExecute"},
+        ]
+        flavor = flavors.flavor_save(
+            actor=world.users["platform_admin"],
+            name="h100-sxm5",
+            values={"tolerations": tolerations, "provisioning": POOL},
+        )
+        (warning,) = pool_summary(flavor)["warnings"]
+        assert warning.startswith("Taint dedicated=inference:NoExecute: the NVIDIA device plugin's DaemonSet")
+
+    def test_the_gpu_taint_alone_warns_of_nothing(self, world, aws):
+        assert pool_summary(provision(world))["warnings"] == []
+
+    def test_an_unpinned_ami_is_the_pools_problem(self, world, aws):
+        aws.KARPENTER_AMI_ALIAS = "al2023@latest"
+        summary = pool_summary(provision(world))
+        assert "@latest replaces every GPU node" in summary["problem"]
+        assert summary["manifest"]["kind"] == "NodePool"  # the pool itself still renders
+
+
 class TestTopologyLevels:
     @pytest.mark.parametrize(
         ("levels", "message"),
@@ -186,7 +249,7 @@ class TestTopologyLevels:
         assert caught.value.field == "topology_levels"
 
     def test_levels_can_change_but_not_be_removed(self, world):
-        provision(world, provisioning={})
+        provision(world, provisioning={}, levels=LEVELS)
         provision(world, provisioning={}, levels=["cloud.example.com/block", "kubernetes.io/hostname"])
         with pytest.raises(DomainError, match="not removed") as caught:
             provision(world, provisioning={}, levels=[])
@@ -233,6 +296,7 @@ class TestLabelsKarpenterAccepts:
 class TestAnOlderClusterRole:
     def test_denied_topology_and_pool_calls_do_not_stop_the_queues_from_syncing(self, world, cluster_api, aws):
         provision(world)
+        with_topology(world)
         karpenter_or_topology = ("/karpenter.sh/", "/karpenter.k8s.aws/", "/topologies")
         cluster_api.inject_faults(1.0, (403,), when=lambda method, path: any(p in path for p in karpenter_or_topology))
         assert sync_kueue() > 0

@@ -8,6 +8,7 @@ Regenerate the golden files after an intended change with UPDATE_GOLDEN=1.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,6 +16,9 @@ import pytest
 import yaml
 
 from runtime.manifests.gateway import (
+    KEY_COUNTER,
+    REQUESTS_LIMIT,
+    TOKENS_LIMIT,
     backend_service,
     exposure_objects,
     key_selector,
@@ -100,6 +104,17 @@ class TestCrdSchemas:
         with pytest.raises(SchemaError, match="At least one spec.limits"):
             assert_valid(policy)
 
+    @pytest.mark.parametrize("render", [render_tokenratelimitpolicy, render_ratelimitpolicy])
+    def test_a_counter_is_checked_against_the_schema(self, render) -> None:
+        policy = render(limited())
+        (limit,) = policy["spec"]["limits"].values()
+        limit["counters"] = [{"expression": ""}]  # minLength 1
+        with pytest.raises(SchemaError):
+            assert_valid(policy)
+        limit["counters"] = [{"selector": KEY_COUNTER}]  # RateLimitPolicy v1beta's word, gone in v1
+        with pytest.raises(SchemaError):
+            assert_valid(policy)
+
     def test_a_route_path_rewrite_misspelt_is_caught(self) -> None:
         route = render_httproute(limited(), GATEWAY)
         route["spec"]["rules"][0]["filters"][0]["urlRewrite"]["path"]["replacePrefix"] = "/"
@@ -155,8 +170,8 @@ class TestBehaviour:
         assert other["deployment-keys"]["apiKey"]["selector"]["matchLabels"] != labels
 
     def test_limits_come_from_the_tenant_and_zero_renders_none(self) -> None:
-        tokens = render_tokenratelimitpolicy(limited())["spec"]["limits"]["tenant-tokens"]["rates"]
-        requests = render_ratelimitpolicy(limited())["spec"]["limits"]["tenant-requests"]["rates"]
+        tokens = render_tokenratelimitpolicy(limited())["spec"]["limits"][TOKENS_LIMIT]["rates"]
+        requests = render_ratelimitpolicy(limited())["spec"]["limits"][REQUESTS_LIMIT]["rates"]
         assert tokens == [{"limit": 50_000, "window": "1m"}] and requests == [{"limit": 600, "window": "1m"}]
         assert render_tokenratelimitpolicy(small_spec()) is None and render_ratelimitpolicy(small_spec()) is None
         # Apply order: the policies first, the route last (it never exists without its AuthPolicy).
@@ -201,3 +216,55 @@ class TestGatewayDenyAll:
         policy["spec"]["targetRef"] = {"group": "", "kind": "Service", "name": "llm-gateway"}
         with pytest.raises(SchemaError, match="targetRef"):
             assert_valid(policy)
+
+
+class TestLimitsCountPerKey:
+    """Each limit means what the policy form says: per API key, on each endpoint.
+
+    Kuadrant (Kuadrant/kuadrant-operator, tag v1.5.2): a limit's `counters` are its Limitador
+    variables, so a limit without them is one counter for every key on the route
+    (internal/controller/limitador_limits_reconciler.go: `Variables: limit.CountersAsStringList()`);
+    the rate-limit pipeline sees only what the AuthPolicy's `response.success.filters` publish, as
+    `auth.<filter>.<property>`, and Kuadrant's own example publishes a key's user id with this very
+    selector (doc/overviews/token-rate-limiting.md, "Integration with AuthPolicy"); every limit is
+    counted per HTTPRoute (internal/controller/ratelimit_workflow_helpers.go, LimitsNamespaceFromRoute).
+    """
+
+    @pytest.mark.parametrize("render", [render_tokenratelimitpolicy, render_ratelimitpolicy])
+    def test_every_limit_has_one_counter_the_key(self, render) -> None:
+        (limit,) = render(limited())["spec"]["limits"].values()
+        assert limit["counters"] == [{"expression": "auth.identity.key_id"}]
+
+    def test_the_counter_reads_what_the_authpolicy_publishes(self) -> None:
+        root, filter_name, prop = KEY_COUNTER.split(".")
+        published = render_authpolicy(limited())["spec"]["rules"]["response"]["success"]["filters"]
+        assert root == "auth" and list(published) == [filter_name]
+        assert list(published[filter_name]["json"]["properties"]) == [prop]
+
+    def test_the_published_id_is_the_key_secrets_user_id(self) -> None:
+        """Resolve the AuthPolicy's selector (gjson: `.` separates, `\\.` is a dot in a key) on what
+        Authorino holds for an API key: its Secret as `auth.identity`."""
+        published = render_authpolicy(limited())["spec"]["rules"]["response"]["success"]["filters"]
+        selector = published["identity"]["json"]["properties"]["key_id"]["selector"]
+        assert selector == r"auth.identity.metadata.annotations.secret\.kuadrant\.io/user-id"
+        value: object = {"auth": {"identity": GOLDEN_CASES["gateway_key_secret"]()}}
+        for key in re.split(r"(?<!\\)\.", selector):
+            value = value[key.replace("\\.", ".")]
+        assert value == "key-12"
+
+    def test_two_routes_of_a_tenant_keep_their_own_policies(self) -> None:
+        """Kuadrant counts per route, so per-endpoint is all a limit can be: each deployment's
+        policy targets its own route, with the same per-key limit."""
+        first, second = (render_tokenratelimitpolicy(replace(limited(), deployment_id=i, name=f"m{i}")) for i in (7, 8))
+        assert first["spec"]["targetRef"]["name"] != second["spec"]["targetRef"]["name"]
+        assert first["spec"]["limits"] == second["spec"]["limits"]
+
+
+class TestTheStreamingRuleIsDocumented:
+    """docs/install.md, step 8 "Endpoint access", says how the limits count and what a stream needs."""
+
+    def test_step_8_says_per_key_per_endpoint_and_include_usage(self) -> None:
+        install = (Path(__file__).resolve().parents[2] / "docs" / "install.md").read_text()
+        step = " ".join(install[install.index("**Endpoint access**") : install.index("## Configuration")].split())
+        assert "**Limits: per key, on each endpoint.**" in step and "`usage.total_tokens`" in step
+        assert '`"stream_options": {"include_usage": true}`' in step and "set requests per minute" in step

@@ -7,6 +7,7 @@ Regenerate the golden files after an intended change with
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import replace
 from typing import Any
@@ -16,13 +17,20 @@ import pytest
 import yaml
 
 from runtime.manifests import kueue
-from runtime.manifests.karpenter import render_ec2nodeclass, render_nodepool
+from runtime.manifests.karpenter import (
+    ANNOTATION_DO_NOT_DISRUPT,
+    ami_alias_problem,
+    device_plugin_untolerated,
+    render_ec2nodeclass,
+    render_nodepool,
+)
 from runtime.manifests.kserve import render_inferenceservice
 from runtime.manifests.rayservice import render_rayservice
 from runtime.manifests.topology import (
     ANNOTATION_REQUIRED,
     ANNOTATION_SLICE_REQUIRED,
     ANNOTATION_SLICE_SIZE,
+    TAS_ANNOTATION_PREFIX,
     render_topology,
 )
 from runtime.spec import NodeClassSpec, NodePoolSpec, Toleration
@@ -48,6 +56,9 @@ AWS = NodeClassSpec(
     role="KarpenterNodeRole-gpu",
     subnet_tags=(("karpenter.sh/discovery", "gpu-cluster"),),
     security_group_tags=(("karpenter.sh/discovery", "gpu-cluster"),),
+    # A real AL2023 EKS AMI release (aws/karpenter-provider-aws v1.14.1,
+    # website/content/en/docs/concepts/nodeclasses.md pins this one).
+    ami_alias="al2023@v20240807",
 )
 OTHER = NodeClassSpec(aws=False, group="karpenter.azure.com", kind="AKSNodeClass", name="gpu")
 
@@ -86,6 +97,12 @@ SCHEMA_CASES = {
         large_spec(flavor=H100_TAS, pipeline_parallel_size=1), PLATFORM
     ),
     "kserve_topology": lambda: render_inferenceservice(small_spec(flavor=H100_TAS, backend="kserve"), PLATFORM),
+    "ec2nodeclass_bottlerocket": lambda: render_ec2nodeclass(
+        "h100-sxm", replace(AWS, ami_alias="bottlerocket@v1.10.0")
+    ),
+    "ec2nodeclass_latest_opted_in": lambda: render_ec2nodeclass(
+        "h100-sxm", replace(AWS, ami_alias="al2023@latest", ami_allow_latest=True)
+    ),
 }
 
 
@@ -145,7 +162,11 @@ class TestNodePool:
     def test_limit_disruption_and_expiry_follow_the_spec(self) -> None:
         spec = render_nodepool(pool(), AWS)["spec"]
         assert spec["limits"] == {"nvidia.com/gpu": 24}
-        assert spec["disruption"] == {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "10m"}
+        assert spec["disruption"] == {
+            "consolidationPolicy": "WhenEmpty",
+            "consolidateAfter": "10m",
+            "budgets": [{"nodes": "0", "reasons": ["Drifted", "Underutilized"]}],
+        }
         assert spec["template"]["spec"]["expireAfter"] == "336h"
 
     def test_off_aws_the_pool_names_the_configured_node_class_and_no_aws_labels(self) -> None:
@@ -167,6 +188,103 @@ class TestNodePool:
         assert taints == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]  # Ray heads stay off
 
 
+class TestDisruption:
+    """Issue 39: Karpenter must never take a node serving a model on its own initiative."""
+
+    def test_a_gpu_pool_never_disrupts_for_drift_or_packing_but_removes_empty_nodes(self) -> None:
+        disruption = render_nodepool(pool(), AWS)["spec"]["disruption"]
+        assert disruption["consolidationPolicy"] == "WhenEmpty"
+        # Karpenter takes the smallest active budget that names the reason or names none
+        # (pkg/apis/v1/nodepool.go GetAllowedDisruptionsByReason, v1.14.1); none: unbounded.
+        budgets = disruption["budgets"]
+        allowed = {
+            reason: min((int(b["nodes"]) for b in budgets if reason in b.get("reasons", [reason])), default=None)
+            for reason in ("Drifted", "Underutilized", "Empty")
+        }
+        assert allowed == {"Drifted": 0, "Underutilized": 0, "Empty": None}
+
+    def test_every_serving_pod_carries_do_not_disrupt(self) -> None:
+        ray = render_rayservice(large_spec(), PLATFORM)["spec"]["rayClusterConfig"]
+        head = ray["headGroupSpec"]["template"]["metadata"]["annotations"]
+        worker = worker_group(render_rayservice(large_spec(), PLATFORM))["template"]["metadata"]["annotations"]
+        predictor = render_inferenceservice(small_spec(backend="kserve"), PLATFORM)["spec"]["predictor"]["annotations"]
+        # The key and value Karpenter reads (pkg/apis/v1/labels.go DoNotDisruptAnnotationKey, and
+        # pkg/utils/pod/scheduling.go IsDoNotDisruptActive: "true" blocks for good), v1.14.1.
+        for pod in (head, worker, predictor):
+            assert pod["karpenter.sh/do-not-disrupt"] == "true"
+
+    def test_the_annotation_does_not_recreate_running_ray_clusters(self) -> None:
+        """Running clusters keep their pods on upgrade; the Drifted budget covers them meanwhile."""
+        from runtime.backends.kuberay import _cluster_part
+
+        obj = render_rayservice(large_spec(), PLATFORM)
+        before = json.loads(json.dumps(obj))
+        config = before["spec"]["rayClusterConfig"]
+        for group in (config["headGroupSpec"], *config["workerGroupSpecs"]):
+            group["template"]["metadata"]["annotations"].pop(ANNOTATION_DO_NOT_DISRUPT)
+        assert before != obj and _cluster_part(before) == _cluster_part(obj)
+
+
+class TestAmiAlias:
+    @pytest.mark.parametrize(
+        ("alias", "allow_latest", "message"),
+        [
+            ("al2023@v20240807", False, None),
+            ("al2@v20240807", False, None),
+            ("bottlerocket@v1.10.0", False, None),
+            ("bottlerocket@1.10.0", False, None),  # the provider drops a leading "v" (bottlerocket.go)
+            ("al2023@latest", True, None),
+            ("", False, "not set: pin an AMI release"),
+            ("al2023@latest", False, "@latest replaces every GPU node"),
+            ("bottlerocket@latest", False, "KARPENTER_AMI_ALLOW_LATEST"),
+            ("al2023@20240807", False, "al2023 AMI releases are named like al2023@v20240807"),
+            ("al2023@v2024-08-07", False, "named like"),
+            ("bottlerocket@v1.10", False, "bottlerocket@v1.10.0"),
+            ("windows2022@latest", True, "is not an AMI alias"),  # no GPU pod of the portal runs there
+            ("al2023", False, "is not an AMI alias"),
+            ("AL2023@v20240807", False, "is not an AMI alias"),
+            ("al2023@v20240807" + "0" * 15, False, "at most 30 characters"),
+        ],
+    )
+    def test_only_a_pinned_release_passes_unless_latest_is_opted_into(self, alias, allow_latest, message) -> None:
+        problem = ami_alias_problem(alias, allow_latest=allow_latest)
+        assert problem is None if message is None else message in (problem or "")
+
+    def test_the_ec2nodeclass_is_not_rendered_with_latest_or_without_an_alias(self) -> None:
+        with pytest.raises(ValueError, match="KARPENTER_AMI_ALIAS 'al2023@latest': @latest"):
+            render_ec2nodeclass("h100-sxm", replace(AWS, ami_alias="al2023@latest"))
+        with pytest.raises(ValueError, match="KARPENTER_AMI_ALIAS not set"):
+            render_ec2nodeclass("h100-sxm", replace(AWS, ami_alias=""))
+        assert render_ec2nodeclass("h100-sxm", AWS)["spec"]["amiSelectorTerms"] == [{"alias": "al2023@v20240807"}]
+
+
+class TestDevicePlugin:
+    """NVIDIA/k8s-device-plugin v0.20.0 tolerates CriticalAddonsOnly (any effect) and
+    nvidia.com/gpu:NoSchedule (Exists); a node taint beyond them keeps it off the node."""
+
+    @pytest.mark.parametrize(
+        ("tolerations", "untolerated"),
+        [
+            ((), []),
+            ((Toleration(key="nvidia.com/gpu", value="present"),), []),
+            ((Toleration(key="CriticalAddonsOnly", effect="NoExecute"),), []),
+            ((Toleration(key="dedicated", value="gpu", effect="PreferNoSchedule"),), []),
+            (
+                (Toleration(key="dedicated", value="inference", effect="NoExecute"),),
+                [{"key": "dedicated", "effect": "NoExecute", "value": "inference"}],
+            ),
+            (
+                (Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoExecute"),),
+                [{"key": "nvidia.com/gpu", "effect": "NoExecute"}],
+            ),
+            ((Toleration(key="team", operator="Exists"),), [{"key": "team", "effect": "NoSchedule"}]),
+        ],
+    )
+    def test_taints_the_plugin_does_not_tolerate_are_named(self, tolerations, untolerated) -> None:
+        spec = pool(flavor=replace(H100_TAS, tolerations=tolerations))
+        assert device_plugin_untolerated(spec) == untolerated
+
+
 class TestTopologyPlacement:
     def test_the_resource_flavor_names_the_topology_only_when_the_flavor_has_levels(self) -> None:
         assert kueue.render_resource_flavor(H100_TAS)["spec"]["topologyName"] == "h100-sxm"
@@ -177,6 +295,7 @@ class TestTopologyPlacement:
         assert group["template"]["metadata"]["annotations"] == {
             ANNOTATION_SLICE_REQUIRED: "cloud.example.com/block",
             ANNOTATION_SLICE_SIZE: "2",  # TP 8 x PP 2 on 8-GPU nodes: two pods per replica
+            ANNOTATION_DO_NOT_DISRUPT: "true",
         }
 
     def test_a_single_node_replica_is_required_on_one_host(self) -> None:
@@ -184,6 +303,7 @@ class TestTopologyPlacement:
         assert group["template"]["metadata"]["annotations"] == {
             ANNOTATION_SLICE_REQUIRED: "kubernetes.io/hostname",
             ANNOTATION_SLICE_SIZE: "1",
+            ANNOTATION_DO_NOT_DISRUPT: "true",
         }
         predictor = render_inferenceservice(small_spec(flavor=H100_TAS, backend="kserve"), PLATFORM)["spec"][
             "predictor"
@@ -192,7 +312,7 @@ class TestTopologyPlacement:
 
     def test_without_levels_nothing_changes(self) -> None:
         group = worker_group(render_rayservice(large_spec(), PLATFORM))
-        assert "annotations" not in group["template"]["metadata"]
+        assert not any(key.startswith(TAS_ANNOTATION_PREFIX) for key in group["template"]["metadata"]["annotations"])
         predictor = render_inferenceservice(small_spec(backend="kserve"), PLATFORM)["spec"]["predictor"]
         assert ANNOTATION_REQUIRED not in predictor["annotations"]
 
@@ -215,6 +335,16 @@ class TestRulesCelPythonCannotRunAlone:
             for key in keys:
                 domain = key.split("/", 1)[0] if "/" in key else key
                 assert key == "karpenter.sh/capacity-type" or not domain.endswith("karpenter.sh"), key
+
+    @pytest.mark.parametrize("alias", ["al2023@v20240807", "bottlerocket@v1.10.0", "al2@v20240807"])
+    def test_an_alias_the_portal_accepts_passes_the_ec2nodeclass_family_rules(self, alias: str) -> None:
+        # aws/karpenter-provider-aws v1.14.1 CRD, amiSelectorTerms[].alias (split() is a string
+        # extension the CEL check skips): the family must be known, Windows only with "latest".
+        assert ami_alias_problem(alias, allow_latest=False) is None
+        rendered = render_ec2nodeclass("h100-sxm", replace(AWS, ami_alias=alias))["spec"]["amiSelectorTerms"][0]
+        family, _, version = rendered["alias"].partition("@")
+        assert family in ["al2", "al2023", "bottlerocket", "windows2019", "windows2022", "windows2025"]
+        assert not family.startswith("windows") or version == "latest"
 
     @pytest.mark.parametrize(
         ("old", "new", "allowed"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import stat
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -186,7 +187,10 @@ def call(check: EngineKeyCheck, path: str = "/v1/models", key: str | None = None
     async def send(message):
         sent.append(message)
 
-    asyncio.run(check(full, receive, send))
+    # A thread of its own: Playwright's sync API leaves an event loop running in this thread
+    # once a browser test ran earlier in the session, and asyncio.run refuses to nest.
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, check(full, receive, send)).result()
     return sent[0]["status"] if sent[0]["type"] == "http.response.start" else sent[0]["type"]
 
 

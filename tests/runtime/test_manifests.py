@@ -273,6 +273,13 @@ class TestLlmConfig:
         }
         assert config["accelerator_type"] == "L4"
 
+    @pytest.mark.parametrize("accelerator", ["CPU", ""])
+    def test_a_cpu_only_flavor_gives_ray_no_accelerator_type(self, accelerator: str) -> None:
+        # Ray 2.60.0 refuses "CPU" as a name and any accelerator_type on a CPU-only config
+        # (python/ray/llm/_internal/serve/core/configs/llm_config.py; runtime.accelerators).
+        config = manifests.llm_config(small_spec(flavor=replace(L4, accelerator_type=accelerator)))
+        assert "accelerator_type" not in config
+
     def test_an_s3_source_is_passed_through_as_the_uri(self) -> None:
         config = manifests.llm_config(small_spec(model_source="s3://bucket/models/qwen"))
         assert config["model_loading_config"]["model_source"] == "s3://bucket/models/qwen"
