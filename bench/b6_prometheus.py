@@ -42,9 +42,12 @@ from _common import (  # noqa: E402
     setup_django,
 )
 
+from runtime.exposition.window import rate_window  # noqa: E402
+
 EXPOSITION = "vllm-0.32-cpu-openai-server-under-load.prom"
 SCRAPE_INTERVAL_S = 5.0
-RATE_WINDOW_S = 30.0
+CYCLE_S = 15  # METRICS_SCRAPE_SECONDS
+RATE_WINDOW_S = rate_window(CYCLE_S, SCRAPE_INTERVAL_S)  # the portal's rule: 20 s here
 
 
 def serve(spec_file: str) -> None:
@@ -97,8 +100,7 @@ def one_size(ids: list[int], cycles: int) -> dict:
     from django.conf import settings
 
     from deployments.models import ModelDeployment
-    from metrics import collect as collect_module
-    from metrics.collect import collect
+    from metrics.collect import collect, rate_window_s
     from runtime.exposition.promql import fleet_points
     from tests.support.prometheus import Prometheus, require_prometheus
 
@@ -120,7 +122,10 @@ def one_size(ids: list[int], cycles: int) -> dict:
             lambda r: bool(r) and int(float(r[0]["value"][1])) == len(ids),
             timeout=300,
         )
-        collect_module.PROMETHEUS_RATE_WINDOW_S = RATE_WINDOW_S
+        settings.METRICS_SCRAPE_SECONDS = CYCLE_S
+        settings.PROMETHEUS_SCRAPE_INTERVAL_SECONDS = SCRAPE_INTERVAL_S
+        settings.PROMETHEUS_URL = prom.url
+        assert rate_window_s() == RATE_WINDOW_S
         settings.METRICS_SCRAPE_TIMEOUT_SECONDS = 30  # time the answer, not a timeout on a loaded host
         out = {"queries": [], "prometheus": [], "direct": [], "stored": []}
         for _ in range(cycles + 1):
@@ -135,7 +140,7 @@ def one_size(ids: list[int], cycles: int) -> dict:
             stored_direct = collect(ids)
             out["direct"].append(time.perf_counter() - started)
             out["stored"].append((stored_prometheus, stored_direct))
-        # Of a Prometheus cycle, the part spent waiting for Prometheus's answers to the 11 queries.
+        # Of a Prometheus cycle, the part spent waiting for Prometheus's answers to its queries.
         out["answers"] = [
             timed(lambda: fleet_points(prom.url, window_s=RATE_WINDOW_S, timeout=60)) for _ in range(cycles + 1)
         ]

@@ -12,6 +12,16 @@ stored as metrics.models.AdvisorObjectives):
 * a **relative test**: against the deployment's own objective or baseline, or against the load
   (a queue half the size of the running batch, preemptions per finished request).
 
+Whether requests queued is measured where the engine says how long they waited: vLLM's queue
+time (``queue_p95``, the p95 wait of the requests finished in the point's window). A queue seen
+in the waiting count at a scrape counts only if the waits behind it were long enough
+(``queue_floor_s``); waits longer than the whole first-token objective count even when no scrape
+caught the queue; and a first token slower than the objective whose wait was most of it
+(``queue_share_of_ttft``) is the queue's, not the prefill's. The waiting count alone decides
+only where queue time is unknown (no request finished in the window, or an engine without the
+histogram). vLLM observes a request's queue time when the request finishes, after its wait: the
+point after a queue the scrapes saw reports that same queue, so it is not counted twice.
+
 A rule then looks at its window and fires when the points in breach cover at least
 ``breach_share_pct`` of the window's observed time (each point weighs the seconds it covers).
 So one bad scrape in a quarter of an hour is noise, while a short saturation burst in the
@@ -52,6 +62,8 @@ class Objectives:
     kv_cache_floor_pct: float = 90.0  # absolute: a cache below this is not under pressure
     breach_share_pct: float = 10.0  # a rule fires when this share of the window's time is in breach
     ttft_floor_s: float = 0.5  # absolute: a p95 first token below this is never slow
+    queue_floor_s: float = 0.5  # absolute: a p95 wait in the queue below this needs no replica
+    queue_share_of_ttft: float = 0.5  # relative: a first token whose wait was this share of it is the queue's
     ttft_spike_factor: float = 3.0  # relative: p95 this many times the window's median
     ttft_min_points_for_median: int = 3  # a median of two points is no baseline
     waiting_per_running: float = 0.5  # relative: the queue is at least this share of the batch
@@ -168,17 +180,54 @@ def _evidence(j: Judgement, series: str, observed: float, threshold: float, **ex
     }
 
 
-def _queueing(p: Any, ob: Objectives) -> bool:
+def _waiting(p: Any, ob: Objectives) -> bool:
+    """The queue as the waiting count at the scrape shows it: above the floor and against the batch."""
     waiting, running = _get(p, "waiting"), _get(p, "running") or 0.0
     return waiting is not None and waiting >= ob.waiting_floor and waiting >= ob.waiting_per_running * running
 
 
+def _queueing(p: Any, ob: Objectives) -> bool:
+    """Whether requests queued at `p`: by their queue time where the point has it (see the
+    module docstring), else by the waiting count."""
+    queue = _get(p, "queue_p95")
+    if queue is None:
+        return _waiting(p, ob)
+    return queue >= ob.ttft_p95_objective_s or (queue >= ob.queue_floor_s and _waiting(p, ob))
+
+
+def _queue_made(p: Any, ob: Objectives) -> bool:
+    """Whether the wait in the queue was most of the point's time to first token (measured)."""
+    queue, ttft = _get(p, "queue_p95"), _get(p, "ttft_p95")
+    return queue is not None and bool(ttft) and queue >= ob.queue_share_of_ttft * ttft
+
+
+def _queue_breaches(pts: list[Point], ob: Objectives) -> set[int]:
+    """The points (by id) where requests queued: :func:`_queueing`, or a first token slower than
+    the objective that was mostly a wait of at least the floor, unless the point before queued
+    (that wait is the same queue, reported as its requests finished)."""
+    out: set[int] = set()
+    before = False
+    for _, _, p in pts:
+        queueing = _queueing(p, ob)
+        slowed = (
+            _queue_made(p, ob)
+            and (_get(p, "queue_p95") or 0.0) >= ob.queue_floor_s
+            and (_get(p, "ttft_p95") or 0.0) > ob.ttft_p95_objective_s
+        )
+        if queueing or (slowed and not before):
+            out.add(id(p))
+        before = queueing
+    return out
+
+
 def _rule_scale_out(pts: list[Point], now: float, ob: Objectives, headroom: int | None, per_replica: int):
-    j = _judge(pts, now, ob.window_s, ("waiting",), lambda p: _queueing(p, ob))
+    breaches = _queue_breaches(pts, ob)
+    j = _judge(pts, now, ob.window_s, ("waiting",), lambda p: id(p) in breaches)
     if not j.fires(ob):
         return None
     peak = max(_get(p, "waiting") or 0.0 for _, _, p in j.breached)
     kv_peak = max((v for _, _, p in j.breached if (v := _get(p, "kv_cache_pct")) is not None), default=None)
+    queue_peak = max((v for _, _, p in j.breached if (v := _get(p, "queue_p95")) is not None), default=None)
     if headroom is None:
         room, allowed = "The quota headroom is unknown.", None
     else:
@@ -189,15 +238,21 @@ def _rule_scale_out(pts: list[Point], now: float, ob: Objectives, headroom: int 
             else f"Your quota has no room for another replica ({per_replica} GPU(s) each, {headroom} free): "
             "request a quota increase."
         )
+    seen = (
+        f"up to {peak:g} waiting, at least {ob.waiting_floor:g} and half the running batch"
+        if peak >= ob.waiting_floor
+        else "no scrape caught them waiting"
+    )
+    waits = "" if queue_peak is None else f" They waited up to {queue_peak:.2f} s (p95) before their prefill began."
     kv_note = f" The KV cache reached {kv_peak:.0f} % meanwhile." if kv_peak is not None else ""
     return Advice(
         code="scale_out",
         severity=Severity.CRITICAL if allowed == 0 else Severity.WARNING,
         title="Requests are queueing: add replicas",
         message=(
-            f"Requests queued (up to {peak:g} waiting, at least {ob.waiting_floor:g} and half the running batch) "
+            f"Requests queued ({seen}) "
             f"for {100 * j.share:.0f} % of the observed time from {_iso(j.window[0][0])} to {_iso(j.window[-1][0])}."
-            f"{kv_note} Raise max_replicas / min_replicas so the load spreads. {room}"
+            f"{waits}{kv_note} Raise max_replicas / min_replicas so the load spreads. {room}"
         ),
         chart="queue",
         evidence=_evidence(
@@ -207,6 +262,7 @@ def _rule_scale_out(pts: list[Point], now: float, ob: Objectives, headroom: int 
             ob.waiting_floor,
             relative=f"waiting ≥ {ob.waiting_per_running:g} × running",
             kv_cache_pct_peak=kv_peak,
+            queue_p95_peak=queue_peak,
             replicas_allowed=allowed,
         ),
     )
@@ -260,8 +316,9 @@ def _rule_ttft(pts: list[Point], now: float, ob: Objectives):
     def breach(p: Any) -> bool:
         v = _get(p, "ttft_p95") or 0.0
         relative = v > ob.ttft_p95_objective_s or (median is not None and v > ob.ttft_spike_factor * median)
-        # A point whose requests queued (now or in the interval before) is the queue's doing.
-        return v > ob.ttft_floor_s and relative and id(p) not in queued
+        # A point whose requests queued (now or in the interval before), or whose wait in the
+        # queue was most of the first token, is the queue's doing.
+        return v > ob.ttft_floor_s and relative and id(p) not in queued and not _queue_made(p, ob)
 
     j = _judge(pts, now, ob.window_s, ("ttft_p95",), breach)
     if not j.fires(ob):

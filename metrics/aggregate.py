@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from runtime.exposition.derive import SERIES_FIELDS, ratio_pct
+from runtime.exposition.derive import RATE_COUNTS, RATIO_PARTS, SERIES_FIELDS, ratio_pct
 
-RATES = ("prompt_tokens_per_s", "generation_tokens_per_s", "requests_per_s", "errors_per_s", "preemptions_per_s")
-INCREMENTS = ("interval_s", "prefix_cache_hits", "prefix_cache_queries", "requests_finished", "requests_failed")
+RATES = tuple(name for _, name in RATE_COUNTS)
+INCREMENTS = ("interval_s", *RATIO_PARTS)
 PEAKS = {"running_peak": "running", "kv_cache_pct_peak": "kv_cache_pct"}  # peak column: its gauge
 COLUMNS: tuple[str, ...] = ("interval_s", *SERIES_FIELDS, *PEAKS)  # the stored columns, in row order
 MEANS = tuple(name for name in COLUMNS if name not in RATES and name not in INCREMENTS and name not in PEAKS)

@@ -5,6 +5,9 @@ values (the :class:`runtime.exposition.MetricPoint` / ``MetricSample`` field nam
 gap, drawn as a break in the line rather than a fake zero) and returns a
 ``plotly.graph_objects.Figure``. Pages embed :func:`figure_json` and render it with the
 locally served plotly.js, so nothing here refers to a CDN.
+
+Each title says what a point covers: rates and latency quantiles the rate window (`window_s`,
+metrics.collect.rate_window_s), gauges the instant of each scrape.
 """
 
 from __future__ import annotations
@@ -21,22 +24,43 @@ __all__ = [
     "CHARTS",
     "QuotaRow",
     "dashboard",
+    "decode_chart",
     "e2e_chart",
     "figure_json",
     "itl_chart",
     "kv_cache_chart",
     "preemptions_chart",
+    "prefill_chart",
     "prefix_cache_chart",
     "queue_chart",
+    "queue_time_chart",
     "quota_bars",
+    "rejections_chart",
     "replicas_chart",
     "request_rate_chart",
     "tokens_chart",
     "ttft_chart",
+    "waiting_reasons_chart",
 ]
 
 Timestamps = Sequence[float | datetime]
 Series = Mapping[str, Sequence[float | None]]
+Window = float | None  # the rate window in seconds; None: not said
+
+
+def _over(title: str, window_s: Window) -> str:
+    """A rate or quantile chart's title with the window each point covers."""
+    if window_s is None:
+        return title
+    seconds = round(window_s)
+    span = f"{seconds // 60} min" if seconds >= 120 and seconds % 60 == 0 else f"{seconds:g} s"
+    return f"{title} · over {span}"
+
+
+def _sampled(title: str, window_s: Window) -> str:
+    """A gauge chart's title: each point is one reading, no window."""
+    return title if window_s is None else f"{title} · at each scrape"
+
 
 # One palette everywhere so "p95" or "waiting" is the same colour on every chart.
 COLOURS = {
@@ -107,7 +131,10 @@ def _figure(title: str, y_title: str, *, percent: bool = False) -> go.Figure:
 # Drawn only where the series has values: a peak exists for rollups (metrics.aggregate.PEAKS),
 # Ray Serve's replica counts where Ray Serve reports them (a chart left with no trace is not
 # shown: static/portal/dashboard.js).
-OPTIONAL = frozenset({"running_peak", "kv_cache_pct_peak", "replicas_running", "replicas_target"})
+# What older engines do not export (waiting by reason: vLLM 0.2x) is optional too.
+OPTIONAL = frozenset(
+    {"running_peak", "kv_cache_pct_peak", "replicas_running", "replicas_target", "waiting_capacity", "waiting_deferred"}
+)
 DASHED = frozenset({"running_peak", "kv_cache_pct_peak", "replicas_target"})
 
 
@@ -159,10 +186,10 @@ def _lines(
     return fig
 
 
-def tokens_chart(timestamps: Timestamps, series: Series, *, span: Span = None) -> go.Figure:
+def tokens_chart(timestamps: Timestamps, series: Series, *, span: Span = None, window_s: Window = None) -> go.Figure:
     """Throughput: prompt (prefill) and generated tokens per second."""
     return _lines(
-        "Throughput",
+        _over("Throughput", window_s),
         "tokens/s",
         timestamps,
         series,
@@ -174,11 +201,11 @@ def tokens_chart(timestamps: Timestamps, series: Series, *, span: Span = None) -
     )
 
 
-def kv_cache_chart(timestamps: Timestamps, series: Series, *, span: Span = None) -> go.Figure:
+def kv_cache_chart(timestamps: Timestamps, series: Series, *, span: Span = None, window_s: Window = None) -> go.Figure:
     """KV-cache use, 0-100 % (mean over replicas); on rollups also the highest sample of each
     interval ("peak"), which the mean flattens."""
     return _lines(
-        "KV-cache use",
+        _sampled("KV-cache use", window_s),
         "%",
         timestamps,
         series,
@@ -189,11 +216,11 @@ def kv_cache_chart(timestamps: Timestamps, series: Series, *, span: Span = None)
     )
 
 
-def queue_chart(timestamps: Timestamps, series: Series, *, span: Span = None) -> go.Figure:
+def queue_chart(timestamps: Timestamps, series: Series, *, span: Span = None, window_s: Window = None) -> go.Figure:
     """Requests running in the batch vs waiting in the queue; on rollups also the highest
     running sample of each interval ("peak"), which the mean flattens."""
     return _lines(
-        "Running vs waiting requests",
+        _sampled("Running vs waiting requests", window_s),
         "requests",
         timestamps,
         series,
@@ -206,10 +233,10 @@ def queue_chart(timestamps: Timestamps, series: Series, *, span: Span = None) ->
     )
 
 
-def replicas_chart(timestamps: Timestamps, series: Series, *, span: Span = None) -> go.Figure:
+def replicas_chart(timestamps: Timestamps, series: Series, *, span: Span = None, window_s: Window = None) -> go.Figure:
     """Ray Serve's replicas of the model: healthy ones against the autoscaler's target."""
     return _lines(
-        "Replicas",
+        _sampled("Replicas", window_s),
         "replicas",
         timestamps,
         series,
@@ -218,9 +245,11 @@ def replicas_chart(timestamps: Timestamps, series: Series, *, span: Span = None)
     )
 
 
-def _quantiles(title: str, prefix: str, timestamps: Timestamps, series: Series, span: Span) -> go.Figure:
+def _quantiles(
+    title: str, prefix: str, timestamps: Timestamps, series: Series, span: Span, window_s: Window
+) -> go.Figure:
     return _lines(
-        title,
+        _over(title, window_s),
         "seconds",
         timestamps,
         series,
@@ -229,39 +258,94 @@ def _quantiles(title: str, prefix: str, timestamps: Timestamps, series: Series, 
     )
 
 
-def ttft_chart(timestamps: Timestamps, series: Series, *, span: Span = None) -> go.Figure:
-    """Time to first token, p50 and p95 per interval."""
-    return _quantiles("Time to first token", "ttft", timestamps, series, span)
+def ttft_chart(timestamps: Timestamps, series: Series, *, span: Span = None, window_s: Window = None) -> go.Figure:
+    """Time to first token, p50 and p95 per window."""
+    return _quantiles("Time to first token", "ttft", timestamps, series, span, window_s)
 
 
-def itl_chart(timestamps: Timestamps, series: Series, *, span: Span = None) -> go.Figure:
-    """Inter-token latency, p50 and p95 per interval."""
-    return _quantiles("Inter-token latency", "itl", timestamps, series, span)
+def itl_chart(timestamps: Timestamps, series: Series, *, span: Span = None, window_s: Window = None) -> go.Figure:
+    """Inter-token latency, p50 and p95 per window."""
+    return _quantiles("Inter-token latency", "itl", timestamps, series, span, window_s)
 
 
-def e2e_chart(timestamps: Timestamps, series: Series, *, span: Span = None) -> go.Figure:
-    """End-to-end request latency, p50 and p95 per interval."""
-    return _quantiles("End-to-end latency", "e2e", timestamps, series, span)
+def e2e_chart(timestamps: Timestamps, series: Series, *, span: Span = None, window_s: Window = None) -> go.Figure:
+    """End-to-end request latency, p50 and p95 per window."""
+    return _quantiles("End-to-end latency", "e2e", timestamps, series, span, window_s)
 
 
-def prefix_cache_chart(timestamps: Timestamps, series: Series, *, span: Span = None) -> go.Figure:
-    """Prefix-cache hits over lookups, 0-100 %: per interval, and accumulated over the window
+def queue_time_chart(
+    timestamps: Timestamps, series: Series, *, span: Span = None, window_s: Window = None
+) -> go.Figure:
+    """Time requests waited in the queue before their prefill began, p50 and p95 per window
+    (over the requests that finished in it: vLLM observes a request's phases at its end)."""
+    return _quantiles("Queue time", "queue", timestamps, series, span, window_s)
+
+
+def prefill_chart(timestamps: Timestamps, series: Series, *, span: Span = None, window_s: Window = None) -> go.Figure:
+    """Time requests spent in prefill (their prompt), p50 and p95 per window."""
+    return _quantiles("Prefill time", "prefill", timestamps, series, span, window_s)
+
+
+def decode_chart(timestamps: Timestamps, series: Series, *, span: Span = None, window_s: Window = None) -> go.Figure:
+    """Time requests spent decoding (their output), p50 and p95 per window."""
+    return _quantiles("Decode time", "decode", timestamps, series, span, window_s)
+
+
+def waiting_reasons_chart(
+    timestamps: Timestamps, series: Series, *, span: Span = None, window_s: Window = None
+) -> go.Figure:
+    """Requests waiting, by why: for scheduling capacity (batch or KV cache full), or deferred
+    by a transient constraint (LoRA budget, KV transfer). Engines before vLLM 0.30 report neither."""
+    return _lines(
+        _sampled("Waiting requests, by reason", window_s),
+        "requests",
+        timestamps,
+        series,
+        [("waiting_capacity", "capacity", "bad"), ("waiting_deferred", "deferred", "secondary")],
+        span=span,
+    )
+
+
+def rejections_chart(
+    timestamps: Timestamps, series: Series, *, span: Span = None, window_s: Window = None
+) -> go.Figure:
+    """Requests refused at admission per second (HTTP 503 before queueing), by the queue limit
+    they hit: --max-num-queued-reqs or --max-num-queued-tokens."""
+    return _lines(
+        _over("Admission rejections", window_s),
+        "rejections/s",
+        timestamps,
+        series,
+        [
+            ("rejected_queued_reqs_per_s", "request limit", "bad"),
+            ("rejected_queued_tokens_per_s", "token limit", "secondary"),
+        ],
+        span=span,
+    )
+
+
+def prefix_cache_chart(
+    timestamps: Timestamps, series: Series, *, span: Span = None, window_s: Window = None
+) -> go.Figure:
+    """Prefix-cache hits over lookups, 0-100 %: per rate window, and accumulated over the chart's span
     (every hit so far over every lookup so far: ratios of sums, metrics.aggregate)."""
     return _lines(
-        "Prefix-cache hit rate",
+        _over("Prefix-cache hit rate", window_s),
         "%",
         timestamps,
         series,
-        [("prefix_cache_hit_pct", "per interval", "good"), ("prefix_cache_hit_pct_cumulative", "cumulative", "muted")],
+        [("prefix_cache_hit_pct", "per window", "good"), ("prefix_cache_hit_pct_cumulative", "cumulative", "muted")],
         percent=True,
         span=span,
     )
 
 
-def preemptions_chart(timestamps: Timestamps, series: Series, *, span: Span = None) -> go.Figure:
+def preemptions_chart(
+    timestamps: Timestamps, series: Series, *, span: Span = None, window_s: Window = None
+) -> go.Figure:
     """Preemptions per second (requests evicted from the KV cache and recomputed)."""
     return _lines(
-        "Preemptions",
+        _over("Preemptions", window_s),
         "preemptions/s",
         timestamps,
         series,
@@ -270,10 +354,12 @@ def preemptions_chart(timestamps: Timestamps, series: Series, *, span: Span = No
     )
 
 
-def request_rate_chart(timestamps: Timestamps, series: Series, *, span: Span = None) -> go.Figure:
+def request_rate_chart(
+    timestamps: Timestamps, series: Series, *, span: Span = None, window_s: Window = None
+) -> go.Figure:
     """Finished requests per second, and those that ended abnormally (abort/error)."""
     return _lines(
-        "Requests",
+        _over("Requests", window_s),
         "requests/s",
         timestamps,
         series,
@@ -287,9 +373,14 @@ CHARTS = {
     "tokens": tokens_chart,
     "requests": request_rate_chart,
     "queue": queue_chart,
+    "queue_time": queue_time_chart,
+    "waiting_reasons": waiting_reasons_chart,
+    "rejections": rejections_chart,
     "kv_cache": kv_cache_chart,
     "replicas": replicas_chart,
     "ttft": ttft_chart,
+    "prefill": prefill_chart,
+    "decode": decode_chart,
     "itl": itl_chart,
     "e2e": e2e_chart,
     "prefix_cache": prefix_cache_chart,
@@ -297,9 +388,12 @@ CHARTS = {
 }
 
 
-def dashboard(timestamps: Timestamps, series: Series, *, span: Span = None) -> dict[str, go.Figure]:
-    """Every deployment chart, keyed as in :data:`CHARTS`, over the window `span`."""
-    return {key: build(timestamps, series, span=span) for key, build in CHARTS.items()}
+def dashboard(
+    timestamps: Timestamps, series: Series, *, span: Span = None, window_s: Window = None
+) -> dict[str, go.Figure]:
+    """Every deployment chart, keyed as in :data:`CHARTS`, over the time span `span`; each title
+    says the rate window `window_s` its rates and quantiles cover."""
+    return {key: build(timestamps, series, span=span, window_s=window_s) for key, build in CHARTS.items()}
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,10 @@ A cycle is cut into shards of METRICS_SHARD_SIZE deployments (metrics.tasks): pa
 work under the GIL, so one process tops out at about one core; shards spread it over every
 worker process (bench/b3_metrics.py measures both). Each shard writes its samples and scrape
 states in two statements.
+
+Both sources read rates and latency quantiles over one rate window (rate_window_s,
+runtime.exposition.window): Prometheus in its queries, the direct path from the intervals kept
+in each deployment's ScrapeState.history. Every stored point stands for its own cycle.
 """
 
 from __future__ import annotations
@@ -37,17 +41,24 @@ from metrics.store import new_sample
 from runtime import k8s
 from runtime.backends import names as backend_names
 from runtime.backends import traits as backend_traits
-from runtime.exposition.derive import MetricPoint, derive
+from runtime.exposition.derive import Interval, MetricPoint
 from runtime.exposition.parse import ScrapeError
-from runtime.exposition.promql import DEPLOYMENT_LABELS, fleet_points, rescaled
+from runtime.exposition.promql import DEPLOYMENT_LABELS, fleet_points
 from runtime.exposition.snapshot import Snapshot
 from runtime.exposition.sources import scrape_many
+from runtime.exposition.window import advance, rate_window, rescaled
 from runtime.manifests.common import LABEL_DEPLOYMENT_ID, LABEL_MANAGED_BY, MANAGED_BY, PORT_METRICS
 
 log = logging.getLogger(__name__)
-# rate() needs at least two samples in its window; Prometheus's guidance is a range of four
-# scrape intervals or more, and 30 s is a common interval. A cycle longer than this uses its own.
-PROMETHEUS_RATE_WINDOW_S = 120.0
+
+
+def rate_window_s() -> float:
+    """The seconds every rate and quantile covers, on the charts and in the stored points: from
+    the cycle and Prometheus's scrape interval of the engines, or the cycle alone when the portal
+    scrapes them itself (it is then the scrape interval)."""
+    cycle = float(settings.METRICS_SCRAPE_SECONDS)
+    scrape = float(settings.PROMETHEUS_SCRAPE_INTERVAL_SECONDS) if settings.PROMETHEUS_URL else cycle
+    return rate_window(cycle, scrape)
 
 
 def _from_pods(backend: str) -> bool:
@@ -59,7 +70,7 @@ def _from_pods(backend: str) -> bool:
 def _prometheus_many(deps: list[ModelDeployment], *, at: float | None = None) -> dict[int, MetricPoint | ScrapeError]:
     """Every deployment's point from one fixed set of fleet-wide PromQL queries (runtime.exposition.promql):
     the number of requests to Prometheus does not depend on the number of deployments."""
-    window = max(PROMETHEUS_RATE_WINDOW_S, float(settings.METRICS_SCRAPE_SECONDS))
+    window = rate_window_s()
     keys = {dep.pk: (dep.tenant.namespace, dep.served_model_name) for dep in deps}
     try:
         points = fleet_points(
@@ -202,29 +213,33 @@ def collect(ids: Iterable[int] | None = None, *, at: float | None = None) -> int
     if not deps:
         return 0
     results = _prometheus_many(deps, at=at) if settings.PROMETHEUS_URL else _direct_many(deps)
+    window = rate_window_s()
     now = timezone.now()
     previous = {
         row[0]: row[1:]
         for row in ScrapeState.objects.filter(deployment_id__in=[d.pk for d in deps]).values_list(
-            "deployment_id", "snapshot", "last_success"
+            "deployment_id", "snapshot", "history", "last_success"
         )
     }
     samples, states = [], []
     for dep in deps:
-        snapshot, last_success = previous.get(dep.pk) or ({}, None)
-        state = ScrapeState(deployment_id=dep.pk, last_attempt=now, snapshot=snapshot or {})
+        snapshot, history, last_success = previous.get(dep.pk) or ({}, [], None)
+        state = ScrapeState(deployment_id=dep.pk, last_attempt=now, snapshot=snapshot or {}, history=history or [])
         result = results.get(dep.pk)
         if isinstance(result, MetricPoint):
             # Prometheus: the point stands for the time since this deployment's last point.
             since = (now - last_success).total_seconds() if last_success else settings.METRICS_SCRAPE_SECONDS
-            samples.append(new_sample(dep.pk, rescaled(result, since)))
+            samples.append(new_sample(dep.pk, rescaled(result, since, window)))
             state.last_success = now
         elif isinstance(result, Snapshot):
             prev = Snapshot.from_dict(state.snapshot) if state.snapshot else None
-            if prev is None or result.timestamp > prev.timestamp:
-                # Without a previous snapshot only gauges are known; rates start next cycle.
-                samples.append(new_sample(dep.pk, derive(prev, result)))
+            kept = [Interval.from_dict(part) for part in state.history]
+            # Without a previous snapshot only gauges are known; rates start next cycle.
+            point, kept = advance(kept, prev, result, window_s=window)
+            if point is not None:
+                samples.append(new_sample(dep.pk, point))
             state.snapshot, state.last_success = result.to_dict(), now
+            state.history = [part.to_dict() for part in kept]
         else:
             state.last_error = str(result or "no result")[:1000]
             SCRAPE_FAILURES.inc()
@@ -236,7 +251,7 @@ def collect(ids: Iterable[int] | None = None, *, at: float | None = None) -> int
     with transaction.atomic():
         if samples:
             MetricSample.objects.bulk_create(samples)
-        _upsert(ok, ["snapshot", "last_success", "last_error", "last_attempt"])
+        _upsert(ok, ["snapshot", "history", "last_success", "last_error", "last_attempt"])
         _upsert(failed, ["last_error", "last_attempt"])
     return len(samples)
 

@@ -1,5 +1,5 @@
 """Engine metrics per deployment: derived samples, downsampled as they age, and the last raw
-snapshot of each deployment's counters."""
+snapshot of each deployment's counters with the recent intervals of its rate window."""
 
 from __future__ import annotations
 
@@ -32,7 +32,9 @@ class MetricSample(models.Model):
     e2e_p50 = models.FloatField(null=True)
     e2e_p95 = models.FloatField(null=True)
     preemptions_per_s = models.FloatField(null=True)
-    # Seconds the rates cover (None for a first point: gauges only). Rollups weight rates by it.
+    # The seconds of the cycle this point stands for (None for a first point: gauges only): its
+    # rates cover the rate window (runtime.exposition.window), but in sums (usage: rate ×
+    # interval_s; rollups, which weight rates by it) each point counts for its own share.
     interval_s = models.FloatField(null=True)
     # Ratio parts as increments over the interval: ratios are divided at read time, so a rollup
     # (a sum of increments) gives the ratio of sums, never a mean of ratios.
@@ -43,6 +45,20 @@ class MetricSample(models.Model):
     # Ray Serve's replicas of the model (healthy, and the autoscaler's target), where it reports them.
     replicas_running = models.FloatField(null=True)
     replicas_target = models.FloatField(null=True)
+    # Each request's phases, p50/p95 over the requests finished in the rate window (vLLM's
+    # request_queue_time / request_prefill_time / request_decode_time histograms).
+    queue_p50 = models.FloatField(null=True)
+    queue_p95 = models.FloatField(null=True)
+    prefill_p50 = models.FloatField(null=True)
+    prefill_p95 = models.FloatField(null=True)
+    decode_p50 = models.FloatField(null=True)
+    decode_p95 = models.FloatField(null=True)
+    # Requests waiting, by why (vllm:num_requests_waiting_by_reason: capacity, deferred).
+    waiting_capacity = models.FloatField(null=True)
+    waiting_deferred = models.FloatField(null=True)
+    # Requests refused at admission per second, by the queue limit hit (vllm:admission_rejections_total).
+    rejected_queued_reqs_per_s = models.FloatField(null=True)
+    rejected_queued_tokens_per_s = models.FloatField(null=True)
     # The highest sampled value of a gauge in a rollup's bucket (metrics.aggregate.PEAKS); None on raw rows.
     running_peak = models.FloatField(null=True)
     kv_cache_pct_peak = models.FloatField(null=True)
@@ -58,12 +74,16 @@ class MetricSample(models.Model):
 
 
 class ScrapeState(models.Model):
-    """The last raw snapshot of a deployment's counters, so the next scrape can compute rates."""
+    """The last raw snapshot of a deployment's counters, so the next scrape can compute rates, and
+    the intervals since the snapshots before it that the rate window still reaches (`history`:
+    runtime.exposition.derive.Interval.to_dict, oldest first; a few numbers per family, bounded
+    by the window)."""
 
     deployment = models.OneToOneField(
         "deployments.ModelDeployment", on_delete=models.CASCADE, related_name="scrape_state"
     )
     snapshot = models.JSONField(default=dict)
+    history = models.JSONField(default=list)
     last_success = models.DateTimeField(null=True)
     last_error = models.TextField(blank=True)
     last_attempt = models.DateTimeField(null=True)

@@ -12,8 +12,8 @@ def scrape_metrics_task() -> int:
     Parsing expositions is CPU-bound under the GIL, so one process reads at most one core's
     worth; shards let every worker process (and every worker pod) share a big fleet. A shard
     not started within one scrape interval expires, so an overloaded fleet never piles up
-    cycles; the next cycle starts with the stalest shards (planned_shards), and rates span
-    whatever time passed since each deployment's last snapshot. With Prometheus the cycle is
+    cycles; the next cycle starts with the stalest shards (planned_shards), and rates span the
+    rate window, or whatever longer time passed since each deployment's last snapshot. With Prometheus the cycle is
     a fixed set of fleet-wide queries and one bulk write, done here in one go.
     """
     from django.conf import settings

@@ -8,6 +8,7 @@ from django.shortcuts import get_object_or_404
 
 from deployments.models import ModelDeployment
 from metrics.charts import dashboard, figure_json
+from metrics.collect import rate_window_s
 from metrics.store import WINDOWS, series
 
 
@@ -23,6 +24,8 @@ def deployment_charts(request, pk: int):
     if not data["timestamps"]:
         # Nothing to plot: the page hides the charts, so empty figures (~64 KB) would be wasted.
         return HttpResponse("{" + meta + "}", content_type="application/json")
-    figures = dashboard(data["timestamps"], data["series"], span=(data["start"], data["end"]))
+    # A rollup's point is the mean of its bucket's rates: it covers the bucket, not just the window.
+    window_s = max(rate_window_s(), float(data["resolution_s"]))
+    figures = dashboard(data["timestamps"], data["series"], span=(data["start"], data["end"]), window_s=window_s)
     body = "{" + ",".join(f'"{name}":{figure_json(fig)}' for name, fig in figures.items()) + "," + meta + "}"
     return HttpResponse(body, content_type="application/json")

@@ -28,9 +28,9 @@ PLATFORM_ADMIN_GROUP = "platform-admins"
 # What the tenant's gateway limits mean (runtime.manifests.gateway renders them: a counter per key,
 # and Kuadrant counts per route); the model, the policy form and the API say it in these words.
 TOKENS_PER_MINUTE_HELP = (
-    "Per API key, on each endpoint, counted from the tokens each response reports (usage.total_tokens). "
-    'A streamed response counts only if the client sends stream_options {"include_usage": true}: '
-    "set requests per minute too (0: no limit)."
+    "Per API key, on each endpoint, counted from the token usage each response reports. A streamed "
+    "response counts only if the client asks for usage in the stream (the OpenAI stream option "
+    "'include usage', as the endpoint's snippets do): set requests per minute too (0: no limit)."
 )
 REQUESTS_PER_MINUTE_HELP = (
     "Per API key, on each endpoint; also bounds the streamed requests whose tokens the gateway cannot count "

@@ -19,6 +19,6 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='tenant',
             name='tokens_per_minute',
-            field=models.PositiveIntegerField(default=0, help_text='Per API key, on each endpoint, counted from the tokens each response reports (usage.total_tokens). A streamed response counts only if the client sends stream_options {"include_usage": true}: set requests per minute too (0: no limit).', validators=[django.core.validators.MaxValueValidator(1000000000)]),
+            field=models.PositiveIntegerField(default=0, help_text="Per API key, on each endpoint, counted from the token usage each response reports. A streamed response counts only if the client asks for usage in the stream (the OpenAI stream option 'include usage', as the endpoint's snippets do): set requests per minute too (0: no limit).", validators=[django.core.validators.MaxValueValidator(1000000000)]),
         ),
     ]

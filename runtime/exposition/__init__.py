@@ -2,7 +2,9 @@
 
 - `snapshot`: the families read and :class:`~snapshot.Snapshot`, one deployment's series at one instant;
 - `parse`: filtering an exposition and parsing it with prometheus_client;
-- `derive`: rates, ratios and quantiles between two snapshots (:class:`~derive.MetricPoint`);
+- `derive`: what happened between two snapshots (:class:`~derive.Interval`) and the rates,
+  ratios and quantiles over a run of them (:class:`~derive.MetricPoint`);
+- `window`: the rate window both paths read over, and the direct path's step over it;
 - `sources`: the HTTP scrape (one endpoint, or many at once);
 - `promql`: the whole fleet's points from Prometheus, a fixed set of PromQL queries per cycle.
 
@@ -23,5 +25,6 @@ only exports a counter after its first increment (``ray_vllm_prefix_cache_hits_t
 missing from a Ray exposition until the first cache hit), so absence means "never counted".
 
 No Django here: the scrape cycle (metrics.collect) stores :class:`MetricPoint` values and keeps the previous
-:class:`Snapshot` (``to_dict``/``from_dict``) to difference against.
+:class:`Snapshot` (``to_dict``/``from_dict``) to difference against, with the intervals of the
+rate window before it.
 """

@@ -8,7 +8,10 @@ whatever the size of the fleet. Prometheus does the maths the portal's direct sc
 
 * counters: ``sum by (…) (rate(x[W]))`` — per-series rates summed, resets handled by rate();
 * histograms: ``histogram_quantile(q, sum by (…, le) (rate(x_bucket[W])))`` for p50 and p95;
-* gauges: ``sum`` (requests running / waiting) or ``avg`` (KV-cache use, a 0-1 ratio per engine).
+* gauges: ``sum`` (requests running / waiting, waiting by reason) or ``avg`` (KV-cache use, a
+  0-1 ratio per engine).
+
+The window W is the rate window of runtime.exposition.window, the direct path's too.
 
 Both dialects (``vllm:x`` and Ray's ``ray_vllm_x``) are matched by one ``__name__`` regex, so a
 family is one query whichever way it is exported.
@@ -30,11 +33,11 @@ import math
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from runtime.exposition.derive import NORMAL_FINISH_REASONS, MetricPoint
+from runtime.exposition.derive import NORMAL_FINISH_REASONS, QUANTILE_FAMILIES, MetricPoint
 from runtime.exposition.parse import ScrapeError
-from runtime.exposition.snapshot import SERVE_GAUGES, SERVE_LLM_DEPLOYMENT
+from runtime.exposition.snapshot import ADMISSION_REASONS, SERVE_GAUGES, SERVE_LLM_DEPLOYMENT, WAITING_REASONS
 from runtime.exposition.sources import get_text
 
 DEPLOYMENT_LABELS = ("namespace", "model_name")
@@ -49,12 +52,15 @@ RATE_FIELDS = (
     ("prefix_cache_hits", "prefix_cache_hits_total"),
     ("prefix_cache_queries", "prefix_cache_queries_total"),
 )
-QUANTILE_FIELDS = (
-    ("ttft", "time_to_first_token_seconds"),
-    ("itl", "inter_token_latency_seconds"),
-    ("e2e", "e2e_request_latency_seconds"),
-)
+QUANTILE_FIELDS = QUANTILE_FAMILIES  # (MetricPoint prefix, histogram family), as derived directly
 QUANTILES = (0.5, 0.95)
+# Rejections per second by reason (vllm:admission_rejections_total{reason}): field per reason.
+REJECTION_FIELDS = {
+    "max_num_queued_reqs": "rejected_queued_reqs_per_s",
+    "max_num_queued_tokens": "rejected_queued_tokens_per_s",
+}
+assert set(REJECTION_FIELDS) == set(ADMISSION_REASONS)
+GAUGE_NAMES = ("num_requests_running", "num_requests_waiting", "num_requests_waiting_by_reason")
 
 
 def _names(*families: str) -> str:
@@ -80,9 +86,8 @@ def cycle_queries(window_s: float) -> tuple[Query, ...]:
     w = f"{max(1, round(window_s * 1000))}ms"
     queries = [Query(field, f"sum {_by()} (rate({_names(family)}[{w}]))") for field, family in RATE_FIELDS]
     queries.append(Query("requests", f"sum {_by('finished_reason')} (rate({_names('request_success_total')}[{w}]))"))
-    queries.append(
-        Query("requests_gauges", f"sum {_by('__name__')} ({_names('num_requests_running', 'num_requests_waiting')})")
-    )
+    queries.append(Query("rejections", f"sum {_by('reason')} (rate({_names('admission_rejections_total')}[{w}]))"))
+    queries.append(Query("requests_gauges", f"sum {_by('__name__', 'reason')} ({_names(*GAUGE_NAMES)})"))
     queries.append(Query("kv_cache_pct", f"avg {_by()} ({_names('kv_cache_usage_perc')})"))
     # Ray Serve's replica gauges carry the Serve deployment ("LLMServer:<model id>"), not
     # model_name: label_replace gives them the model_name the other answers are keyed by.
@@ -168,26 +173,51 @@ def fleet_points(
                 failed = metric.get("finished_reason") not in NORMAL_FINISH_REASONS
                 row["requests_per_s"] = (row.get("requests_per_s") or 0.0) + (value or 0.0)
                 row["errors_per_s"] = (row.get("errors_per_s") or 0.0) + (value or 0.0 if failed else 0.0)
+            elif query.name == "rejections":
+                name = REJECTION_FIELDS.get(metric.get("reason", ""))
+                if name is not None:  # a reason this portal does not know yet: left out
+                    row[name] = (row.get(name) or 0.0) + (value or 0.0)
             elif query.name == "requests_gauges":
-                row["waiting" if metric.get("__name__", "").endswith("waiting") else "running"] = value
+                row[_gauge_field(metric)] = value
             elif query.name == "replicas":
                 target = metric.get("__name__", "").endswith("target_replicas")
                 row["replicas_target" if target else "replicas_running"] = value
             elif query.name == "kv_cache_pct":
                 row["kv_cache_pct"] = None if value is None else value * 100.0
-            elif query.name in ("ttft", "itl", "e2e"):
+            elif query.name in QUANTILE_NAMES:
                 row[f"{query.name}_p{round(float(metric.get('quantile', 'nan')) * 100)}"] = value
             else:
                 row[query.name] = value
     return {key: _point(row, at, window_s) for key, row in values.items()}
 
 
+QUANTILE_NAMES = frozenset(short for short, _ in QUANTILE_FIELDS)
+
+
+def _gauge_field(metric: dict) -> str:
+    """The MetricPoint field of one answer of the gauges query (by family and reason)."""
+    name = metric.get("__name__", "")
+    if name.endswith("waiting_by_reason"):
+        reason = metric.get("reason", "")
+        return f"waiting_{reason}" if reason in WAITING_REASONS else "waiting_other"
+    return "waiting" if name.endswith("waiting") else "running"
+
+
+COUNTED = (*(name for name, _ in RATE_FIELDS), "requests_per_s", "errors_per_s", *REJECTION_FIELDS.values())
+
+
 def _point(row: dict[str, float | None], at: float, window_s: float) -> MetricPoint:
-    if any(name in row for name, _ in RATE_FIELDS) or "requests_per_s" in row:
+    if any(name in row for name in COUNTED):
         # A counter without a series counts as zero once the deployment has rates at all, as
         # on the direct path: Ray only exports a counter after its first increment.
-        for name in (*(name for name, _ in RATE_FIELDS), "requests_per_s", "errors_per_s"):
+        for name in COUNTED:
             row.setdefault(name, 0.0)
+    if row.get("waiting") is not None:
+        # A reason without a series (Ray: none before the first set) is none waiting for it, as
+        # on the direct path, once the engine reports waiting by reason at all.
+        if any(f"waiting_{reason}" in row for reason in WAITING_REASONS):
+            for reason in WAITING_REASONS:
+                row.setdefault(f"waiting_{reason}", 0.0)
     rates = {name: row.get(name) for name in ("requests_per_s", "errors_per_s")}
     # The ratio parts as increments over the window, so that sums of them divide correctly.
     increments = {
@@ -208,19 +238,9 @@ def _point(row: dict[str, float | None], at: float, window_s: float) -> MetricPo
             "waiting",
             "replicas_running",
             "replicas_target",
+            *(f"waiting_{reason}" for reason in WAITING_REASONS),
+            *REJECTION_FIELDS.values(),
             *(f"{short}_p{round(q * 100)}" for short, _ in QUANTILE_FIELDS for q in QUANTILES),
         )
     }
     return MetricPoint(timestamp=at, interval_s=window_s, **rates, **increments, **fields)
-
-
-def rescaled(point: MetricPoint, seconds: float) -> MetricPoint:
-    """`point` standing for `seconds` instead of its rate window: the rates stay, the ratio parts
-    become increments over `seconds` (a cycle stores one point per cycle interval, while its
-    rates are read over a longer window: summing window-long increments would count them twice)."""
-    if not point.interval_s or seconds <= 0:
-        return point
-    factor = min(seconds, point.interval_s) / point.interval_s
-    parts = ("prefix_cache_hits", "prefix_cache_queries", "requests_finished", "requests_failed")
-    scaled = {name: None if getattr(point, name) is None else getattr(point, name) * factor for name in parts}
-    return replace(point, interval_s=point.interval_s * factor, **scaled)

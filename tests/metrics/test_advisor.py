@@ -219,3 +219,41 @@ class TestRules:
         points = synthetic([0, 1, 2], waiting=10.0, running=4.0, kv_cache_pct=50.0)
         (advice,) = run(points, now=T0 + 120)
         json.dumps(advice.evidence)
+
+
+class TestQueueTime:
+    """Where vLLM reports how long requests waited (vllm:request_queue_time_seconds, p95 per point),
+    the advisor judges the queue by that instead of guessing from the waiting count."""
+
+    def test_a_queue_that_drains_fast_needs_no_replica(self) -> None:
+        points = synthetic(range(5), running=4.0, waiting=9.0)
+        assert [a.code for a in run(points, now=T0 + 240)] == ["scale_out"]  # the count alone: a queue
+        fast = [replace(p, queue_p95=0.1) for p in points]  # but no request waited more than 0.1 s
+        assert run(fast, now=T0 + 240) == []
+        slow = [replace(p, queue_p95=0.8) for p in points]  # above the 0.5 s floor: the queue counts
+        (advice,) = run(slow, now=T0 + 240)
+        assert advice.code == "scale_out" and advice.evidence["queue_p95_peak"] == 0.8
+        assert "They waited up to 0.80 s (p95) before their prefill began." in advice.message
+
+    def test_waits_longer_than_the_first_token_objective_count_though_no_scrape_saw_them(self) -> None:
+        # Bursts between scrapes: nothing waiting at any scrape, requests waited 3 s all the same.
+        points = synthetic(range(5), running=2.0, waiting=0.0, queue_p95=3.0, ttft_p95=3.4)
+        (advice,) = run(points, now=T0 + 240)
+        assert advice.code == "scale_out" and advice.chart == "queue"
+        assert "no scrape caught them waiting" in advice.message
+        assert advice.evidence["queue_p95_peak"] == 3.0 and advice.evidence["breach_share_pct"] == 100.0
+
+    def test_a_slow_first_token_is_blamed_on_what_took_the_time(self) -> None:
+        prefill = synthetic(range(5), running=2.0, waiting=0.0, ttft_p95=3.0, queue_p95=0.2)
+        assert [a.code for a in run(prefill, now=T0 + 240)] == ["slow_first_token"]  # 0.2 of 3 s waiting
+        waited = [replace(p, queue_p95=1.8) for p in prefill]  # 1.8 of 3 s in the queue
+        assert [a.code for a in run(waited, now=T0 + 240)] == ["scale_out"]
+
+    def test_the_real_burst_is_judged_by_its_queue_time(self) -> None:
+        points = series_points()
+        assert [round(p.queue_p95, 2) for p in points[1:4]] == [0.71, 1.49, 1.48]  # waits of the burst
+        (advice,) = run(points, now=points[-1].timestamp)
+        assert advice.code == "scale_out" and advice.evidence["queue_p95_peak"] == pytest.approx(1.492, abs=1e-3)
+        # The third interval's slow first tokens (p95 2.4 s, 1.5 s of it waiting) report the
+        # queue the scrape before saw: the same queue, not a second one and not slow prefill.
+        assert advice.evidence["breach_s"] == pytest.approx(4.0, abs=0.01)

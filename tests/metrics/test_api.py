@@ -120,3 +120,21 @@ class TestChartsEndpoint:
         body = world.browser("member").get(f"/deployments/{serving.pk}/charts/?window=1h").json()
         assert body["_meta"]["points"] == 1
         assert {"queue", "kv_cache"} <= set(body) and body["queue"]["data"]
+
+
+class TestDashboardFigures:
+    def test_each_chart_says_the_window_the_settings_give(self, world, serving, settings, client):
+        slow_but_steady(serving, 0.4)
+        client.force_login(world.users["member"])
+        url = f"/deployments/{serving.pk}/charts/?window=1h"
+        settings.METRICS_SCRAPE_SECONDS = 15  # the direct path: four of its own cycles
+        figures = client.get(url).json()
+        assert figures["tokens"]["layout"]["title"]["text"] == "Throughput · over 60 s"
+        assert figures["queue_time"]["layout"]["title"]["text"] == "Queue time · over 60 s"
+        assert figures["queue"]["layout"]["title"]["text"] == "Running vs waiting requests · at each scrape"
+        settings.PROMETHEUS_URL = "http://prometheus.example:9090"  # scraping the engines every 30 s
+        settings.PROMETHEUS_SCRAPE_INTERVAL_SECONDS = 30.0
+        assert client.get(url).json()["ttft"]["layout"]["title"]["text"] == "Time to first token · over 2 min"
+        # A week's points are 10-minute rollups: each covers its bucket, longer than the window.
+        week = client.get(f"/deployments/{serving.pk}/charts/?window=7d").json()
+        assert week["tokens"]["layout"]["title"]["text"] == "Throughput · over 10 min"

@@ -34,26 +34,41 @@ TRACES = {
     "tokens": [("prompt", "prompt_tokens_per_s"), ("generation", "generation_tokens_per_s")],
     "requests": [("finished", "requests_per_s"), ("errors", "errors_per_s")],
     "queue": [("running", "running"), ("waiting", "waiting")],
+    "queue_time": [("p50", "queue_p50"), ("p95", "queue_p95")],
+    "waiting_reasons": [("capacity", "waiting_capacity"), ("deferred", "waiting_deferred")],
+    "rejections": [
+        ("request limit", "rejected_queued_reqs_per_s"),
+        ("token limit", "rejected_queued_tokens_per_s"),
+    ],
     "kv_cache": [("KV cache", "kv_cache_pct")],
     "replicas": [("running", "replicas_running"), ("target", "replicas_target")],
     "ttft": [("p50", "ttft_p50"), ("p95", "ttft_p95")],
+    "prefill": [("p50", "prefill_p50"), ("p95", "prefill_p95")],
+    "decode": [("p50", "decode_p50"), ("p95", "decode_p95")],
     "itl": [("p50", "itl_p50"), ("p95", "itl_p95")],
     "e2e": [("p50", "e2e_p50"), ("p95", "e2e_p95")],
-    "prefix_cache": [("per interval", "prefix_cache_hit_pct"), ("cumulative", "prefix_cache_hit_pct_cumulative")],
+    "prefix_cache": [("per window", "prefix_cache_hit_pct"), ("cumulative", "prefix_cache_hit_pct_cumulative")],
     "preemptions": [("preemptions", "preemptions_per_s")],
 }
 Y_UNITS = {
     "tokens": "tokens/s",
     "requests": "requests/s",
     "queue": "requests",
+    "queue_time": "seconds",
+    "waiting_reasons": "requests",
+    "rejections": "rejections/s",
     "kv_cache": "%",
     "replicas": "replicas",
     "ttft": "seconds",
+    "prefill": "seconds",
+    "decode": "seconds",
     "itl": "seconds",
     "e2e": "seconds",
     "prefix_cache": "%",
     "preemptions": "preemptions/s",
 }
+# Charts of gauges (one reading per scrape); every other chart's points cover the rate window.
+SAMPLED = {"queue", "waiting_reasons", "kv_cache", "replicas"}
 
 
 class TestDashboard:
@@ -84,6 +99,30 @@ class TestDashboard:
         parts = {name for pair in RATIOS.values() for name in pair}
         shown = (numeric - parts) | {"prefix_cache_hit_pct", "prefix_cache_hit_pct_cumulative"}
         assert plotted == shown
+
+    def test_every_title_says_the_window_its_points_cover(self, data) -> None:
+        timestamps, series = data
+        for key, fig in charts.dashboard(timestamps, series, window_s=60.0).items():
+            said = "at each scrape" if key in SAMPLED else "over 60 s"
+            assert fig.layout.title.text.endswith(f" · {said}"), key
+        coarse = charts.dashboard(timestamps, series, window_s=600.0)
+        assert coarse["tokens"].layout.title.text == "Throughput · over 10 min"
+        assert coarse["queue_time"].layout.title.text == "Queue time · over 10 min"
+
+    def test_request_phases_and_waiting_reasons_from_the_burst(self, data) -> None:
+        timestamps, series = data
+        figures = charts.dashboard(timestamps, series)
+        queue_p95 = figures["queue_time"].data[1].y
+        # vllm:request_queue_time_seconds of the 25 requests finished in the burst's second
+        # interval (its count went 60 → 85): p95 inside the (1.0, 2.5] bucket.
+        assert queue_p95[2] == pytest.approx(1.492, abs=0.001) and queue_p95[5] is None  # idle: no requests
+        assert figures["prefill"].data[1].y[2] == pytest.approx(0.285, abs=0.001)
+        assert figures["decode"].data[1].y[2] == pytest.approx(0.938, abs=0.001)
+        capacity, deferred = figures["waiting_reasons"].data
+        assert list(capacity.y[:4]) == [0.0, 17.0, 18.0, 0.0] and set(deferred.y) == {0.0}
+        assert series["waiting"][1:3] == [17.0, 18.0]  # capacity + deferred = waiting
+        # vLLM 0.32 counts admission rejections from the start; none in this burst.
+        assert set(figures["rejections"].data[0].y[1:]) == {0.0}
 
     def test_values_from_the_burst(self, data) -> None:
         timestamps, series = data

@@ -10,7 +10,7 @@ import pytest
 
 from metrics.advice import advice_for
 from metrics.charts import dashboard
-from metrics.collect import collect_all
+from metrics.collect import collect_all, rate_window_s
 from metrics.models import MetricSample, Resolution, ScrapeState
 from metrics.presenters import busiest
 from metrics.store import downsample, series
@@ -20,6 +20,10 @@ from runtime.exposition.snapshot import Snapshot
 from tests.support.factories import draft
 from tests.support.http_stubs import base_url, serve
 from tests.support.shared import shared_path
+
+
+def grown_between(a: Snapshot, b: Snapshot) -> float:
+    return b.counter("generation_tokens_total") - a.counter("generation_tokens_total")
 
 
 class Exposition:
@@ -63,7 +67,7 @@ def make_ready(dep, url):
 
 
 class TestCollect:
-    def test_samples_from_a_served_series_match_a_direct_computation(self, serving, series_files):
+    def test_samples_from_a_served_series_rate_over_the_window(self, serving, series_files):
         texts = [f.read_text() for f in series_files[:6]]
         endpoint = Exposition(texts)
         make_ready(serving, endpoint.url)
@@ -73,17 +77,25 @@ class TestCollect:
         assert len(samples) == len(texts)
         # The first sample has gauges only; rates need two scrapes.
         assert samples[0].generation_tokens_per_s is None and samples[0].kv_cache_pct is not None
-        # Scrape timestamps are ours, so compare counter deltas: tokens/s × interval = delta.
+        # The scrapes are milliseconds apart here, all in one rate window (60 s at the 15 s
+        # cycle): each point's rate covers every scrape since the first, so rate × the time since
+        # the first scrape is the counter's growth since then (scrape times are ours).
+        assert (samples[-1].ts - samples[0].ts).total_seconds() < rate_window_s() == 60.0
         snaps = [parse_exposition(t, timestamp=i * 2.0) for i, t in enumerate(texts)]
         for i in range(1, len(texts)):
-            expected = derive(snaps[i - 1], snaps[i])
+            grown = snaps[i].counter("generation_tokens_total") - snaps[0].counter("generation_tokens_total")
             got = samples[i]
-            interval = (got.ts - samples[i - 1].ts).total_seconds()
-            assert got.generation_tokens_per_s * interval == pytest.approx(
-                expected.generation_tokens_per_s * 2.0, rel=0.05, abs=1e-6
+            assert got.generation_tokens_per_s * (got.ts - samples[0].ts).total_seconds() == pytest.approx(
+                grown, rel=0.01
             )
+            expected = derive(snaps[i - 1], snaps[i])
             assert got.kv_cache_pct == pytest.approx(expected.kv_cache_pct)
             assert got.waiting == expected.waiting and got.running == expected.running
+            assert got.waiting_capacity == expected.waiting_capacity == got.waiting  # all wait for capacity
+        # The intervals of the window are kept for the next cycle, a few numbers each.
+        state = ScrapeState.objects.get(deployment=serving)
+        assert len(state.history) == len(texts) - 1
+        assert state.history[0]["c"]["generation_tokens"] == grown_between(snaps[0], snaps[1])
 
     def test_a_garbage_endpoint_leaves_a_gap_and_an_error_not_a_number(self, serving, series_files):
         endpoint = Exposition([series_files[0].read_text()])

@@ -20,9 +20,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from runtime.exposition.derive import MetricPoint, derive, histogram_quantile
 from runtime.exposition.parse import RAY_CONTEXT_LABELS, ScrapeError, filter_exposition, parse_exposition
-from runtime.exposition.promql import QUERY_COUNT, fleet_points, rescaled
+from runtime.exposition.promql import QUERY_COUNT, fleet_points
 from runtime.exposition.snapshot import COUNTERS, GAUGES, HISTOGRAMS, SERVE_GAUGES, Snapshot
 from runtime.exposition.sources import scrape, scrape_many
+from runtime.exposition.window import rescaled
 from tests.support.shared import shared_path
 
 VLLM_BUSY = "vllm-0.32-cpu-openai-server-under-load.prom"

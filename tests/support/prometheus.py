@@ -76,9 +76,13 @@ def _cumulative_samples(text: str) -> set[str]:
 class Replay:
     """One target's expositions: ``text(k)`` is what its k-th scrape returns (k from 0)."""
 
-    def __init__(self, texts: Sequence[str], *, relabel: dict[str, str] | None = None) -> None:
+    def __init__(self, texts: Sequence[str], *, relabel: dict[str, str] | None = None, hold: bool = False) -> None:
         """`relabel` maps a label name to the value every series of the target gets for it
-        (e.g. ``{"model_name": "m-7"}``: one engine per deployment from one capture)."""
+        (e.g. ``{"model_name": "m-7"}``: one engine per deployment from one capture). `hold`
+        plays the texts once and then keeps answering the last one: an engine that went idle
+        and stays so (its counters offset by one pass of the series, so they start well above
+        zero, as a looping replay's second pass does)."""
+        self.hold = hold
         texts = list(texts)
         for label, value in (relabel or {}).items():
             pattern = re.compile(rf'(?<=[{{,]){re.escape(label)}="(?:[^"\\]|\\.)*"')
@@ -100,16 +104,20 @@ class Replay:
         last = {p: v for p, v, c in self.parsed[-1] if c and v is not None}
         self.loop_growth = {p: last[p] - first.get(p, 0.0) for p in last}
 
+    def frame(self, k: int) -> int:
+        """Which text scrape k answers."""
+        return min(k, len(self.parsed) - 1) if self.hold else k % len(self.parsed)
+
     def value(self, prefix: str, value: float, k: int) -> float:
         """A cumulative sample's value at scrape k."""
-        loops = k // len(self.parsed)
+        loops = 1 if self.hold else k // len(self.parsed)
         if len(self.parsed) == 1:
             return value * (1.0 + GROWTH_PER_SCRAPE * k)
         return value + loops * self.loop_growth.get(prefix, 0.0)
 
     def text(self, k: int) -> str:
         out: list[str] = []
-        for prefix, value, cumulative in self.parsed[k % len(self.parsed)]:
+        for prefix, value, cumulative in self.parsed[self.frame(k)]:
             if value is None:
                 out.append(prefix)
             else:
@@ -134,11 +142,13 @@ class StandIn:
     def __init__(self, targets: Sequence[Target], *, start_at: int | None = None) -> None:
         """`start_at` is every target's first scrape index; None starts a replayed series one
         loop in and a single capture 15 scrapes in, so every counter that moves is already well
-        above zero (Prometheus clamps its extrapolation at a counter's zero)."""
+        above zero (Prometheus clamps its extrapolation at a counter's zero), and a held replay
+        at its first text (its counters are offset instead)."""
         self.targets = {t.name: t for t in targets}
         for target in targets:
             loop = len(target.replay.parsed)
-            target.scrapes = start_at if start_at is not None else (loop if loop > 1 else 15)
+            first = 0 if target.replay.hold else (loop if loop > 1 else 15)
+            target.scrapes = start_at if start_at is not None else first
         self._lock = threading.Lock()
         stand_in = self
 
