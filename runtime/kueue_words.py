@@ -80,28 +80,27 @@ def _sentence(kind: str, f: dict) -> str:
         )
     if kind == "nomax":
         return f"the queue has no quota for {_RESOURCES.get(f['resource'], (f['resource'],) * 2)[1]} of {flavor}"
-    if kind == "taint":
-        return f"its pods do not tolerate the taint {f['taint']} of {flavor}'s nodes"
-    return f"{flavor} is not where its pods may run"
+    return f"its pods do not tolerate the taint {f['taint']} of {flavor}'s nodes"
 
 
 def kueue_words(message: str) -> str:
     """Kueue's pending message in words, or the message unchanged when it is not the
     flavor-assignment kind or holds a reason this module does not know."""
     lines = [part for part in _PODSETS.split((message or "").strip()) if part.strip()]
+    if not lines:
+        return message
     said: list[str] = []
     for line in lines:
         head = _HEAD.match(line.strip())
         reasons = _parse(head.group("rest")) if head else None
         if not reasons:
             return message
-        useful = [(k, f) for k, f in reasons if k != "affinity"]
-        if not useful:  # no flavor of the queue is one its pods may run on
-            flavors = ", ".join(f["flavor"] for _, f in reasons)
-            said.append(f"no flavor of the queue matches where its pods may run (tried {flavors})")
-            continue
-        said.extend(_sentence(k, f) for k, f in useful)
+        # Kueue 0.19.2 lists a pod set whose status holds any reason, also when a later flavor
+        # fitted (Assignment.Message skips only a nil status): "flavor X doesn't match node
+        # affinity" names a flavor the pods never run on, not why the Workload waits. Seen on
+        # the real Kueue for a full queue: only the head's skipped GPU flavors, nothing else.
+        said.extend(_sentence(k, f) for k, f in reasons if k != "affinity")
     if not said:
-        return message
+        return "Waiting for room in the queue: Kueue has not admitted it yet."
     text = "; ".join(dict.fromkeys(said))
     return text[0].upper() + text[1:] + "."

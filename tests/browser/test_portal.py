@@ -151,6 +151,8 @@ class TestRequestApproveAndWatch:
         expect()(member.locator("#chart-tokens .main-svg").first).to_be_attached(timeout=30_000)
         assert trace_y(member, "tokens", "generation") == [r.generation_tokens_per_s for r in rows]
         assert trace_y(member, "tokens", "prompt") == [r.prompt_tokens_per_s for r in rows]
+        # Charts are drawn one after another (metrics.charts.CHARTS order): wait for this one too.
+        expect()(member.locator("#chart-kv_cache .main-svg").first).to_be_attached(timeout=30_000)
         kv = member.evaluate("Array.from(document.getElementById('chart-kv_cache')._fullData[0].y)")
         assert kv == [r.kv_cache_pct for r in rows]
         assert member.evaluate("window.__notReloaded") is True

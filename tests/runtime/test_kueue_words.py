@@ -44,12 +44,15 @@ class TestWords:
         )
         assert kueue_words(message).startswith("Asks for more GPUs of h100 than the queue can ever give (8 GPUs")
 
-    def test_no_flavor_matches_at_all(self):
+    def test_a_pod_set_listed_only_for_the_flavors_it_skipped_says_it_waits(self):
+        """Seen on the real Kueue 0.19.2 for a full queue (tests/cluster/test_contract_lifecycle.py):
+        the message names only the head's skipped GPU flavors, though the head fitted the CPU
+        flavor; it says nothing of the real wait, so neither does the portal."""
         message = (
-            "couldn't assign flavors to pod set head: flavor portal-cpu doesn't match node affinity, "
-            "flavor h100 doesn't match node affinity"
+            "couldn't assign flavors to pod set head: flavor a100-pcie doesn't match node affinity, "
+            "flavor h100-sxm5 doesn't match node affinity"
         )
-        assert kueue_words(message) == "No flavor of the queue matches where its pods may run (tried portal-cpu, h100)."
+        assert kueue_words(message) == "Waiting for room in the queue: Kueue has not admitted it yet."
 
     def test_a_taint_and_two_pod_sets(self):
         message = (
@@ -69,6 +72,7 @@ class TestWords:
             "failed to assign flavors to pod set w: some error",
             "couldn't assign flavors to pod set w: a reason from a newer Kueue",
             "couldn't assign flavors to pod set w: flavor a doesn't match node affinity, something new",
+            "couldn't assign flavors to pod set w: flavor a doesn't match node affinity; and a newer format",
         ],
     )
     def test_anything_else_is_left_as_kueue_wrote_it(self, message):
