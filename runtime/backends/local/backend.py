@@ -353,7 +353,12 @@ class LocalBackend:
         run_dir = self.run_dir(spec.deployment_id)
         if not self._alive(state):
             child = self._children.get(state.pid)
-            code = child.returncode if child is not None else None
+            code = None
+            if child is not None:
+                # Dead, but the waiter thread may hold Popen's lock between reaping the process
+                # and recording its code (a CI run saw "exited" without the code): wait for it.
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    code = child.wait(timeout=2)
             tail = log_tail(Path(state.log_path))
             exited = "exited" if code is None else f"exited with code {code}"
             return _failed("EngineExited", f"The local engine {exited}.\n{tail}".strip(), converged=converged)
