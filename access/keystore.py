@@ -16,7 +16,7 @@ from django.conf import settings
 
 from access.models import ApiKey
 from runtime import k8s
-from runtime.backends import cluster_configured, get_cluster
+from runtime.backends import cluster_configured, enabled, get_cluster
 from runtime.backends.local.keys import drop_key, store_key
 from runtime.manifests.gateway import key_secret_name, render_key_secret
 from runtime.platform import gateway_spec
@@ -47,7 +47,7 @@ def _on_cluster() -> bool:
 
 def publish(key: ApiKey, plaintext: str) -> str:
     """Put the key where the engines' front doors look; returns the key's gateway state."""
-    if "local" in settings.RUNTIME_BACKENDS:
+    if enabled(on_cluster=False):  # engines on this machine read their keys from files
         store_key(
             settings.LOCAL_RUNTIME_DIR,
             tenant_slug=key.tenant.slug,
@@ -72,7 +72,7 @@ def publish(key: ApiKey, plaintext: str) -> str:
 
 def withdraw(key: ApiKey) -> None:
     """Remove the key from every front door (idempotent)."""
-    if "local" in settings.RUNTIME_BACKENDS:
+    if enabled(on_cluster=False):
         drop_key(settings.LOCAL_RUNTIME_DIR, tenant_slug=key.tenant.slug, key_id=key.pk)
     if _on_cluster():
         get_cluster().delete(k8s.SECRET, key_secret_name(key.pk), gateway_spec().key_namespace)

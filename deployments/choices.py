@@ -16,10 +16,18 @@ class State(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
-class Backend(models.TextChoices):
-    KUBERAY = "kuberay", "KubeRay RayService (Ray Serve LLM)"
-    KSERVE = "kserve", "KServe InferenceService"
-    LOCAL = "local", "Local (this machine, vLLM CPU)"
+def backend_choices() -> list[tuple[str, str]]:
+    """Every registered backend (runtime.backends), with its label: the registry is the one list,
+    so a backend added there is a choice here with no other edit."""
+    from runtime.backends import names, traits
+
+    return [(name, traits(name).label) for name in names()]
+
+
+def default_backend() -> str:
+    from django.conf import settings
+
+    return settings.RUNTIME_DEFAULT_BACKEND
 
 
 class Quantization(models.TextChoices):

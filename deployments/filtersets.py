@@ -2,7 +2,7 @@
 
 import django_filters
 
-from deployments.choices import Backend, State
+from deployments.choices import State, backend_choices
 from deployments.models import ModelDeployment
 
 
@@ -10,12 +10,16 @@ class DeploymentFilterSet(django_filters.FilterSet):
     state = django_filters.MultipleChoiceFilter(choices=State.choices)
     tenant = django_filters.CharFilter(field_name="tenant__slug")
     flavor = django_filters.CharFilter(field_name="flavor__name")
-    backend = django_filters.ChoiceFilter(choices=Backend.choices)
+    backend = django_filters.ChoiceFilter(choices=[])  # the registry's, per filter set (__init__)
     q = django_filters.CharFilter(method="search", label="Search")
 
     class Meta:
         model = ModelDeployment
         fields = ["state", "tenant", "flavor", "backend"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.filters["backend"].extra["choices"] = backend_choices()
 
     def search(self, queryset, name, value):
         from django.db.models import Q

@@ -9,7 +9,7 @@ from django.db.models import Q
 from django.forms.utils import pretty_name
 from django.utils.functional import cached_property
 
-from deployments.choices import Backend, Dtype, Quantization, ServingProfile
+from deployments.choices import Dtype, Quantization, ServingProfile, backend_choices
 from deployments.limits import LIMITS
 from deployments.profiles import PROFILE_FIELDS, Preset, apply_profile
 from deployments.validation import NAME_MAX, check_draft
@@ -120,7 +120,7 @@ class DeploymentForm(forms.Form):
                 self.offer_flavors_of(tenants[0])
         self.fields["backend"].choices = [
             (b, f"{label} (not installed on the cluster)" if not_installed(b) else label)
-            for b, label in Backend.choices
+            for b, label in backend_choices()
             if b in settings.RUNTIME_BACKENDS
         ]
         self.fields["backend"].initial = settings.RUNTIME_DEFAULT_BACKEND

@@ -6,7 +6,16 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from deployments.choices import Backend, Dtype, EventType, Quantization, RevisionStatus, ServingProfile, State
+from deployments.choices import (
+    Dtype,
+    EventType,
+    Quantization,
+    RevisionStatus,
+    ServingProfile,
+    State,
+    backend_choices,
+    default_backend,
+)
 from deployments.limits import LIMITS
 from quotas.models import GpuFlavor, Tenant, TenantOwnedQuerySet
 from quotas.validators import validate_dns1035_label
@@ -83,7 +92,7 @@ class ModelDeployment(models.Model):
     served_model_name = models.CharField(max_length=200)
     hf_token_secret = models.CharField(max_length=253, blank=True)
     flavor = models.ForeignKey(GpuFlavor, on_delete=models.PROTECT, related_name="deployments")
-    backend = models.CharField(max_length=20, choices=Backend.choices, default=Backend.KUBERAY)
+    backend = models.CharField(max_length=20, choices=backend_choices, default=default_backend)
     tensor_parallel_size = models.PositiveSmallIntegerField(
         default=1, validators=LIMITS["tensor_parallel_size"].validators()
     )

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 
-from django.conf import settings
 from django.core.cache import cache
 
 from deployments import services
@@ -25,7 +24,7 @@ from deployments.models import ModelDeployment
 from deployments.specs import deployment_spec
 from deployments.states import GONE, REQUESTED, RUNNING, TEAR_DOWN
 from runtime import k8s
-from runtime.backends import get_backend, names, record_presence
+from runtime.backends import enabled, get_backend, names, record_presence
 from runtime.backends.base import ClusterObjectBackend, stale
 from runtime.status import now_iso, workload_gpus
 
@@ -106,7 +105,7 @@ def sweep() -> dict:
     for dep in live:
         groups[dep.backend, dep.tenant.namespace].append(dep)
     namespaces = [t.namespace for t in Tenant.objects.all()]
-    for backend_name in (n for n in names(on_cluster=True) if n in settings.RUNTIME_BACKENDS):
+    for backend_name in enabled(on_cluster=True):
         for namespace in namespaces:  # orphans outlive the tenant's last deployment
             groups.setdefault((backend_name, namespace), [])
     report = {"checked": 0, "enqueued": 0, "orphans": [], "errors": [], "not_installed": []}

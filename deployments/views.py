@@ -15,7 +15,7 @@ from core.params import query_int
 from core.redirects import safe_next
 from deployments import services
 from deployments.changes import revision_pair_diff
-from deployments.choices import Backend, ServingProfile
+from deployments.choices import ServingProfile
 from deployments.filtersets import DeploymentFilterSet
 from deployments.forms import (
     DeploymentEditForm,
@@ -92,7 +92,7 @@ def deployment_new(request):
 
 def _form_page(request, form: DeploymentForm, **context):
     """The request or edit page; its fit panel shows the check of what is filled in already."""
-    context = {"form": form, "panel": form.for_panel(), "backends": Backend, **context}
+    context = {"form": form, "panel": form.for_panel(), **context}
     return render(request, "deployments/deployment_form.html", context)
 
 

@@ -13,7 +13,7 @@ from django.shortcuts import render
 from quotas.models import GpuFlavor, Tenant, is_platform_admin
 from quotas.specs import flavor_spec
 from runtime import k8s
-from runtime.backends import get_cluster, names
+from runtime.backends import enabled, get_cluster
 from runtime.platform import gateway_spec
 from runtime.readiness import AMBER, GREEN, RED, ReadinessConfig, readiness
 
@@ -21,7 +21,7 @@ from runtime.readiness import AMBER, GREEN, RED, ReadinessConfig, readiness
 def readiness_config() -> ReadinessConfig:
     gateway = gateway_spec()  # exposure on: the Gateway API and Kuadrant are required
     return ReadinessConfig(
-        backends=tuple(n for n in names(on_cluster=True) if n in settings.RUNTIME_BACKENDS),
+        backends=tuple(enabled(on_cluster=True)),
         flavors=tuple(flavor_spec(f) for f in GpuFlavor.objects.filter(active=True).order_by("name")),
         namespaces=tuple(t.namespace for t in Tenant.objects.order_by("slug")),
         model_cache_pvc=settings.MODEL_CACHE_PVC or None,

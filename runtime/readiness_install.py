@@ -14,6 +14,7 @@ from collections import defaultdict
 from typing import Any
 
 from runtime import k8s
+from runtime.backends import traits as backend_traits
 from runtime.k8s.kinds import CRD, DEPLOYMENT
 from runtime.manifests.common import GPU_RESOURCE
 from runtime.readiness_base import AMBER, GREEN, RED, VERDICT_STATUS, Check, ReadinessConfig, cannot_read, denied
@@ -26,7 +27,6 @@ IN_USE_FINALIZER = "kueue.x-k8s.io/resource-in-use"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PROBE_PREFIX = "llm-portal-readiness-"
 VERSION_LABEL = "app.kubernetes.io/version"
-CRDS = {"kuberay": ("KubeRay", "rayservices.ray.io"), "kserve": ("KServe", "inferenceservices.serving.kserve.io")}
 
 
 def check_server_version(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Check]:
@@ -120,10 +120,11 @@ def check_backend_versions(cluster: k8s.Cluster, config: ReadinessConfig) -> lis
     (an install that labels it; the upstream CRD files carry none: then "unknown")."""
     groups = cluster.api_groups()
     checks = []
-    for backend in ("kuberay", "kserve"):
-        product, crd = CRDS[backend]
-        if backend not in config.backends or crd.partition(".")[2] not in groups:
-            continue  # not enabled, or check_apis already says it is not installed
+    for backend in config.backends:
+        kind = backend_traits(backend).kind
+        if kind is None or not kind.component or kind.group not in groups:
+            continue  # off the cluster, no version to judge, or check_apis already says it is not installed
+        product, crd = kind.product, kind.crd
         key, title = f"controller:{backend}", f"{product} version"
         try:
             found = cluster.get(CRD, crd)
@@ -133,7 +134,7 @@ def check_backend_versions(cluster: k8s.Cluster, config: ReadinessConfig) -> lis
             checks.append(cannot_read(key, title, error))
             continue
         labels = ((found or {}).get("metadata") or {}).get("labels") or {}
-        level, message = check_version(backend, labels.get(VERSION_LABEL))
+        level, message = check_version(kind.component, labels.get(VERSION_LABEL))
         where = f"CRD {crd} present" if found else f"CRD {crd} not found"
         fix = "" if level == "ok" else f"Install the {product} version runtime/versions.py names."
         if not labels.get(VERSION_LABEL):

@@ -13,8 +13,8 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from deployments.api.serializers import StrictFloatField
-from deployments.choices import Backend, Dtype, ServingProfile
+from deployments.api.serializers import BackendField, StrictFloatField
+from deployments.choices import Dtype, ServingProfile
 from deployments.limits import LIMITS
 from deployments.profiles import PROFILE_FIELDS, PROFILES, profile_fields, room_for
 from quotas.models import GpuFlavor, Tenant
@@ -24,7 +24,7 @@ class ProfileQuerySerializer(serializers.Serializer):
     tenant = serializers.SlugField(max_length=63, help_text="The tenant whose quota and policy bound the values.")
     flavor = serializers.SlugField(max_length=63, help_text="The GPU flavor (its name).")
     model_source = serializers.CharField(max_length=500, required=False, default="", trim_whitespace=True)
-    backend = serializers.ChoiceField(choices=Backend.choices, required=False)
+    backend = BackendField(required=False)
     profile = serializers.ChoiceField(
         choices=[(p, label) for p, label in ServingProfile.choices if p],
         required=False,

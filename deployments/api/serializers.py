@@ -5,7 +5,7 @@ from rest_framework import serializers
 
 from core.api_fields import NamedRef
 from deployments.api.revision_serializers import NUMBER_MAX, ProposedRevisionSerializer, proposal
-from deployments.choices import Backend, Dtype, Quantization, ServingProfile
+from deployments.choices import Dtype, Quantization, ServingProfile, backend_choices
 from deployments.limits import LIMITS
 from deployments.models import SPEC_FIELDS, DeploymentEvent, ModelDeployment
 from deployments.queries import derived_badge
@@ -23,6 +23,14 @@ class StrictFloatField(serializers.FloatField):
         return super().to_internal_value(data)
 
 
+class BackendField(serializers.ChoiceField):
+    """A registered backend (runtime.backends, the one list). DRF copies declared fields into each
+    serializer instance by calling __init__ again, so the choices are read per request."""
+
+    def __init__(self, **kwargs):
+        super().__init__(choices=backend_choices(), **kwargs)
+
+
 class DeploymentSpecSerializer(serializers.Serializer):
     """The fields of a deployment request. Type coercion and ranges here; the rules that need
     the flavor or the quota live in deployments.validation (shared with the browser form)."""
@@ -31,7 +39,7 @@ class DeploymentSpecSerializer(serializers.Serializer):
     served_model_name = serializers.CharField(max_length=200, required=False, allow_blank=True)
     hf_token_secret = serializers.CharField(max_length=253, required=False, allow_blank=True, default="")
     flavor = NamedRef("flavor", slug_field="name", queryset=GpuFlavor.objects.all())
-    backend = serializers.ChoiceField(choices=Backend.choices, required=False)
+    backend = BackendField(required=False)
     tensor_parallel_size = serializers.IntegerField(**LIMITS["tensor_parallel_size"].bounds(), default=1)
     pipeline_parallel_size = serializers.IntegerField(**LIMITS["pipeline_parallel_size"].bounds(), default=1)
     min_replicas = serializers.IntegerField(**LIMITS["min_replicas"].bounds(), default=1)

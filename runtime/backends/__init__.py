@@ -25,21 +25,62 @@ if TYPE_CHECKING:
 BackendFactory = Callable[[], "Backend"]
 
 
-@dataclass(frozen=True)
-class Traits:
-    """What callers may ask about a backend without building it (no cluster needed)."""
+@dataclass(frozen=True, kw_only=True)
+class ClusterKind:
+    """The custom resource an on-cluster backend applies, and what the rest of the portal derives
+    from it: the API group readiness looks for, the CRD whose version label it reads, the RBAC
+    verbs the ClusterRole grants, the install sentence shown when it is missing."""
 
-    on_cluster: bool  # a Kubernetes object admitted by Kueue (False: a process on this machine)
-    metrics_from_pods: bool  # metrics are read from the workload's pods, not one endpoint URL
-    local_paths: bool  # model sources may be paths under LOCAL_MODEL_ROOT
-    sized_for_gpus: bool  # the GPU-memory check applies (False: CPU engine, sized by the host)
-    whole_node_pods: bool  # a replica bigger than a node is split into whole-node pods (PP across nodes)
+    product: str  # "KubeRay"
+    group: str  # "ray.io"
+    version: str  # "v1"
+    plural: str  # "rayservices"
+    install: str  # how to install it (readiness's fix), without the tested version
+    component: str = ""  # runtime.versions key judging its version ("" for none)
+
+    @property
+    def crd(self) -> str:
+        return f"{self.plural}.{self.group}"
+
+
+def _recreate(old: DeploymentSpec, new: DeploymentSpec) -> tuple[str, str]:
+    return "recreate", "The workload is replaced: it stops serving until the new one is ready."
+
+
+@dataclass(frozen=True, kw_only=True)
+class Traits:
+    """What callers may ask about a backend without building it (no cluster needed). Everything
+    the portal knows about a backend outside its own package is here, so a backend is one package
+    and one `register` call."""
+
+    label: str  # how forms, the API schema and filters name it
     preview: Callable[[DeploymentSpec], Any]  # the object (or Serve config) it would apply
     # How a running workload takes a new spec: ("in_place" | "rolling" | "recreate", a sentence).
-    impact: Callable[[DeploymentSpec, DeploymentSpec], tuple[str, str]] = lambda old, new: (
-        "recreate",
-        "The workload is replaced: it stops serving until the new one is ready.",
-    )
+    impact: Callable[[DeploymentSpec, DeploymentSpec], tuple[str, str]] = _recreate
+    kind: ClusterKind | None = None  # the resource it applies on the cluster (None: runs on this machine)
+    # (Service name, port) the Gateway route sends traffic to; None: not behind the Gateway.
+    route: Callable[[DeploymentSpec], tuple[str, int]] | None = None
+    kueue_frameworks: tuple[str, ...] = ()  # Kueue integrations that must be on for its pods to queue
+    # When Kueue's ConfigMap cannot be read: (status, sentence) from asking Kueue's webhook instead.
+    kueue_probe: Callable[[Any, Any], tuple[str, str]] | None = None
+    metrics_from_pods: bool = False  # metrics are read from the workload's pods, not one endpoint URL
+    local_paths: bool = False  # model sources may be paths under LOCAL_MODEL_ROOT
+    sized_for_gpus: bool = True  # the GPU-memory check applies (False: CPU engine, sized by the host)
+    whole_node_pods: bool = False  # a replica bigger than a node is split into whole-node pods (PP across nodes)
+
+    @property
+    def on_cluster(self) -> bool:
+        """A Kubernetes object admitted by Kueue (False: a process on this machine)."""
+        return self.kind is not None
+
+    def permissions(self) -> tuple[tuple[str, str, str], ...]:
+        """The (verb, group, resource) grants the runtime uses on its kind."""
+        if self.kind is None:
+            return ()
+        return tuple((verb, self.kind.group, self.kind.plural) for verb in KIND_VERBS)
+
+
+KIND_VERBS = ("get", "list", "create", "patch", "delete")
 
 
 _factories: dict[str, BackendFactory] = {}
@@ -52,6 +93,12 @@ def register(name: str, factory: BackendFactory, traits: Traits) -> None:
     _traits[name] = traits
 
 
+def unregister(name: str) -> None:
+    """Forget backend `name` (tests that register one of their own)."""
+    _factories.pop(name, None)
+    _traits.pop(name, None)
+
+
 def traits(name: str) -> Traits:
     """The registered traits of backend `name` (ValueError for an unknown name)."""
     if name not in _traits:
@@ -62,6 +109,14 @@ def traits(name: str) -> Traits:
 def names(*, on_cluster: bool | None = None) -> list[str]:
     """Registered backend names, optionally only those that run on (or off) the cluster."""
     return [n for n, t in _traits.items() if on_cluster is None or t.on_cluster == on_cluster]
+
+
+def enabled(*, on_cluster: bool | None = None) -> list[str]:
+    """The registered backends this install offers (RUNTIME_BACKENDS), optionally only those on
+    (or off) the cluster."""
+    from django.conf import settings
+
+    return [n for n in names(on_cluster=on_cluster) if n in settings.RUNTIME_BACKENDS]
 
 
 def get_backend(name: str) -> Backend:
@@ -141,11 +196,10 @@ def presence(backends: list[str] | None = None) -> dict[str, dict[str, Any]]:
     """What was last found about each on-cluster backend (default: those in RUNTIME_BACKENDS):
     `{"installed": True | False | None, "detail": str, "checked_at": iso | None}`, None meaning
     nothing has checked yet. One cache read for all of them."""
-    from django.conf import settings
     from django.core.cache import cache
 
     if backends is None:
-        backends = [n for n in names(on_cluster=True) if n in settings.RUNTIME_BACKENDS]
+        backends = enabled(on_cluster=True)
     found = cache.get_many([PRESENCE_KEY.format(n) for n in backends])
     unknown = {"installed": None, "detail": "", "checked_at": None}
     return {n: found.get(PRESENCE_KEY.format(n), unknown) for n in backends}
@@ -238,8 +292,76 @@ def _impact_local(old: DeploymentSpec, new: DeploymentSpec) -> tuple[str, str]:
     )
 
 
-register("kuberay", _kuberay, Traits(True, True, False, True, True, _preview_rayservice, _impact_rayservice))
+def _rayservice_probe(cluster, config) -> tuple[str, str]:
+    from runtime.readiness_install import rayservice_probe
+
+    return rayservice_probe(cluster, config)
+
+
+def _rayservice_route(spec: DeploymentSpec) -> tuple[str, int]:
+    from runtime.manifests.rayservice import serve_service
+
+    return serve_service(spec)
+
+
+def _predictor_route(spec: DeploymentSpec) -> tuple[str, int]:
+    from runtime.manifests.kserve import predictor_service
+
+    return predictor_service(spec)
+
+
 register(
-    "kserve", _kserve, Traits(True, False, False, True, False, _preview_inferenceservice, _impact_inferenceservice)
+    "kuberay",
+    _kuberay,
+    Traits(
+        label="KubeRay RayService (Ray Serve LLM)",
+        preview=_preview_rayservice,
+        impact=_impact_rayservice,
+        kind=ClusterKind(
+            product="KubeRay",
+            group="ray.io",
+            version="v1",
+            plural="rayservices",
+            install="install the KubeRay operator with its CRDs",
+            component="kuberay",
+        ),
+        route=_rayservice_route,
+        # Kueue's RayService integration (kubernetes-sigs/kueue v0.19.2 pkg/controller/jobs/rayservice).
+        kueue_frameworks=("ray.io/rayservice",),
+        kueue_probe=_rayservice_probe,
+        metrics_from_pods=True,
+        whole_node_pods=True,
+    ),
 )
-register("local", _local, Traits(False, False, True, False, False, _preview_local, _impact_local))
+register(
+    "kserve",
+    _kserve,
+    Traits(
+        label="KServe InferenceService",
+        preview=_preview_inferenceservice,
+        impact=_impact_inferenceservice,
+        kind=ClusterKind(
+            product="KServe",
+            group="serving.kserve.io",
+            version="v1beta1",
+            plural="inferenceservices",
+            install="install KServe with its CRDs",
+            component="kserve",
+        ),
+        route=_predictor_route,
+        # KServe's predictor is a Deployment whose pods Kueue queues one by one: its pod integration
+        # (a Workload per pod) and the deployment integration that labels them (../shared/k8s README).
+        kueue_frameworks=("pod", "deployment"),
+    ),
+)
+register(
+    "local",
+    _local,
+    Traits(
+        label="Local (this machine, vLLM CPU)",
+        preview=_preview_local,
+        impact=_impact_local,
+        local_paths=True,
+        sized_for_gpus=False,
+    ),
+)

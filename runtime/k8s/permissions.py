@@ -1,11 +1,11 @@
 """The Kubernetes permissions the portal needs, as (verb, apiGroup, resource) triples. Pure.
 
-`PORTAL` is what the runtime calls: deploy/k8s/base/rbac.yaml's ClusterRole grants exactly these
+`PORTAL` is what the runtime calls: the Helm chart's ClusterRole (charts/llm-portal) grants exactly these
 (tests/portal/test_rbac.py records every call and compares all three). `READINESS` is what the
 cluster readiness page reads besides (nodes per flavor, the model-cache claims, Kueue's
 configuration and Deployment, the KubeRay and KServe CRDs for their versions, ClusterQueues and
 ResourceFlavors for quota against capacity): an optional grant,
-deploy/k8s/optional/readiness-rbac.yaml; without it those checks say they cannot tell. Its
+the chart's rbac.readiness.enabled; without it those checks say they cannot tell. Its
 dry-run probes (Kueue's webhooks) use the runtime's own create grants. Discovery, /version and
 SelfSubjectAccessReview need no grant (every authenticated identity has them through
 system:discovery, system:public-info-viewer and system:basic-user).
@@ -13,9 +13,8 @@ system:discovery, system:public-info-viewer and system:basic-user).
 
 from __future__ import annotations
 
-PORTAL: tuple[tuple[str, str, str], ...] = (
-    *((verb, "ray.io", "rayservices") for verb in ("get", "list", "create", "patch", "delete")),
-    *((verb, "serving.kserve.io", "inferenceservices") for verb in ("get", "list", "create", "patch", "delete")),
+# What the runtime calls besides each backend's own kind (runtime.backends Traits.permissions).
+COMMON: tuple[tuple[str, str, str], ...] = (
     *(
         (verb, "kueue.x-k8s.io", resource)
         for resource in ("clusterqueues", "localqueues", "resourceflavors", "cohorts")
@@ -48,8 +47,37 @@ PORTAL: tuple[tuple[str, str, str], ...] = (
     ("get", "kuadrant.io", "authpolicies"),  # enforced yet? the route stays parked until it is
 )
 
-# API-key Secrets, in the key namespace only (API_KEY_NAMESPACE; deploy/k8s/gateway's Role):
+# API-key Secrets, in the key namespace only (API_KEY_NAMESPACE; the chart's api-keys Role):
 # written on mint, deleted on revoke and expiry, never read back.
+
+
+def portal(backends: list[str] | None = None) -> tuple[tuple[str, str, str], ...]:
+    """The ClusterRole's grants: each registered backend's kind (default: every registered
+    backend, what the shipped ClusterRole grants), then the common ones."""
+    from runtime.backends import names, traits
+
+    own = tuple(rule for name in (names() if backends is None else backends) for rule in traits(name).permissions())
+    return (*own, *COMMON)
+
+
+PORTAL: tuple[tuple[str, str, str], ...] = portal()
+
+
+def cluster_role(name: str, backends: list[str] | None = None) -> dict:
+    """The portal's ClusterRole (rbac.authorization.k8s.io/v1) granting exactly `portal(backends)`:
+    one rule per API group and resource, verbs in the order first granted."""
+    verbs: dict[tuple[str, str], list[str]] = {}
+    for verb, group, resource in portal(backends):
+        verbs.setdefault((group, resource), []).append(verb)
+    rules = [{"apiGroups": [group], "resources": [resource], "verbs": v} for (group, resource), v in verbs.items()]
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name},
+        "rules": rules,
+    }
+
+
 KEYS: tuple[tuple[str, str, str], ...] = tuple((verb, "", "secrets") for verb in ("create", "patch", "delete"))
 
 READINESS: tuple[tuple[str, str, str], ...] = (

@@ -72,11 +72,6 @@ TOKENS_LIMIT = "tokens-per-key"
 REQUESTS_LIMIT = "requests-per-key"
 
 
-# The Ray Serve proxy (kuberay) and the KServe predictor Service listen here.
-KUBERAY_SERVE_PORT = 8000
-KSERVE_PREDICTOR_PORT = 80
-
-
 def route_prefix(spec: DeploymentSpec) -> str:
     """The deployment's path on the Gateway: one per tenant and deployment, predictable."""
     return f"/{spec.tenant_slug}/{spec.name}"
@@ -88,11 +83,14 @@ def public_endpoint(gateway: GatewaySpec, spec: DeploymentSpec) -> str:
 
 
 def backend_service(spec: DeploymentSpec) -> tuple[str, int]:
-    """(Service name, port) the route sends traffic to: KubeRay's serve Service, or KServe's
-    predictor Service."""
-    if spec.backend == "kserve":
-        return f"{spec.name}-predictor", KSERVE_PREDICTOR_PORT
-    return f"{spec.name}-serve-svc", KUBERAY_SERVE_PORT
+    """(Service name, port) the route sends traffic to: the backend's own answer (its registry
+    entry's `route`), e.g. KubeRay's serve Service or KServe's predictor Service."""
+    from runtime.backends import traits
+
+    route = traits(spec.backend).route
+    if route is None:
+        raise ValueError(f"backend {spec.backend!r} is not routed through the Gateway")
+    return route(spec)
 
 
 def _metadata(spec: DeploymentSpec) -> dict[str, Any]:

@@ -61,6 +61,12 @@ RAYSERVICE_NAME_MAX = 47
 # ---------------------------------------------------------------------------------------------
 
 
+def serve_service(spec: DeploymentSpec) -> tuple[str, int]:
+    """(Service, port) that serves the app: KubeRay's `<name>-serve-svc`, which selects the pods
+    whose Serve proxy is ready (ray.io/serve=true), on the Serve port."""
+    return f"{spec.name}-serve-svc", PORT_SERVE
+
+
 def rayservice_name(deployment_name: str) -> str:
     """The RayService name for a deployment, or RenderError when KubeRay would refuse it.
 

@@ -5,7 +5,7 @@ Checks: the API server's version; the APIs the portal writes are served at the v
 (KubeRay, Kueue, KServe, Gateway API when configured; discovery, so no grant is needed — an
 enabled backend whose API group is absent is not installed: amber, red only when no enabled
 backend is); Kueue runs (its webhook answers) at a supported version, and so are KubeRay and KServe
-(runtime.readiness_install, against runtime.versions); Kueue manages RayServices; each GPU flavor
+(runtime.readiness_install, against runtime.versions); Kueue manages each enabled backend's workloads; each GPU flavor
 has schedulable nodes (labels, allocatable GPUs, taints tolerated; none yet is amber), an
 accelerator type Ray Serve knows (runtime.accelerators) and its quota fits them; the model-cache
 claim is bound in each tenant namespace, Prometheus answers, and
@@ -25,9 +25,9 @@ from dataclasses import asdict
 from typing import Any
 
 from runtime import k8s
-from runtime.readiness.apis import GATEWAY, KARPENTER, KSERVE, KUBERAY, KUEUE, KUEUE_VISIBILITY, Api, check_apis
+from runtime.readiness.apis import GATEWAY, KARPENTER, KUEUE, KUEUE_VISIBILITY, Api, backend_api, check_apis
 from runtime.readiness.gateway import check_kuadrant
-from runtime.readiness.kueue import KUEUE_CONFIG_KEY, RAYSERVICE_FRAMEWORK, check_kueue_rayservice
+from runtime.readiness.kueue import KUEUE_CONFIG_KEY, RAYSERVICE_FRAMEWORK, check_kueue_integrations
 from runtime.readiness.nodes import check_accelerator_types, check_flavors, check_pools, tolerates
 from runtime.readiness.services import MAX_NAMESPACES, check_model_cache, check_permissions, check_prometheus
 from runtime.readiness_base import AMBER, GREEN, RED, Check, ReadinessConfig
@@ -43,8 +43,6 @@ __all__ = [
     "GATEWAY",
     "GREEN",
     "KARPENTER",
-    "KSERVE",
-    "KUBERAY",
     "KUEUE",
     "KUEUE_CONFIG_KEY",
     "KUEUE_VISIBILITY",
@@ -55,10 +53,11 @@ __all__ = [
     "Check",
     "ReadinessConfig",
     "check_accelerator_types",
+    "backend_api",
     "check_apis",
     "check_flavors",
     "check_kuadrant",
-    "check_kueue_rayservice",
+    "check_kueue_integrations",
     "check_model_cache",
     "check_permissions",
     "check_pools",
@@ -73,7 +72,7 @@ CLUSTER_CHECKS: tuple[Callable[[k8s.Cluster, ReadinessConfig], list[Check]], ...
     check_server_version,
     check_kueue_controller,
     check_backend_versions,
-    check_kueue_rayservice,
+    check_kueue_integrations,
     check_flavors,
     check_accelerator_types,
     check_quota_capacity,

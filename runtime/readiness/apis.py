@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from runtime import k8s
+from runtime.backends import traits as backend_traits
 from runtime.k8s.kinds import VISIBILITY_GROUP, VISIBILITY_VERSIONS
 from runtime.readiness_base import AMBER, GREEN, RED, Check, ReadinessConfig
 from runtime.versions import VERSIONS
@@ -29,14 +30,6 @@ def _tested(component: str) -> str:
     return f"v{VERSIONS[component].tested}"
 
 
-KUBERAY = Api(
-    "KubeRay",
-    "ray.io",
-    ("v1",),
-    ("rayservices",),
-    f"install the KubeRay operator ({_tested('kuberay')} is tested) with its CRDs",
-    backend="kuberay",
-)
 KUEUE = Api(
     "Kueue",
     "kueue.x-k8s.io",
@@ -56,14 +49,6 @@ KUEUE_VISIBILITY = Api(
 KARPENTER = Api(
     "Karpenter", "karpenter.sh", ("v1",), ("nodepools", "nodeclaims"), "install Karpenter v1 or later with its CRDs"
 )
-KSERVE = Api(
-    "KServe",
-    "serving.kserve.io",
-    ("v1beta1",),
-    ("inferenceservices",),
-    f"install KServe ({_tested('kserve')} is tested) with its CRDs",
-    backend="kserve",
-)
 GATEWAY = Api(
     "Gateway API",
     "gateway.networking.k8s.io",
@@ -73,17 +58,23 @@ GATEWAY = Api(
 )
 
 
+def backend_api(name: str) -> Api:
+    """The API backend `name` applies, from its registry entry (runtime.backends)."""
+    kind = backend_traits(name).kind
+    if kind is None:
+        raise ValueError(f"backend {name!r} applies nothing on the cluster")
+    tested = f" ({_tested(kind.component)} is tested)" if kind.component in VERSIONS else ""
+    return Api(kind.product, kind.group, (kind.version,), (kind.plural,), f"{kind.install}{tested}", backend=name)
+
+
 def _api_title(api: Api, version: str) -> str:
     name = api.product if api.product.endswith(" API") else f"{api.product} API"
     return f"{name} ({api.group}/{version})"
 
 
 def check_apis(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Check]:
-    apis = [KUEUE, KUEUE_VISIBILITY]
-    if "kuberay" in config.backends:
-        apis.insert(0, KUBERAY)
-    if "kserve" in config.backends:
-        apis.append(KSERVE)
+    backends = [backend_api(n) for n in config.backends if backend_traits(n).on_cluster]
+    apis = [*backends, KUEUE, KUEUE_VISIBILITY]
     if config.gateway_api:
         apis.append(GATEWAY)
     if config.topology:
@@ -95,7 +86,6 @@ def check_apis(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Check]:
     groups = cluster.api_groups()
     # An enabled backend that is not installed only loses its deployments (amber), unless no
     # enabled backend is installed: then nothing can run (red).
-    backends = [a for a in apis if a.backend]
     none_installed = bool(backends) and all(a.group not in groups for a in backends)
     return [_check_api(cluster, api, groups, none_installed) for api in apis]
 

@@ -7,7 +7,7 @@ import urllib.error
 import urllib.request
 
 from runtime import k8s
-from runtime.k8s.permissions import PORTAL, READINESS
+from runtime.k8s.permissions import READINESS, portal
 from runtime.readiness_base import AMBER, GREEN, OPTIONAL_RBAC, RED, Check, ReadinessConfig
 from runtime.readiness_base import denied as _denied
 
@@ -66,7 +66,8 @@ def check_prometheus(config: ReadinessConfig, timeout: float = 3.0) -> list[Chec
 def check_permissions(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Check]:
     """One SelfSubjectAccessReview per permission; red when the runtime lacks one."""
     missing, optional = [], []
-    for verb, group, resource in PORTAL:
+    needed = portal(list(config.backends))  # the enabled backends' kinds, and what every install needs
+    for verb, group, resource in needed:
         if not cluster.can_i(verb, group, resource)[0]:
             missing.append(f"{verb} {resource}" + (f" ({group})" if group else ""))
     # Grants limited to one object (resourceNames; the Role ones in Kueue's namespace): RBAC
@@ -89,11 +90,11 @@ def check_permissions(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Che
                 "The portal's permissions",
                 RED,
                 f"Missing: {'; '.join(missing)}.",
-                "Apply deploy/k8s (the ClusterRole llm-portal and its binding to the portal's ServiceAccount).",
+                "Install or upgrade the Helm chart charts/llm-portal (its ClusterRole, bound to the portal's account).",
             )
         )
     else:
-        checks.append(Check("rbac:portal", "The portal's permissions", GREEN, f"All {len(PORTAL)} granted."))
+        checks.append(Check("rbac:portal", "The portal's permissions", GREEN, f"All {len(needed)} granted."))
     if optional:
         checks.append(
             Check(

@@ -12,7 +12,7 @@ import pytest
 
 from runtime import k8s
 from runtime.k8s.kinds import CRD, DEPLOYMENT
-from runtime.readiness import check_apis, check_kueue_rayservice, readiness
+from runtime.readiness import check_apis, check_kueue_integrations, readiness
 from runtime.readiness_base import ReadinessConfig
 from runtime.readiness_install import (
     check_backend_versions,
@@ -234,7 +234,7 @@ class TestKueueIntegrationWithoutItsConfigMap:
     otherwise): the portal asks Kueue's RayService webhook with a dry-run RayService instead."""
 
     def test_an_enabled_integration_is_confirmed_another_way(self, api):
-        check = one(check_kueue_rayservice(api.cluster(), CONFIG))
+        check = one(check_kueue_integrations(api.cluster(), CONFIG))
         assert check["status"] == "green"
         assert check["detail"] == (
             "Kueue's configuration kueue-system/kueue-manager-config was not found: its integrations could not "
@@ -244,13 +244,13 @@ class TestKueueIntegrationWithoutItsConfigMap:
 
     def test_a_disabled_integration_is_red(self, api):
         kueue_webhooks(api, rayservice=False)  # Kueue's no-op webhook for a disabled framework
-        check = one(check_kueue_rayservice(api.cluster(), CONFIG))
+        check = one(check_kueue_integrations(api.cluster(), CONFIG))
         assert check["status"] == "red" and "unsuspended" in check["detail"]
         assert "ray.io/rayservice" in check["fix"]
 
     def test_when_the_webhook_cannot_tell_either_it_is_amber_not_red(self, api):
         kueue_webhooks(api, running=False)
-        check = one(check_kueue_rayservice(api.cluster(), CONFIG))
+        check = one(check_kueue_integrations(api.cluster(), CONFIG))
         assert check["status"] == "amber" and "could not confirm it either" in check["detail"]
         assert "KUEUE_CONFIG_MAP" in check["fix"]
 

@@ -70,6 +70,17 @@ TENANTS = [
 ]
 
 
+def _sample_backend() -> str:
+    """The GPU samples' backend: the default one when it runs on the cluster, else the first
+    offered one that does (the samples need GPUs), else the default."""
+    from runtime.backends import enabled
+
+    on_cluster = enabled(on_cluster=True)
+    if settings.RUNTIME_DEFAULT_BACKEND in on_cluster or not on_cluster:
+        return settings.RUNTIME_DEFAULT_BACKEND
+    return on_cluster[0]
+
+
 class Command(BaseCommand):
     help = "Create demo tenants, users (one per role), GPU flavors, quotas and sample deployments."
 
@@ -146,9 +157,7 @@ class Command(BaseCommand):
             approve = sample.pop("approve")
             change = sample.pop("change", None)
             data = {
-                "backend": settings.RUNTIME_DEFAULT_BACKEND
-                if "kuberay" not in settings.RUNTIME_BACKENDS
-                else "kuberay",
+                "backend": _sample_backend(),
                 "dtype": "bfloat16",
                 **sample,
                 "flavor": GpuFlavor.objects.get(name=sample["flavor"]),

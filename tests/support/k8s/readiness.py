@@ -18,6 +18,8 @@ integrations:
   - "batch/job"
   - "ray.io/rayservice"
   - "ray.io/raycluster"
+  - "pod"
+  - "deployment"
 """
 H100_LABELS = {"node.kubernetes.io/instance-type": "p5.48xlarge"}  # the world's H100 flavor
 A100_LABELS = {"gpu.example.com/model": "a100"}
