@@ -10,7 +10,8 @@ from runtime.spec import FlavorSpec
 from runtime.versions import FAIL, OK
 
 GREEN, AMBER, RED = "green", "amber", "red"
-OPTIONAL_RBAC = "deploy/k8s/optional/readiness-rbac.yaml"
+# The optional grant of the readiness page's reads (charts/llm-portal templates/readiness-rbac.yaml).
+OPTIONAL_RBAC = "the chart's readiness grant (helm upgrade with --set rbac.readiness.enabled=true)"
 VERDICT_STATUS = {OK: GREEN, FAIL: RED}  # a warning (or an unknown version) is amber
 
 
@@ -37,6 +38,7 @@ class ReadinessConfig:
     topology: bool = False  # some flavor has topology levels (Kueue must serve Topology)
     queueing_strategy: str = "BestEffortFIFO"
     gateway: tuple[str, str] | None = None  # (namespace, name) deployments are exposed on, or None
+    kserve_mode: str = "Standard"  # KSERVE_DEPLOYMENT_MODE (runtime.readiness.knative)
 
 
 def denied(error: k8s.ClusterError) -> bool:

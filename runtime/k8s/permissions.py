@@ -90,4 +90,6 @@ READINESS: tuple[tuple[str, str, str], ...] = (
     ("list", "kueue.x-k8s.io", "clusterqueues"),  # GPU quota against node capacity
     ("list", "kueue.x-k8s.io", "resourceflavors"),
     ("list", "kuadrant.io", "authpolicies"),  # the Gateway's deny-all and the deployments' policies
+    ("list", "kuadrant.io", "tokenratelimitpolicies"),  # the deployments' limits, enforced or not
+    ("list", "kuadrant.io", "ratelimitpolicies"),
 )

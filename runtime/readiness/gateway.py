@@ -38,7 +38,12 @@ def check_kuadrant(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Check]
     api = check_policy_apis(cluster)
     if api.status == RED:
         return [api]
-    return [api, check_gateway_policy(cluster, config.gateway), check_deployment_policies(cluster)]
+    return [
+        api,
+        check_gateway_policy(cluster, config.gateway),
+        check_deployment_policies(cluster),
+        check_limit_policies(cluster),
+    ]
 
 
 def check_policy_apis(cluster: k8s.Cluster) -> Check:
@@ -109,4 +114,39 @@ def check_deployment_policies(cluster: k8s.Cluster) -> Check:
     shown = "; ".join(pending[:SHOWN]) + (f"; and {len(pending) - SHOWN} more" if len(pending) > SHOWN else "")
     detail = f"{len(pending)} of {len(policies)} not enforced: their routes stay parked and endpoints hidden: {shown}."
     fix = "Check Kuadrant's and Authorino's pods and the Gateway; `kubectl describe authpolicy` says why."
+    return Check(key, title, AMBER, detail, fix)
+
+
+LIMIT_KINDS = (k8s.TOKENRATELIMITPOLICY, k8s.RATELIMITPOLICY)
+
+
+def check_limit_policies(cluster: k8s.Cluster) -> Check:
+    """Each tenant limit the portal applied (TokenRateLimitPolicy, RateLimitPolicy) is enforced.
+    The route does not wait for these (the key check is what keeps an endpoint closed), so a limit
+    Kuadrant does not enforce is an endpoint serving without the limit its form promised: amber,
+    named. A limit kind the cluster does not serve is already said by check_policy_apis."""
+    key, title = "kuadrant:limits", "Deployments' token and request limits enforced"
+    served = set(cluster.api_resources(KUADRANT_GROUP, "v1")) | set(cluster.api_resources(KUADRANT_GROUP, "v1alpha1"))
+    policies = []
+    for kind in LIMIT_KINDS:
+        if kind.plural not in served:
+            continue
+        try:
+            found = cluster.list(kind, None, label_selector={LABEL_MANAGED_BY: MANAGED_BY})
+        except k8s.PermanentClusterError as error:
+            if not denied(error):
+                raise
+            return cannot_read(key, title, error)
+        policies += [(kind.kind, p) for p in found]
+    verdicts = [(kind, p["metadata"], *enforcement(p)) for kind, p in policies]
+    pending = [
+        f"{kind} {meta.get('namespace')}/{meta['name']} ({why})"
+        for kind, meta, enforced, why in verdicts
+        if not enforced
+    ]
+    if not pending:
+        return Check(key, title, GREEN, f"{len(policies)} enforced." if policies else "No limit is set yet.")
+    shown = "; ".join(pending[:SHOWN]) + (f"; and {len(pending) - SHOWN} more" if len(pending) > SHOWN else "")
+    detail = f"{len(pending)} of {len(policies)} not enforced: those endpoints serve without their limits: {shown}."
+    fix = "Check Kuadrant's Limitador and the Gateway; `kubectl describe tokenratelimitpolicy` says why."
     return Check(key, title, AMBER, detail, fix)

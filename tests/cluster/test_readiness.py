@@ -18,8 +18,8 @@ from runtime import k8s
 from runtime.readiness_install import nominal_gpus
 from runtime.versions import VERSIONS
 from tests.cluster.chain import condition, converge, onboard, request_and_approve, workload_of
+from tests.support import chart
 from tests.support.controlplane.identity import grant
-from tests.support.shared import PROJECT_ROOT
 
 
 def checks() -> dict[str, dict]:
@@ -45,17 +45,18 @@ def test_the_readiness_page_reads_the_real_install(world, kube, settings):
     # No kueue-manager-config ConfigMap here: the integration is confirmed by a dry-run RayService.
     assert status["kueue:rayservice"] == "green", found["kueue:rayservice"]
     assert "Confirmed another way" in found["kueue:rayservice"]["detail"]
-    # Without the optional grant (deploy/k8s/optional/readiness) nodes cannot be listed: it says so.
-    assert status["quota"] == "amber" and "optional/readiness" in found["quota"]["fix"], found["quota"]
+    # Without the optional grant (the chart's rbac.readiness.enabled) nodes cannot be listed: it says so.
+    assert status["quota"] == "amber" and "rbac.readiness.enabled" in found["quota"]["fix"], found["quota"]
     assert status["rbac:portal"] == "green", found["rbac:portal"]  # the ServiceAccount's grant suffices
     assert VERSIONS["kubernetes"].tested in found["version:kubernetes"]["detail"]
 
 
 def test_with_the_optional_grant_quota_is_weighed_against_the_nodes_of_each_flavor(world, kube, settings):
-    """The real authorizer proves deploy/k8s/optional/readiness is enough for these checks."""
+    """The real authorizer proves the chart's optional readiness grant (rbac.readiness.enabled) is
+    enough for these checks."""
     settings.RUNTIME_BACKENDS = ["kuberay"]
     onboard(kube, world.h100, world.a100)
-    created = grant(kube.plane, PROJECT_ROOT / "deploy" / "k8s" / "optional" / "readiness" / "readiness-rbac.yaml")
+    created = grant(kube.plane, chart.readiness_rbac())
     try:
         found = checks()
     finally:

@@ -3,9 +3,7 @@ its scenarios (kuberay and kserve lifecycles, updates, recreation, sweep, Kueue 
 the portal's ClusterRole grants exactly those (resource, verb) pairs — no more, no less."""
 
 from dataclasses import replace
-from pathlib import Path
 
-import yaml
 from django.test import override_settings
 
 from deployments import operating, services
@@ -17,11 +15,10 @@ from quotas.models import GpuFlavor
 from quotas.specs import flavor_spec
 from runtime.k8s.kinds import TOPOLOGY
 from runtime.manifests.topology import render_topology
-from tests.support import operators
+from tests.support import chart, operators
 from tests.support.factories import draft
 from tests.support.k8s.startup import put_pod
 
-RBAC = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "base" / "rbac.yaml"
 METHOD_VERB = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
 
 
@@ -50,14 +47,11 @@ def with_apply_creates(used: set[tuple[str, str, str]]) -> set[tuple[str, str, s
 
 
 def granted() -> set[tuple[str, str, str]]:
-    role = next(d for d in yaml.safe_load_all(RBAC.read_text()) if d["kind"] == "ClusterRole")
-    pairs = set()
-    for rule in role["rules"]:
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                for verb in rule["verbs"]:
-                    assert "*" not in (group, resource, verb)
-                    pairs.add((verb, group, resource))
+    """What the ClusterRole of the Helm chart (charts/llm-portal, `helm template` with its
+    defaults) grants the portal's ServiceAccount."""
+    chart.require_helm()
+    pairs = chart.rules_of(chart.portal_cluster_role())
+    assert not any("*" in triple for triple in pairs)
     return pairs
 
 
@@ -147,12 +141,11 @@ def mint_and_revoke_a_key(world, on_commit) -> None:
 
 
 def key_namespace_rules() -> set[tuple[str, str, str]]:
-    path = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "gateway" / "keys-rbac.yaml"
-    role = next(d for d in yaml.safe_load_all(path.read_text()) if d["kind"] == "Role")
+    """The Role the chart renders in the key namespace once endpoint access is on."""
+    chart.require_helm()
+    (role,) = [d for d in chart.api_keys_rbac("kuadrant-system") if d["kind"] == "Role"]
     assert role["metadata"]["namespace"] == "kuadrant-system"
-    return {
-        (v, g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]
-    }
+    return chart.rules_of(role)
 
 
 def test_the_cluster_role_grants_exactly_what_the_runtime_calls(
@@ -163,7 +156,7 @@ def test_the_cluster_role_grants_exactly_what_the_runtime_calls(
     mint_and_revoke_a_key(world, django_capture_on_commit_callbacks)
     requests = cluster_api.proxied_requests()
     secrets = {(method, path) for method, path in requests if "/secrets" in path}
-    # API-key Secrets: only in the key namespace, only what its Role grants (deploy/k8s/gateway).
+    # API-key Secrets: only in the key namespace, only what its Role grants (the chart's api-keys Role).
     assert secrets and all(path.startswith("/api/v1/namespaces/kuadrant-system/secrets") for _, path in secrets)
     from runtime.k8s.permissions import KEYS
 
@@ -200,7 +193,8 @@ def test_the_readiness_checks_read_exactly_the_optional_grant(world, cluster_api
     """Beyond discovery, /version and access reviews (open to every identity) and its dry-run
     creates (Kueue's webhooks, under the runtime's own create grants), the readiness page reads
     nodes, claims, Kueue's ConfigMap and Deployment, two CRDs, ClusterQueues and ResourceFlavors,
-    and (with a Gateway) AuthPolicies: exactly deploy/k8s/optional/readiness's rules."""
+    and (with a Gateway) AuthPolicies: exactly the rules of the chart's optional readiness grant
+    (rbac.readiness.enabled)."""
     from portal.readiness import cluster_readiness
     from runtime.k8s.permissions import PORTAL, READINESS
 
@@ -216,9 +210,9 @@ def test_the_readiness_checks_read_exactly_the_optional_grant(world, cluster_api
         if method == "GET" and path.startswith("/apis/") and len([p for p in path.split("/") if p]) == 3:
             continue  # discovery of one group/version
         used.add(verb_and_resource(method, path))
-    optional = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "optional" / "readiness"
+    chart.require_helm()
     rules = set()
-    for doc in yaml.safe_load_all((optional / "readiness-rbac.yaml").read_text()):
-        for rule in doc.get("rules") or []:
-            rules |= {(v, g, r) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    for doc in chart.readiness_rbac():
+        if doc["kind"] in ("ClusterRole", "Role"):
+            rules |= chart.rules_of(doc)
     assert used == rules == set(READINESS)

@@ -46,6 +46,7 @@ def test_a_cluster_set_up_for_the_portal_is_all_green(healthy):
         "api:visibility.kueue.x-k8s.io",
         "api:serving.kserve.io",
         "kueue:rayservice",
+        "kueue:kserve",
         "flavor:a100-pcie",
         "flavor:h100-sxm5",
         "pvc:model-cache",
@@ -148,11 +149,12 @@ def test_without_the_optional_readiness_grant_those_checks_cannot_tell(healthy):
     checks = by_key()
     assert not_green(checks) == {
         "flavors": "amber",
+        "kueue:kserve": "amber",  # no webhook probe for pods: it cannot tell without the ConfigMap
         "pvc:model-cache": "amber",
         "quota": "amber",
         "rbac:readiness": "amber",
     }
-    assert all("deploy/k8s/optional/readiness" in checks[k]["fix"] for k in not_green(checks))
+    assert all("rbac.readiness.enabled=true" in checks[k]["fix"] for k in not_green(checks))
     # Kueue's ConfigMap cannot be read, but its webhook answers for it (a dry-run RayService comes
     # back suspended): seen on the real plane, whose portal ServiceAccount has no optional grant.
     rayservice = checks["kueue:rayservice"]

@@ -88,3 +88,35 @@ def test_a_deployment_policy_kuadrant_does_not_enforce_is_amber_and_named(exposi
 
 def test_without_a_gateway_nothing_about_kuadrant_is_checked(healthy):  # noqa: F811
     assert not any(key.startswith("kuadrant:") for key in by_key())
+
+
+def limit_policy(api, kind: k8s.Kind, namespace: str, name: str) -> None:
+    labels = {LABEL_MANAGED_BY: MANAGED_BY}
+    api.put(kind, {"metadata": {"name": name, "namespace": namespace, "labels": labels}, "spec": {}})
+
+
+def test_limit_policies_kuadrant_enforces_are_green_and_one_it_does_not_is_amber_and_named(exposing):
+    limit_policy(exposing, k8s.TOKENRATELIMITPOLICY, "alpha", "chat")
+    policy_status(exposing, "alpha", "chat", kind=k8s.TOKENRATELIMITPOLICY)
+    limit_policy(exposing, k8s.RATELIMITPOLICY, "alpha", "chat")
+    policy_status(exposing, "alpha", "chat", kind=k8s.RATELIMITPOLICY)
+    checks = by_key()
+    assert not_green(checks) == {}
+    assert checks["kuadrant:limits"]["detail"] == "2 enforced."
+    policy_status(exposing, "alpha", "chat", kind=k8s.TOKENRATELIMITPOLICY, enforced=False)
+    checks = by_key()
+    assert not_green(checks) == {"kuadrant:limits": "amber"}
+    assert checks["kuadrant:limits"]["detail"] == (
+        "1 of 2 not enforced: those endpoints serve without their limits: TokenRateLimitPolicy alpha/chat "
+        "(Enforced is False (MissingDependency: Authorino is not ready))."
+    )
+
+
+def test_a_limit_policy_kuadrant_has_not_reported_on_is_not_counted_enforced(exposing):
+    limit_policy(exposing, k8s.TOKENRATELIMITPOLICY, "beta", "code")
+    checks = by_key()
+    assert not_green(checks) == {"kuadrant:limits": "amber"}
+    assert (
+        "TokenRateLimitPolicy beta/code (Kuadrant has not reported on its generation 1 yet)"
+        in checks["kuadrant:limits"]["detail"]
+    )

@@ -264,14 +264,15 @@ def cel_check(obj: dict[str, Any], schema: dict[str, Any]) -> CelReport:
     return report
 
 
-def assert_valid(obj: dict[str, Any]) -> CelReport:
-    """All three checks against the CRD that serves `obj`'s apiVersion and kind.
+def assert_valid(obj: dict[str, Any], crd_path: Path | None = None) -> CelReport:
+    """All three checks against the CRD that serves `obj`'s apiVersion and kind (from
+    ../shared/schemas/crds, or the CRD file `crd_path`).
 
     Returns the CEL report so a caller can see which rules ran and which were skipped.
     """
     group, _, _ = obj["apiVersion"].partition("/")
     # Read-only use, so the cached schema is safe to share without a copy.
-    schema = _served_schema(crd_file(group, obj["kind"]), obj["apiVersion"], obj["kind"])
+    schema = _served_schema(crd_path or crd_file(group, obj["kind"]), obj["apiVersion"], obj["kind"])
     validate(obj, schema)
     pruned = unknown_fields(obj, schema)
     if pruned:

@@ -1,16 +1,16 @@
 """The portal's identity on a control plane: the `llm-portal` ServiceAccount bound to the
-project's own ClusterRole (deploy/k8s/base/rbac.yaml), and a kubeconfig holding a token for it
-from the TokenRequest API. The tests and `scripts/cluster` run the portal as this account, so
-the real authorizer proves the install's grant is enough."""
+project's own ClusterRole (as the Helm chart charts/llm-portal renders it with its defaults), and
+a kubeconfig holding a token for it from the TokenRequest API. The tests and `scripts/cluster`
+run the portal as this account, so the real authorizer proves the install's grant is enough."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from tests.support.shared import PROJECT_ROOT
+from tests.support import chart
 
 if TYPE_CHECKING:
     from tests.support.controlplane.plane import ControlPlane
@@ -26,13 +26,12 @@ RBAC_PLURALS = {
 }
 
 
-def grant(plane: ControlPlane, rbac_file: Path) -> list[str]:
-    """Create the project's RBAC objects in `rbac_file` for the `llm-portal` ServiceAccount of
-    PORTAL_NAMESPACE; returns their API paths (to DELETE them again)."""
+def grant(plane: ControlPlane, objects: list[dict[str, Any]]) -> list[str]:
+    """Create the project's RBAC `objects` (rendered by the chart: tests.support.chart) for the
+    `llm-portal` ServiceAccount of PORTAL_NAMESPACE; returns their API paths (to DELETE them
+    again)."""
     paths = []
-    for doc in yaml.safe_load_all(rbac_file.read_text()):
-        if not doc:
-            continue
+    for doc in objects:
         for subject in doc.get("subjects", []):
             subject["namespace"] = PORTAL_NAMESPACE
         namespace = doc["metadata"].get("namespace")
@@ -49,7 +48,7 @@ def portal_identity(plane: ControlPlane, *, expiration_seconds: int = 86400) -> 
     plane.request(
         "POST", f"/api/v1/namespaces/{PORTAL_NAMESPACE}/serviceaccounts", {"metadata": {"name": "llm-portal"}}
     )
-    grant(plane, PROJECT_ROOT / "deploy" / "k8s" / "base" / "rbac.yaml")
+    grant(plane, chart.rbac_objects())
     token = plane.request(
         "POST",
         f"/api/v1/namespaces/{PORTAL_NAMESPACE}/serviceaccounts/llm-portal/token",

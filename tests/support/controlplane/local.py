@@ -330,7 +330,7 @@ def up(folder: Path = FOLDER, *, kserve: bool = False, follow: bool = False) -> 
         _say(f"Local cluster ready: Kubernetes {version} at {plane.url}, Kueue, KubeRay{', KServe' if kserve else ''}.")
         _say(f"  nodes: {', '.join(names)} (KWOK)")
         _say(f"  admin kubeconfig:  {plane.kubeconfig}")
-        _say(f"  portal kubeconfig: {plane.portal_kubeconfig} (the llm-portal ServiceAccount, deploy/k8s's RBAC)")
+        _say(f"  portal kubeconfig: {plane.portal_kubeconfig} (the llm-portal ServiceAccount, the chart's RBAC)")
         _say("Point the portal at it (restart the portal after each `up`: the address and CA are new):")
         _say(f"  export KUBECONFIG={plane.portal_kubeconfig}")
         _say("Ctrl-C here, or scripts/cluster down, stops it.")
