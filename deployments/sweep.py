@@ -159,6 +159,7 @@ class _Listing:
         self.installed: dict[str, ClusterObjectBackend] = {}
         self.absent: dict[str, ClusterObjectBackend] = {}
         self.workloads: dict[str, dict] = {}  # namespace → Workloads by job uid
+        self.raw_workloads: dict[str, list[dict]] = {}  # namespace → its Workloads, listed once for all backends
         self.listed_uids: dict[tuple[str, str], set] = {}  # (namespace, kind) → uids of the portal's objects
 
     def owned(self, name: str, namespace: str, *, has_deployments: bool) -> tuple[ClusterObjectBackend | None, dict]:
@@ -182,14 +183,17 @@ class _Listing:
             return backend, {}
         self.installed[name] = backend
         self.listed_uids[namespace, backend.kind.kind] = {(o.get("metadata") or {}).get("uid") for o in owned.values()}
-        if namespace not in self.workloads:
+        if namespace not in self.raw_workloads:
             try:
-                self.workloads[namespace] = backend.list_workloads(namespace)
+                self.raw_workloads[namespace] = backend.cluster.list(k8s.WORKLOAD, namespace)
             except k8s.NotFound:  # Kueue's Workload kind is not served: nothing is admitted by it
-                self.workloads[namespace] = {}
+                self.raw_workloads[namespace] = []
                 message = "Kueue's Workload kind is not served by the cluster: is Kueue installed?"
                 if message not in self.report["errors"]:
                     self.report["errors"].append(message)
+        # Each backend indexes the one listing its own way (KServe's Workloads belong to its pods).
+        indexed = backend.index_workloads(namespace, self.raw_workloads[namespace], owned)
+        self.workloads.setdefault(namespace, {}).update(indexed)
         return backend, owned
 
     def record_presence(self) -> None:

@@ -27,6 +27,7 @@ def readiness_config() -> ReadinessConfig:
         model_cache_pvc=settings.MODEL_CACHE_PVC or None,
         prometheus_url=settings.PROMETHEUS_URL,
         gateway_api=settings.GATEWAY_API or gateway is not None,
+        kserve_mode=settings.KSERVE_DEPLOYMENT_MODE,
         kueue_config=(
             settings.KUEUE_CONFIG_NAMESPACE,
             settings.KUEUE_CONFIG_MAP,

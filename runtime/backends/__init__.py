@@ -63,6 +63,8 @@ class Traits:
     kueue_frameworks: tuple[str, ...] = ()  # Kueue integrations that must be on for its pods to queue
     # When Kueue's ConfigMap cannot be read: (status, sentence) from asking Kueue's webhook instead.
     kueue_probe: Callable[[Any, Any], tuple[str, str]] | None = None
+    # Its own install checks for the readiness page: (cluster, ReadinessConfig) -> [Check].
+    readiness: Callable[[Any, Any], list] | None = None
     metrics_from_pods: bool = False  # metrics are read from the workload's pods, not one endpoint URL
     local_paths: bool = False  # model sources may be paths under LOCAL_MODEL_ROOT
     sized_for_gpus: bool = True  # the GPU-memory check applies (False: CPU engine, sized by the host)
@@ -298,6 +300,12 @@ def _rayservice_probe(cluster, config) -> tuple[str, str]:
     return rayservice_probe(cluster, config)
 
 
+def _kserve_readiness(cluster, config) -> list:
+    from runtime.readiness.knative import check_knative
+
+    return check_knative(cluster, config)
+
+
 def _rayservice_route(spec: DeploymentSpec) -> tuple[str, int]:
     from runtime.manifests.rayservice import serve_service
 
@@ -306,8 +314,9 @@ def _rayservice_route(spec: DeploymentSpec) -> tuple[str, int]:
 
 def _predictor_route(spec: DeploymentSpec) -> tuple[str, int]:
     from runtime.manifests.kserve import predictor_service
+    from runtime.platform import platform_spec
 
-    return predictor_service(spec)
+    return predictor_service(spec, platform_spec().kserve_deployment_mode)
 
 
 register(
@@ -352,6 +361,7 @@ register(
         # KServe's predictor is a Deployment whose pods Kueue queues one by one: its pod integration
         # (a Workload per pod) and the deployment integration that labels them (../shared/k8s README).
         kueue_frameworks=("pod", "deployment"),
+        readiness=_kserve_readiness,
     ),
 )
 register(

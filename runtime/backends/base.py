@@ -203,8 +203,18 @@ class ClusterObjectBackend(ClusterInsight, ABC):
         return owned
 
     def list_workloads(self, namespace: str) -> dict[str, dict]:
+        """The namespace's Workloads by the uid of the job each stands for (one LIST)."""
+        return self.index_workloads(namespace, self.cluster.list(k8s.WORKLOAD, namespace), None)
+
+    def index_workloads(
+        self, namespace: str, workloads: list[dict], owned: dict[int, dict[str, Any]] | None
+    ) -> dict[str, dict]:
+        """`workloads` (the namespace's, listed once by the sweep for every backend) by the uid of
+        the job each stands for: Kueue's job-uid label, the live slice of an elastic job. A
+        backend whose Workloads belong to something else (KServe: each predictor pod) adds its
+        objects' from `owned` (its `list_owned` answer)."""
         grouped: dict[str, list[dict]] = {}
-        for wl in self.cluster.list(k8s.WORKLOAD, namespace):
+        for wl in workloads:
             uid = ((wl.get("metadata") or {}).get("labels") or {}).get(LABEL_JOB_UID)
             if uid:
                 grouped.setdefault(uid, []).append(wl)

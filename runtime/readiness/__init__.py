@@ -25,6 +25,7 @@ from dataclasses import asdict
 from typing import Any
 
 from runtime import k8s
+from runtime.backends import traits as backend_traits
 from runtime.readiness.apis import GATEWAY, KARPENTER, KUEUE, KUEUE_VISIBILITY, Api, backend_api, check_apis
 from runtime.readiness.gateway import check_kuadrant
 from runtime.readiness.kueue import KUEUE_CONFIG_KEY, RAYSERVICE_FRAMEWORK, check_kueue_integrations
@@ -67,12 +68,24 @@ __all__ = [
 ]
 
 
+def check_backend_install(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Check]:
+    """Each enabled backend's own install checks (runtime.backends Traits.readiness), e.g. KServe's
+    annotation list and, in its Knative mode, Knative's feature flags."""
+    checks: list[Check] = []
+    for name in config.backends:
+        own = backend_traits(name).readiness
+        if own is not None:
+            checks += own(cluster, config)
+    return checks
+
+
 CLUSTER_CHECKS: tuple[Callable[[k8s.Cluster, ReadinessConfig], list[Check]], ...] = (
     check_apis,
     check_server_version,
     check_kueue_controller,
     check_backend_versions,
     check_kueue_integrations,
+    check_backend_install,
     check_flavors,
     check_accelerator_types,
     check_quota_capacity,

@@ -264,6 +264,13 @@ class TestSweep:
 
 
 class TestKServeBackend:
+    """KServe's Knative mode (revisions, scale to zero); Standard mode runs on the real control
+    plane in tests/cluster/test_kserve.py."""
+
+    @pytest.fixture(autouse=True)
+    def knative(self, settings):
+        settings.KSERVE_DEPLOYMENT_MODE = "Knative"
+
     def isvc(self, api, dep):
         return api.get_object(k8s.INFERENCESERVICE, dep.resource_name, "alpha")
 

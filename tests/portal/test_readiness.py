@@ -47,6 +47,7 @@ def test_a_cluster_set_up_for_the_portal_is_all_green(healthy):
         "api:serving.kserve.io",
         "kueue:rayservice",
         "kueue:kserve",
+        "kserve:annotations",
         "flavor:a100-pcie",
         "flavor:h100-sxm5",
         "pvc:model-cache",
@@ -150,6 +151,7 @@ def test_without_the_optional_readiness_grant_those_checks_cannot_tell(healthy):
     assert not_green(checks) == {
         "flavors": "amber",
         "kueue:kserve": "amber",  # no webhook probe for pods: it cannot tell without the ConfigMap
+        "kserve:annotations": "amber",  # KServe's ConfigMap cannot be read either
         "pvc:model-cache": "amber",
         "quota": "amber",
         "rbac:readiness": "amber",

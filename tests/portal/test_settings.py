@@ -54,12 +54,22 @@ def load_settings(**overrides) -> subprocess.CompletedProcess:
         ("KUEUE_QUEUEING_STRATEGY", "LIFO", "KUEUE_QUEUEING_STRATEGY='LIFO' must be one of"),
         ("KARPENTER_SUBNET_TAGS", "karpenter.sh/discovery", "KARPENTER_SUBNET_TAGS: 'karpenter.sh/discovery' is not"),
         ("KARPENTER_ROOT_VOLUME_GIB", "5", "below the minimum"),
+        # KServe v0.20.0's legacy names are not the portal's (runtime.manifests.kserve).
+        ("KSERVE_DEPLOYMENT_MODE", "Serverless", "KSERVE_DEPLOYMENT_MODE='Serverless' must be one of"),
     ],
 )
 def test_bad_values_stop_startup_naming_the_variable(name, value, message):
     result = load_settings(**{name: value})
     assert result.returncode != 0
     assert message in result.stderr
+
+
+def test_knative_mode_behind_the_gateway_stops_startup():
+    """A Knative-mode predictor has no Service a Gateway route can target (docs/install.md, "KServe")."""
+    result = load_settings(KSERVE_DEPLOYMENT_MODE="Knative", GATEWAY_PUBLIC_URL="https://llm.example.com")
+    assert result.returncode != 0
+    assert "KSERVE_DEPLOYMENT_MODE=Knative cannot be used with GATEWAY_PUBLIC_URL" in result.stderr
+    assert load_settings(KSERVE_DEPLOYMENT_MODE="Knative").returncode == 0
 
 
 def test_production_like_env_loads_with_debug_off():

@@ -199,7 +199,7 @@ class TestChargesMatchTheReservation:
             ("kuberay", {"tensor_parallel_size": 2, "min_replicas": 2, "max_replicas": 2}),
             ("kuberay", {"tensor_parallel_size": 8, "pipeline_parallel_size": 2}),
             ("kuberay", {"tensor_parallel_size": 4, "min_replicas": 1, "max_replicas": 3}),
-            ("kserve", {"tensor_parallel_size": 4, "min_replicas": 0, "max_replicas": 2}),
+            ("kserve", {"tensor_parallel_size": 4, "min_replicas": 2, "max_replicas": 2}),  # Standard mode: fixed
         ],
     )
     def test_gpus_charged_at_full_scale_equal_the_gpus_reserved(self, backend, changes):
@@ -295,7 +295,7 @@ class TestTopologyAwarePlacement:
         assert place(render(spec), nodes(a=[4, 4], b=[8]), [BLOCK, HOST]) is None
 
     def test_a_kserve_predictor_pod_is_placed_on_one_host(self):
-        spec = deployment(H100_TAS, backend="kserve", tensor_parallel_size=4, min_replicas=1, max_replicas=2)
+        spec = deployment(H100_TAS, backend="kserve", tensor_parallel_size=4, min_replicas=2, max_replicas=2)
         placement = place(render(spec), nodes(a=[4, 2], b=[4]), [BLOCK, HOST], at_max=True)
         assert placement == {"predictor": [["a0"], ["b0"]]}
 

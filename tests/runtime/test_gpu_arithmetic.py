@@ -30,6 +30,10 @@ from runtime.manifests.common import GPU_RESOURCE
 from runtime.spec import DeploymentSpec, RenderError
 from tests.runtime.test_manifests import L4, PLATFORM, small_spec
 
+# The replica arithmetic of autoscaling deployments: KServe's Knative mode keeps min..max pods;
+# its Standard mode (the default) runs min == max and refuses the rest (test_kserve_standard.py).
+KSERVE_PLATFORM = replace(PLATFORM, kserve_deployment_mode="Knative")
+
 NODE_SIZES = (1, 2, 3, 4, 6, 8)
 BACKENDS = ("kuberay", "kserve")
 
@@ -165,7 +169,7 @@ def render_object(spec: DeploymentSpec) -> dict[str, Any]:
     """The object the spec's backend would apply."""
     if spec.backend == "kuberay":
         return rayservice.render_rayservice(spec, PLATFORM)
-    return kserve.render_inferenceservice(spec, PLATFORM)
+    return kserve.render_inferenceservice(spec, KSERVE_PLATFORM)
 
 
 def render(spec: DeploymentSpec) -> tuple[Rendered, int]:
@@ -173,7 +177,7 @@ def render(spec: DeploymentSpec) -> tuple[Rendered, int]:
     if spec.backend == "kuberay":
         obj = rayservice.render_rayservice(spec, PLATFORM)
         return read_rayservice(obj, spec), rayservice.pods_per_replica(spec)
-    obj = kserve.render_inferenceservice(spec, PLATFORM)
+    obj = kserve.render_inferenceservice(spec, KSERVE_PLATFORM)
     # The kserve backend runs each replica as exactly one predictor pod.
     return read_inferenceservice(obj), 1
 

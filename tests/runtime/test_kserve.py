@@ -48,7 +48,9 @@ L4 = FlavorSpec(
     gpus_per_node=4,
     node_labels=(("nvidia.com/gpu.product", "NVIDIA-L4"),),
 )
-PLATFORM = PlatformSpec()
+# The cases of this module are KServe's Knative mode (concurrency autoscaling, scale to zero);
+# Standard mode, the default, has its own in test_kserve_standard.py.
+PLATFORM = PlatformSpec(kserve_deployment_mode="Knative")
 
 
 def small_spec(**changes: Any) -> DeploymentSpec:
@@ -143,7 +145,7 @@ GOLDEN_CASES = {
 @pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
 def test_rendered_inferenceservice_matches_golden_file(case: str) -> None:
     rendered = GOLDEN_CASES[case]()
-    path = GOLDEN / f"kserve-{case}.yaml"
+    path = GOLDEN / f"kserve-knative-{case}.yaml"
     if os.environ.get("UPDATE_GOLDEN") == "1":
         path.write_text(yaml.safe_dump(rendered, sort_keys=False, width=100))
     assert path.exists(), f"{path} missing: run with UPDATE_GOLDEN=1 and review it"
@@ -297,7 +299,10 @@ class TestResources:
     def test_gpus_are_tp_times_pp_with_cpu_and_memory_per_gpu(self) -> None:
         resources = container(render(large_spec()))["resources"]
         expected = {"nvidia.com/gpu": 8, "cpu": 96, "memory": "960Gi"}
-        assert resources == {"requests": expected, "limits": expected}
+        # Knative's queue-proxy requests 25m of the flavor's CPU share (knative/serving v0.48.1
+        # pkg/deployment/config.go), so the pod as a whole asks what the quota holds per GPU.
+        assert resources == {"requests": {**expected, "cpu": "95975m"}, "limits": expected}
+        assert kserve.pod_requests(large_spec(), PLATFORM) == (96_000, 960 * 2**30)
 
     def test_replica_larger_than_a_node_needs_the_kuberay_backend(self) -> None:
         with pytest.raises(RenderError, match=r"16 GPUs per replica.*h100-sxm.*8.*kuberay"):
@@ -323,17 +328,18 @@ class TestScalingAndMetrics:
         # Knative would otherwise aim at 70% of the target.
         assert pred["annotations"][kserve.ANNOTATION_TARGET_UTILIZATION] == "100"
 
-    def test_min_replicas_zero_scales_to_zero_in_serverless_mode(self) -> None:
+    def test_min_replicas_zero_scales_to_zero_in_knative_mode(self) -> None:
         isvc = render(scale_to_zero_spec())
         assert predictor(isvc)["minReplicas"] == 0
         assert predictor(isvc)["maxReplicas"] == 2
-        assert isvc["metadata"]["annotations"] == {"serving.kserve.io/deploymentMode": "Serverless"}
+        # KServe v0.20.0's current name; "Serverless" is its legacy alias (pkg/constants, ParseDeploymentMode).
+        assert isvc["metadata"]["annotations"] == {"serving.kserve.io/deploymentMode": "Knative"}
 
-    def test_fixed_size_deployment_is_still_serverless(self) -> None:
-        # Concurrency scaling only exists in Knative; a cluster default of Standard mode
-        # must not change how a deployment behaves.
+    def test_fixed_size_deployment_is_still_knative(self) -> None:
+        # The configured mode is written explicitly: a cluster default of Standard mode must not
+        # change how a deployment behaves.
         isvc = render(small_spec())
-        assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Serverless"
+        assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Knative"
         assert (predictor(isvc)["minReplicas"], predictor(isvc)["maxReplicas"]) == (1, 1)
 
     @pytest.mark.parametrize(("low", "high"), [(2, 1), (0, 0)])

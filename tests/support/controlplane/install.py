@@ -7,12 +7,16 @@ visibility API through an ExternalName Service (../shared/k8s/README.md, "Kueue"
 from __future__ import annotations
 
 import base64
+import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 
+from runtime.manifests.kserve import PORTAL_ANNOTATIONS
 from tests.support.controlplane.binaries import K8S_DIR
 from tests.support.controlplane.procs import wait_until
 
@@ -135,14 +139,40 @@ def install_visibility(plane: ControlPlane) -> None:
         plane.request("POST", "/apis/apiregistration.k8s.io/v1/apiservices", doc)
 
 
+def _kserve_ca_bundle(plane: ControlPlane) -> str:
+    """The CA bundle for KServe's webhooks: the CA that signed the serving certificate at KServe's
+    fixed path. Another live run may have written it (the path outlives a run while others are
+    alive: plane._undo), so its CA is looked up among the runs' PKIs; a certificate no live run's
+    CA signed is replaced by this run's."""
+    import shutil
+
+    from tests.support.controlplane.plane import KSERVE_FIXED_CERTS, RUNS
+
+    served = x509.load_pem_x509_certificate((KSERVE_FIXED_CERTS / "tls.crt").read_bytes())
+    for ca_path in [plane.ca, *sorted(RUNS.glob("*/pki/ca.crt"))]:
+        try:
+            served.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_path.read_bytes()))
+        except (ValueError, TypeError, InvalidSignature):
+            continue
+        return base64.b64encode(ca_path.read_bytes()).decode()
+    shutil.copy(plane.dir / "pki" / "webhook.crt", KSERVE_FIXED_CERTS / "tls.crt")
+    shutil.copy(plane.dir / "pki" / "webhook.key", KSERVE_FIXED_CERTS / "tls.key")
+    return _ca_bundle(plane)
+
+
 def install_kserve(plane: ControlPlane) -> None:
     plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": "kserve"}})
     for doc in _docs(MANIFESTS / "kserve" / "configmap" / "inferenceservice.yaml"):
         if doc.get("kind") == "ConfigMap":
             doc["metadata"]["namespace"] = "kserve"
             doc.setdefault("data", {})["deploy"] = '{"defaultDeploymentMode": "Standard"}'
+            # As docs/install.md has the install do: the portal's own annotations stay off the
+            # predictor's pod template (runtime.manifests.kserve.PORTAL_ANNOTATIONS).
+            isvc_config = json.loads(doc["data"]["inferenceService"])
+            isvc_config["serviceAnnotationDisallowedList"] = list(PORTAL_ANNOTATIONS)
+            doc["data"]["inferenceService"] = json.dumps(isvc_config)
             plane.request("POST", "/api/v1/namespaces/kserve/configmaps", doc)
-    ca = _ca_bundle(plane)
+    ca = _kserve_ca_bundle(plane)
     port = plane.ports["kserve_wh"]
     for config in _docs(MANIFESTS / "kserve" / "webhook" / "manifests.yaml"):
         kind = config["kind"]

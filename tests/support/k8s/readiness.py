@@ -3,10 +3,12 @@ each readiness test then breaks one thing."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from runtime import k8s
 from runtime.k8s.kinds import CRD, DEPLOYMENT
+from runtime.manifests.kserve import PORTAL_ANNOTATIONS
 from runtime.versions import VERSIONS
 from tests.support.k8s.operating import Refused
 from tests.support.k8s.server import K8sApiServer
@@ -104,6 +106,14 @@ def set_up_for_the_portal(api: K8sApiServer, world, settings, prometheus_url: st
         {
             "metadata": {"name": "kueue-manager-config", "namespace": "kueue-system"},
             "data": {"controller_manager_config.yaml": KUEUE_CONFIG},
+        },
+    )
+    # KServe's ConfigMap keeping the portal's annotations off the predictor's pods (docs/install.md).
+    api.put(
+        k8s.CONFIGMAP,
+        {
+            "metadata": {"name": "inferenceservice-config", "namespace": "kserve"},
+            "data": {"inferenceService": json.dumps({"serviceAnnotationDisallowedList": list(PORTAL_ANNOTATIONS)})},
         },
     )
     gpu_taint = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
