@@ -19,7 +19,9 @@ class DeploymentFilterSet(django_filters.FilterSet):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.filters["backend"].extra["choices"] = backend_choices()
+        backend = self.filters["backend"]
+        backend.extra["choices"] = backend_choices()
+        backend.__dict__.pop("_field", None)  # a form field built before (the API schema builds one) kept the old list
 
     def search(self, queryset, name, value):
         from django.db.models import Q

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from deployments.models import ModelDeployment
 from quotas.specs import flavor_spec
+from quotas.tenant_secrets import hf_token_secret
 from runtime.spec import DeploymentSpec, EngineOptions
 
 
@@ -37,7 +38,8 @@ def deployment_spec(dep: ModelDeployment) -> DeploymentSpec:
         max_replicas=dep.max_replicas,
         target_ongoing_requests=dep.target_ongoing_requests,
         engine=engine,
-        hf_token_secret=dep.hf_token_secret or None,
+        # The deployment's own Secret, else the tenant's token set in the portal (quotas.tenant_secrets).
+        hf_token_secret=dep.hf_token_secret or hf_token_secret(dep.tenant),
         generation=dep.generation,
         backend=str(dep.backend),
         tokens_per_minute=dep.tenant.tokens_per_minute,

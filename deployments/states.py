@@ -20,6 +20,7 @@ from enum import StrEnum
 
 from core.exceptions import Forbidden, TransitionError
 from deployments.choices import RevisionStatus, State
+from quotas.actors import Actor, actor_of  # noqa: F401 - the deployment tables' actors, read from here too
 
 S = State
 
@@ -133,18 +134,6 @@ class Action(StrEnum):
     LOGS = "logs"  # read the engine logs (they may carry prompts and paths: not for viewers)
 
 
-class Actor(StrEnum):
-    """Who acts on a deployment: a person's role in its tenant, a platform admin, or the policy."""
-
-    VIEWER = "viewer"
-    MEMBER = "member"
-    TENANT_ADMIN = "tenant_admin"
-    PLATFORM_ADMIN = "platform_admin"
-    # The tenant's policy: auto-approval, idle stop, serving schedule, budget hard stop, archive.
-    # Recorded as the actor "policy" in the timeline and the audit log.
-    POLICY = "policy"
-
-
 @dataclass(frozen=True)
 class Rule:
     actors: frozenset[Actor]
@@ -185,16 +174,6 @@ def who_may(action: Action) -> str:
     admins"): the pages say it where they leave a control out."""
     names = [a.value.replace("_", " ") + "s" for a in Actor if a in PERMISSIONS[action].actors and a != Actor.POLICY]
     return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 2 else names)
-
-
-def actor_of(tenant, user) -> Actor | None:
-    """The user's standing for a deployment of `tenant` (None: not a member, not an admin)."""
-    from quotas.models import is_platform_admin
-
-    if is_platform_admin(user):
-        return Actor.PLATFORM_ADMIN
-    role = tenant.role_of(user)
-    return Actor(role) if role else None
 
 
 def allowed(actor: Actor | None, state: str, action: Action, revision: str | None = None) -> bool:

@@ -8,6 +8,12 @@ from portal.api import AuditEventViewSet, TokenViewSet, me
 from portal.audit_api import AuditExportCsvView, AuditExportJsonLinesView
 from portal.cluster_api import ClusterReadinessView, ClusterSweepView, OrphanDeleteView
 from portal.platform_api import TenantViewSet
+from quotas.api.secret_views import (
+    HfTokenCredentialView,
+    S3CredentialView,
+    TenantCredentialsView,
+    TenantStorageView,
+)
 from quotas.api.views import (
     ClusterUsageView,
     GpuFlavorViewSet,
@@ -44,6 +50,11 @@ urlpatterns = [
     path("audit/export/jsonl/", AuditExportJsonLinesView.as_view(), name="audit-export-jsonl"),
     path("audit/export/csv/", AuditExportCsvView.as_view(), name="audit-export-csv"),
     path("invitations/", InvitationView.as_view(), name="invitations"),
+    # Beside the router's tenants/<slug>/…: the model-cache claim and the write-only credentials.
+    path("tenants/<slug:slug>/storage/", TenantStorageView.as_view(), name="tenant-storage"),
+    path("tenants/<slug:slug>/credentials/", TenantCredentialsView.as_view(), name="tenant-credentials"),
+    path("tenants/<slug:slug>/credentials/hf_token/", HfTokenCredentialView.as_view(), name="tenant-credential-hf"),
+    path("tenants/<slug:slug>/credentials/s3/", S3CredentialView.as_view(), name="tenant-credential-s3"),
     path("", include(router.urls)),
     path("", include("metrics.api.urls")),  # deployments/<id>/metrics/, summary/, advice/
     path("", include("deployments.api.operating_urls")),  # deployments/<id>/timeline/, phases/, logs/

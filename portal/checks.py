@@ -47,14 +47,16 @@ KUBERNETES_NAME_SETTINGS = (
     ("API_KEY_NAMESPACE", "dns1123_label_problem"),
     ("MODEL_CACHE_PVC", "dns1123_subdomain_problem"),  # may be empty: no cache
     ("KARPENTER_NODE_CLASS_NAME", "dns1123_subdomain_problem"),  # may be empty: each flavor names its own
+    ("MODEL_CACHE_STORAGE_CLASS", "dns1123_subdomain_problem"),  # may be empty: the cluster's default class
 )
-OPTIONAL_NAMES = frozenset({"MODEL_CACHE_PVC", "KARPENTER_NODE_CLASS_NAME"})
+OPTIONAL_NAMES = frozenset({"MODEL_CACHE_PVC", "KARPENTER_NODE_CLASS_NAME", "MODEL_CACHE_STORAGE_CLASS"})
 
 
 @register()
 def check_kubernetes_names(app_configs, **kwargs):
-    """portal.E001: a setting that becomes a Kubernetes name or node label is not valid as one."""
+    """portal.E001: a setting that becomes a Kubernetes name, node label or quantity is not valid as one."""
     from runtime.manifests import syntax
+    from runtime.manifests.storage import cache_size_problem
 
     problems = []
     for name, rule in KUBERNETES_NAME_SETTINGS:
@@ -63,6 +65,8 @@ def check_kubernetes_names(app_configs, **kwargs):
             continue
         if problem := getattr(syntax, rule)(value):
             problems.append(f"{name}={value!r}: {problem}")
+    if problem := cache_size_problem(getattr(settings, "MODEL_CACHE_SIZE_GI", 1)):
+        problems.append(f"MODEL_CACHE_SIZE_GI={settings.MODEL_CACHE_SIZE_GI!r}: {problem}")
     for key, value in getattr(settings, "KUEUE_CPU_NODE_LABELS", {}).items():
         if problem := syntax.label_key_problem(key) or syntax.label_value_problem(value):
             problems.append(f"KUEUE_CPU_NODE_LABELS: {problem}")

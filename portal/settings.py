@@ -25,6 +25,7 @@ from portal.env import (
     env_str,
     env_url,
 )
+from runtime.backends import names as _registered_backends
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PORTAL_VAR_DIR", str(BASE_DIR / "var")))
@@ -168,7 +169,8 @@ SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000 if HTTPS else 0, m
 SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
 SECURE_HSTS_PRELOAD = HTTPS
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if HTTPS else None
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+# The probes, and Prometheus scraping a pod by its IP over plain http (the chart's ServiceMonitor).
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 SESSION_COOKIE_HTTPONLY = True
@@ -405,8 +407,17 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "llm-portal@localhost")
 
 # --- runtime -----------------------------------------------------------------------------------
-RUNTIME_BACKENDS = env_list("RUNTIME_BACKENDS", ["kuberay", "kserve", "local"])
-RUNTIME_DEFAULT_BACKEND = env_choice("RUNTIME_DEFAULT_BACKEND", "kuberay", set(RUNTIME_BACKENDS))
+# The backends offered, from those registered (runtime.backends: the one list); the first is the default.
+RUNTIME_BACKENDS = env_list("RUNTIME_BACKENDS", _registered_backends())
+if _unknown := sorted(set(RUNTIME_BACKENDS) - set(_registered_backends())):
+    raise ImproperlyConfigured(
+        f"RUNTIME_BACKENDS names {', '.join(_unknown)}: not a backend (known: {', '.join(_registered_backends())})"
+    )
+RUNTIME_DEFAULT_BACKEND = env_choice("RUNTIME_DEFAULT_BACKEND", RUNTIME_BACKENDS[0], set(RUNTIME_BACKENDS))
+# How KServe runs a kserve deployment (runtime/manifests/kserve.py; docs/install.md, "KServe"):
+# "Standard" (KServe's default: a Deployment and a Service, no Knative) or "Knative" (Knative
+# Serving revisions: concurrency autoscaling and scale to zero; not behind a Gateway).
+KSERVE_DEPLOYMENT_MODE = env_choice("KSERVE_DEPLOYMENT_MODE", "Standard", {"Standard", "Knative"})
 KUBERNETES_URL = env_url("KUBERNETES_URL", None, schemes={"http", "https"})
 KUBECONFIG = env_str("KUBECONFIG")
 KUBERNETES_TIMEOUT_SECONDS = env_float("KUBERNETES_TIMEOUT_SECONDS", 10.0, minimum=0.1)
@@ -456,6 +467,10 @@ RAY_VERSION = env_str("RAY_VERSION", "2.60.0")
 RAY_IMAGE = env_str("RAY_IMAGE", "rayproject/ray-llm:2.60.0-py311-cu128")
 VLLM_IMAGE = env_str("VLLM_IMAGE", "vllm/vllm-openai:v0.32.0")
 MODEL_CACHE_PVC = env_str("MODEL_CACHE_PVC", "model-cache")
+# The claim the portal creates in each tenant namespace (quotas.model_cache; a tenant may override
+# both): its size in GiB, only ever grown, and its StorageClass ("": the cluster's default class).
+MODEL_CACHE_SIZE_GI = env_int("MODEL_CACHE_SIZE_GI", 200, minimum=1, maximum=2**20)
+MODEL_CACHE_STORAGE_CLASS = env_str("MODEL_CACHE_STORAGE_CLASS", "")
 HF_CACHE_PATH = env_str("HF_CACHE_PATH", "/home/ray/.cache/huggingface")
 NCCL_DEBUG = env_choice("NCCL_DEBUG", "WARN", {"VERSION", "WARN", "INFO", "TRACE"})
 PROMETHEUS_URL = env_url("PROMETHEUS_URL", None, schemes={"http", "https"})
@@ -478,6 +493,12 @@ GATEWAY_NAME = env_str("GATEWAY_NAME", "llm-gateway")
 GATEWAY_NAMESPACE = env_str("GATEWAY_NAMESPACE", "gateway-system")
 GATEWAY_PUBLIC_URL = env_url("GATEWAY_PUBLIC_URL", None, schemes={"http", "https"})
 API_KEY_NAMESPACE = env_str("API_KEY_NAMESPACE", "kuadrant-system")
+if GATEWAY_PUBLIC_URL and KSERVE_DEPLOYMENT_MODE == "Knative" and "kserve" in RUNTIME_BACKENDS:
+    # runtime.manifests.kserve.predictor_service: no stable Service for a route (docs/install.md, "KServe").
+    raise ImproperlyConfigured(
+        "KSERVE_DEPLOYMENT_MODE=Knative cannot be used with GATEWAY_PUBLIC_URL: a Knative-mode predictor has no "
+        "Service a Gateway route can target. Use KSERVE_DEPLOYMENT_MODE=Standard, or drop kserve from RUNTIME_BACKENDS."
+    )
 METRICS_SCRAPE_TIMEOUT_SECONDS = env_float("METRICS_SCRAPE_TIMEOUT_SECONDS", 5.0, minimum=0.1)
 # Deployments per scrape task: a cycle over more is spread over the worker processes.
 METRICS_SHARD_SIZE = env_int("METRICS_SHARD_SIZE", 100, minimum=1)

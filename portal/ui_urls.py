@@ -2,6 +2,7 @@ from django.urls import include, path
 
 from deployments import views as deployment_views
 from portal import readiness, views
+from quotas import secret_views
 from quotas import views as quota_views
 
 urlpatterns = [
@@ -33,6 +34,13 @@ urlpatterns = [
     path("quotas/", quota_views.quota_overview, name="quota-overview"),
     path("quotas/<slug:slug>/", quota_views.tenant_quota, name="tenant-quota"),
     path("quota-requests/<int:pk>/<str:decision>/", quota_views.quota_request_decide, name="quota-decide"),
+    path("quotas/<slug:slug>/storage/", secret_views.storage_set_view, name="tenant-storage-set"),
+    path("quotas/<slug:slug>/credentials/<str:kind>/", secret_views.secret_set_view, name="tenant-secret-set"),
+    path(
+        "quotas/<slug:slug>/credentials/<str:kind>/delete/",
+        secret_views.secret_delete_view,
+        name="tenant-secret-delete",
+    ),
     path("", include("usage.urls")),  # usage/, usage/export.csv
     path("", include("portal.platform_urls")),  # platform/…, tenants/<slug>/members/
 ]

@@ -1,6 +1,6 @@
-"""Kueue sync: mirror tenants' quotas as Namespace, ResourceFlavors (each GPU flavor and the
-platform's CPU flavor for Ray heads), Cohort, ClusterQueue and LocalQueue objects, and read
-ClusterQueue status back for the admin view. Idempotent."""
+"""Kueue sync: mirror tenants' quotas as Namespace (and its model-cache claim, quotas.model_cache),
+ResourceFlavors (each GPU flavor and the platform's CPU flavor for Ray heads), Cohort, ClusterQueue
+and LocalQueue objects, and read ClusterQueue status back for the admin view. Idempotent."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import logging
 
 from django.utils import timezone
 
+from quotas.model_cache import sync_model_cache
 from quotas.models import GpuFlavor, Tenant
 from quotas.nodepools import sync_nodepools, sync_topologies
 from quotas.specs import flavor_spec, tenant_queue_spec
@@ -63,6 +64,7 @@ def sync_kueue(*, tenant_id: int | None = None) -> int:
         written += _apply_if_changed(cluster, render_namespace(spec))
         if tenant.namespace_created is None:  # from now on the slug names a cluster object: fixed
             Tenant.objects.filter(pk=tenant.pk, namespace_created__isnull=True).update(namespace_created=timezone.now())
+        written += sync_model_cache(cluster, tenant)  # in the namespace, before any engine pod mounts it
         for obj in (render_cluster_queue(spec, platform), render_local_queue(spec)):
             written += _apply_if_changed(cluster, obj)
         read_cluster_queue_status(cluster, tenant)

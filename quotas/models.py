@@ -18,6 +18,7 @@ from quotas.validators import (
     validate_flavor_name,
     validate_label_value,
     validate_node_labels,
+    validate_storage_class,
     validate_tenant_slug,
     validate_tolerations,
 )
@@ -167,6 +168,22 @@ class Tenant(models.Model):
         default=0,
         validators=[MaxValueValidator(10**7)],
         help_text=REQUESTS_PER_MINUTE_HELP,
+    )
+    # --- storage (issue 40: quotas.model_cache) ----------------------------------------------
+    model_cache_size_gi = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(2**20)],
+        help_text="Size of the tenant's model-cache claim in GiB (empty: MODEL_CACHE_SIZE_GI). Only ever grown.",
+    )
+    model_cache_storage_class = models.CharField(
+        max_length=253,
+        blank=True,
+        validators=[validate_storage_class],
+        help_text="StorageClass of the model-cache claim (empty: MODEL_CACHE_STORAGE_CLASS); fixed once created.",
+    )
+    model_cache_status = models.JSONField(
+        default=dict, blank=True, help_text="What the last sync found or did with the model-cache claim."
     )
     namespace_created = models.DateTimeField(
         null=True,
@@ -454,3 +471,8 @@ class QuotaChangeRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant.slug}/{self.flavor.name} → {self.nominal_gpus} ({self.status})"
+
+
+from quotas.secret_models import TenantSecret  # noqa: E402 (the model lives beside; Django finds it here)
+
+__all__ = ["TenantSecret"]

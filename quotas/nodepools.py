@@ -64,7 +64,7 @@ def _prune(cluster: k8s.Cluster, kind: k8s.Kind, wanted: set[str]) -> int:
     except k8s.PermanentClusterError as error:
         if error.status not in (401, 403):
             raise
-        log.error("cannot list %s (re-apply deploy/k8s for the portal's ClusterRole): %s", kind.plural, error)
+        log.error("cannot list %s (upgrade charts/llm-portal for the portal's ClusterRole): %s", kind.plural, error)
         return 0
     deleted = 0
     for obj in found:
@@ -89,7 +89,7 @@ def _apply_each(cluster: k8s.Cluster, apply: Applier, objects: list[Callable[[],
             if error.status not in (401, 403):
                 raise
             # A ClusterRole from before node provisioning: the queues must still converge.
-            log.error("node provisioning not permitted (re-apply deploy/k8s): %s", error)
+            log.error("node provisioning not permitted (upgrade the Helm chart charts/llm-portal): %s", error)
     return written
 
 

@@ -25,6 +25,12 @@ def validate_dns1123_label(value: str, max_length: int = syntax.DNS1123_LABEL_MA
     _refuse(syntax.dns1123_label_problem(value, max_length), "dns1123")
 
 
+def validate_storage_class(value: str) -> None:
+    """A StorageClass name (a DNS-1123 subdomain); empty means the platform's setting."""
+    if value:
+        _refuse(syntax.dns1123_subdomain_problem(value), "storage_class")
+
+
 def validate_dns1035_label(value: str) -> None:
     """A DNS-1035 label (what KubeRay and KServe require of their objects' names): a DNS-1123
     label that starts with a letter."""

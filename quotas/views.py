@@ -16,6 +16,7 @@ from quotas.choices import Role
 from quotas.forms import DecisionForm, QuotaRequestForm
 from quotas.models import QuotaChangeRequest, Tenant
 from quotas.presenters import current_quota_values, quota_rows
+from quotas.secret_views import secrets_context
 
 
 @login_required
@@ -30,8 +31,7 @@ def quota_overview(request):
 def tenant_quota(request, slug: str):
     """Quota bars, change history and (for tenant admins) the request form."""
     tenant = get_object_or_404(Tenant.objects.visible_to(request.user), slug=slug)
-    can_request = tenant.has_role(request.user, Role.TENANT_ADMIN)
-    form = QuotaRequestForm(request.POST or None) if can_request else None
+    form = tenant_quota_form(request, tenant, request.POST or None)
     if request.method == "POST" and form is not None and form.is_valid():
         try:
             services.quota_change_request_create(tenant=tenant, user=request.user, **form.cleaned_data)
@@ -40,6 +40,19 @@ def tenant_quota(request, slug: str):
         else:
             messages.success(request, "Quota change requested; a platform admin will decide.")
             return redirect("tenant-quota", slug=slug)
+    return tenant_page(request, tenant, form)
+
+
+def tenant_quota_form(request, tenant: Tenant, data=None):
+    """The quota request form for tenant admins, else None."""
+    if not tenant.has_role(request.user, Role.TENANT_ADMIN):
+        return None
+    return QuotaRequestForm(data)
+
+
+def tenant_page(request, tenant: Tenant, form, *, secret_forms=None, storage_form=None, status: int = 200):
+    """The tenant's page (quota, requests, storage and credentials, audit trail); the credential
+    views render it again with a bound form that has errors (quotas.secret_views)."""
     history = AuditEvent.objects.filter(tenant=tenant, action__startswith="quota").select_related("actor")[:50]
     return render(
         request,
@@ -52,7 +65,9 @@ def tenant_quota(request, slug: str):
             "history": history,
             "requests": tenant.quota_requests.select_related("flavor", "requested_by", "decided_by")[:30],
             "decide_form": DecisionForm(),
+            **secrets_context(request, tenant, secret_forms or {}, storage_form),
         },
+        status=status,
     )
 
 

@@ -117,6 +117,9 @@ class PlatformSpec:
     cpu_flavor: str = "portal-cpu"
     cpu_flavor_node_labels: tuple[tuple[str, str], ...] = ()  # sorted (key, value) pairs
     queueing_strategy: str = "BestEffortFIFO"  # every ClusterQueue's: BestEffortFIFO | StrictFIFO
+    # How KServe runs the kserve backend's InferenceServices: "Standard" (a Deployment) or "Knative"
+    # (runtime.manifests.kserve, KSERVE_MODES).
+    kserve_deployment_mode: str = "Standard"
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,10 @@ AUDIT_LABELS = {
     "tenant.archive": "Tenant archived",
     "tenant.budget_stop": "Budget hard stop reached",
     "tenant.budget_resume": "Budget stop lifted",
+    "tenant.storage": "Model-cache claim settings changed",
+    "tenant_secret.set": "Credential set",
+    "tenant_secret.rotate": "Credential replaced",
+    "tenant_secret.delete": "Credential deleted",
 }
 
 

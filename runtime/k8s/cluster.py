@@ -12,7 +12,16 @@ from kubernetes import client as k8s_client
 from kubernetes.client import rest as k8s_rest
 
 from runtime.k8s.errors import NotFound, TransientClusterError, _translated_errors
-from runtime.k8s.kinds import NAMESPACE, PENDING_WORKLOADS_PATH, SECRET, Kind, _selector_string, kind_of, labels_match
+from runtime.k8s.kinds import (
+    NAMESPACE,
+    PENDING_WORKLOADS_PATH,
+    PVC,
+    SECRET,
+    Kind,
+    _selector_string,
+    kind_of,
+    labels_match,
+)
 from runtime.k8s.reads import OperatingReads
 
 FIELD_MANAGER = "llm-portal"
@@ -202,6 +211,32 @@ class Cluster(OperatingReads):
             return False
         return True
 
+    # The tenant's model-cache claim (quotas.model_cache): created when absent, and otherwise only
+    # its storage request raised (a PVC's other fields are immutable once bound; never shrunk).
+
+    def create_claim(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a PersistentVolumeClaim (AlreadyExists is a PermanentClusterError)."""
+        if kind_of(obj) != PVC:
+            raise ValueError("create_claim creates PersistentVolumeClaims only")
+        namespace = _require_namespace(PVC, obj["metadata"].get("namespace"))
+        create = self.core.create_namespaced_persistent_volume_claim
+        return self._call("create", create, namespace, dict(obj), field_manager=FIELD_MANAGER)
+
+    def patch_claim_storage(self, name: str, namespace: str, storage: str) -> dict[str, Any]:
+        """Merge-patch a claim's `spec.resources.requests.storage` (a volume expansion: the API
+        server refuses it unless the claim's StorageClass has allowVolumeExpansion)."""
+        body = {"spec": {"resources": {"requests": {"storage": storage}}}}
+        patch = self.core.patch_namespaced_persistent_volume_claim
+        return self._call(
+            "patch",
+            patch,
+            name,
+            _require_namespace(PVC, namespace),
+            body,
+            field_manager=FIELD_MANAGER,
+            _content_type="application/merge-patch+json",
+        )
+
     def patch_status(self, kind: Kind, name: str, namespace: str | None, status: Mapping[str, Any]) -> dict[str, Any]:
         """Merge-patch the status subresource. Only simulated operators in tests write status."""
         body = {"status": dict(status)}
@@ -231,8 +266,9 @@ class Cluster(OperatingReads):
         return self._custom("apply", "patch", kind, namespace, name, body, **apply_args)
 
     def _apply_secret(self, name: str, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
-        """API-key Secrets (the access app), written in the key namespace only and never read
-        back: apply, or create where the test server answers apply on a missing object with 404."""
+        """API-key Secrets (the access app, in the key namespace) and the tenants' credential
+        Secrets (quotas.tenant_secrets, in tenant namespaces), never read back: apply, or create
+        where the test server answers apply on a missing object with 404."""
         namespace = _require_namespace(SECRET, namespace)
         try:
             return self._call(
@@ -301,7 +337,7 @@ class Cluster(OperatingReads):
 
 # The core kinds the portal reads, and how: CoreV1Api method names by plural. Every other core
 # call is refused here (Namespaces, and API-key Secrets in the key namespace, are the only core
-# kinds the portal writes).
+# kinds the portal writes, with the tenants' model-cache claims: create_claim, patch_claim_storage).
 _CORE_GET = {
     "namespaces": "read_namespace",
     "persistentvolumeclaims": "read_namespaced_persistent_volume_claim",

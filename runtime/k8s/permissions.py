@@ -2,11 +2,11 @@
 
 `PORTAL` is what the runtime calls: the Helm chart's ClusterRole (charts/llm-portal) grants exactly these
 (tests/portal/test_rbac.py records every call and compares all three). `READINESS` is what the
-cluster readiness page reads besides (nodes per flavor, the model-cache claims, Kueue's
-configuration and Deployment, the KubeRay and KServe CRDs for their versions, ClusterQueues and
-ResourceFlavors for quota against capacity): an optional grant,
-the chart's rbac.readiness.enabled; without it those checks say they cannot tell. Its
-dry-run probes (Kueue's webhooks) use the runtime's own create grants. Discovery, /version and
+cluster readiness page reads besides (nodes per flavor, Kueue's configuration and Deployment, the
+KubeRay and KServe CRDs for their versions, ClusterQueues and ResourceFlavors for quota against
+capacity): an optional grant, the chart's rbac.readiness.enabled; without it those checks say they
+cannot tell. Its dry-run probes (Kueue's webhooks) use the runtime's own create grants, and its
+model-cache check the runtime's own get on claims. Discovery, /version and
 SelfSubjectAccessReview need no grant (every authenticated identity has them through
 system:discovery, system:public-info-viewer and system:basic-user).
 """
@@ -45,6 +45,11 @@ COMMON: tuple[tuple[str, str, str], ...] = (
         for verb in ("create", "patch", "delete")
     ),
     ("get", "kuadrant.io", "authpolicies"),  # enforced yet? the route stays parked until it is
+    # Tenant storage and credentials (quotas.model_cache, quotas.tenant_secrets): the model-cache
+    # claim is read, created when absent and its size raised; the tenant's Hugging Face and S3
+    # Secrets are written (apply), created and deleted, and never read or listed.
+    *((verb, "", "persistentvolumeclaims") for verb in ("get", "create", "patch")),
+    *((verb, "", "secrets") for verb in ("create", "patch", "delete")),
 )
 
 # API-key Secrets, in the key namespace only (API_KEY_NAMESPACE; the chart's api-keys Role):
@@ -82,7 +87,6 @@ KEYS: tuple[tuple[str, str, str], ...] = tuple((verb, "", "secrets") for verb in
 
 READINESS: tuple[tuple[str, str, str], ...] = (
     ("list", "", "nodes"),
-    ("get", "", "persistentvolumeclaims"),
     ("get", "", "configmaps"),
     ("list", "karpenter.sh", "nodeclaims"),  # each pool's node claims still on their way
     ("get", "apps", "deployments"),  # Kueue's controller, in Kueue's namespace: its version

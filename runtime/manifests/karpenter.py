@@ -21,12 +21,18 @@ Disruption: a node serving a model is never taken away by Karpenter on its own i
 (reloading weights costs minutes of serving). Three parts, read from kubernetes-sigs/karpenter
 v1.14.1:
 - `consolidationPolicy: WhenEmpty`: an empty node is removed `consolidate_after` after its last
-  pod left; a busy one is never drained to pack pods tighter;
+  pod left, plus up to 25 s of Karpenter's own (pkg/controllers/disruption: a 10 s poll,
+  controller.go pollingPeriod, and a 15 s wait before it checks the node is still empty,
+  consolidation.go commandValidationDelay); a busy one is never drained to pack pods tighter;
 - `budgets`: no node is disrupted for the reasons `Drifted` or `Underutilized` (`nodes: "0"`;
   pkg/apis/v1/nodepool.go GetAllowedDisruptionsByReason takes the smallest budget naming the
   reason, so `Empty`, named by none, stays unlimited). A changed AMI or template reaches new
-  nodes at once and the old ones when they empty or expire. This also covers serving pods
-  started before they carried the annotation below (running Ray clusters keep their pods);
+  nodes at once and the old ones when they empty or expire. The pool's hash covers its template
+  but the requirements (nodepool.go NodePool.Hash), so a flavor's changed labels or tolerations
+  and a changed `expire_after` mark every node of the pool Drifted as well, and the budget keeps
+  them (tests/cluster/test_karpenter.py); limits and the disruption block are outside the hash.
+  This also covers serving pods started before they carried the annotation below (running Ray
+  clusters keep their pods);
 - the serving pods carry `karpenter.sh/do-not-disrupt: "true"` (`serving_pod_annotations`;
   pkg/apis/v1/labels.go DoNotDisruptAnnotationKey): a node with such a pod is no candidate for
   any voluntary disruption (pkg/controllers/state/statenode.go ValidatePodsDisruptable) and the

@@ -30,14 +30,16 @@ def check_model_cache(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Che
     except k8s.PermanentClusterError as error:
         if not _denied(error):
             raise
-        return [Check(key, title, AMBER, f"Cannot read claims: {error}", f"Apply {OPTIONAL_RBAC}.")]
+        fix = "Grant the portal get on persistentvolumeclaims (the chart's ClusterRole does)."
+        return [Check(key, title, AMBER, f"Cannot read claims: {error}", fix)]
     if missing:
-        # The renderers mount it in every engine pod while MODEL_CACHE_PVC is set (the default), and
-        # nothing in the portal creates it: such pods stay Pending ("persistentvolumeclaim not found").
+        # The renderers mount it in every engine pod while MODEL_CACHE_PVC is set (the default); the
+        # Kueue sync creates it (quotas.model_cache). Until then such pods stay Pending.
         detail = f"Missing in {', '.join(missing)}: engine pods there mount it and would stay Pending."
         fix = (
-            f"Create a ReadWriteMany PVC {name} in each tenant namespace, or set MODEL_CACHE_PVC empty "
-            "so that pods mount no cache (each downloads its model)."
+            "The portal creates it when it syncs the tenant (MODEL_CACHE_SIZE_GI GiB of MODEL_CACHE_STORAGE_CLASS): "
+            "run the Kueue sync, and if it stays missing read the reason on the tenant's page (Storage and "
+            "credentials). Or set MODEL_CACHE_PVC empty so that pods mount no cache (each downloads its model)."
         )
         return [Check(key, title, RED, detail, fix)]
     if pending:

@@ -13,6 +13,7 @@ from quotas.specs import flavor_spec
 from runtime import k8s
 from runtime.manifests.kueue import render_cpu_resource_flavor, render_resource_flavor
 from runtime.platform import platform_spec
+from runtime.status import current_workload
 from tests.support.factories import draft
 
 
@@ -20,7 +21,7 @@ def onboard(kube, *flavors: GpuFlavor, gpu_nodes: int = 1, gpus: int = 8) -> Non
     """Mirror the tenants to Kueue and add KWOK nodes: one CPU node for heads, `gpu_nodes` per flavor."""
     sync_kueue()
     claim = platform_spec().model_cache_pvc
-    if claim:  # the platform team's part of the install: a claim in each tenant namespace
+    if claim:  # the portal made each tenant's claim; a volume for it is the cluster's part
         for tenant in Tenant.objects.all():
             kube.model_cache(tenant.namespace, claim)
     kube.nodes_for_flavor(render_cpu_resource_flavor(platform_spec()), gpus=0)
@@ -85,7 +86,7 @@ def workload_of(kube, dep: ModelDeployment) -> dict | None:
         for w in kube.list(k8s.WORKLOAD, dep.tenant.namespace)
         if any(ref.get("name") == dep.resource_name for ref in w["metadata"].get("ownerReferences", []))
     ]
-    return items[0] if items else None
+    return current_workload(items)  # an elastic job's slices share the owner: the live one
 
 
 def condition(obj: dict | None, kind: str) -> dict:

@@ -103,7 +103,7 @@ class TestBackendNotInstalled:
         cluster_api.inject_faults(
             1.0, (404,), when=lambda method, path: "/inferenceservices" in path and method != "GET"
         )
-        dep = approved(world, backend="kserve", name="isvc")
+        dep = approved(world, backend="kserve", name="isvc", min_replicas=1, max_replicas=1)  # Standard mode: fixed
         assert run(dep).outcome == "waiting"
         assert dep.condition("Ready")["message"].startswith(
             "Backend kserve is not installed on the cluster: the cluster does not serve the InferenceService "

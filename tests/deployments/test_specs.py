@@ -16,7 +16,8 @@ class TestDeploymentSpec:
     def test_a_just_created_deployment_renders_to_yaml_without_a_reread(self, world, backend):
         # No dtype, quantization or backend in the draft: the row keeps the model defaults,
         # which are TextChoices members until the row is read back from the database.
-        data = {k: v for k, v in draft(world, backend=backend).items() if k not in ("dtype", "quantization")}
+        fixed = {"min_replicas": 1, "max_replicas": 1} if backend == "kserve" else {}  # KServe Standard: no autoscaling
+        data = {k: v for k, v in draft(world, backend=backend, **fixed).items() if k not in ("dtype", "quantization")}
         if backend == "kuberay":
             data.pop("backend")
         dep = services.deployment_create(tenant=world.alpha, user=world.users["member"], data=data)

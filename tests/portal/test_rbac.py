@@ -1,5 +1,6 @@
 """Least privilege, derived from the code: record every Kubernetes API call the runtime makes in
-its scenarios (kuberay and kserve lifecycles, updates, recreation, sweep, Kueue sync) and check
+its scenarios (kuberay and kserve lifecycles, updates, recreation, sweep, Kueue sync with the
+model-cache claims, the tenant's credential Secrets) and check
 the portal's ClusterRole grants exactly those (resource, verb) pairs — no more, no less."""
 
 from dataclasses import replace
@@ -140,6 +141,29 @@ def mint_and_revoke_a_key(world, on_commit) -> None:
         key_revoke(user=world.users["member"], key_id=key.pk)
 
 
+def keep_storage_and_credentials(world, api, settings) -> None:
+    """Tenant storage and credentials: the model-cache claim (created by the first sync in
+    `exercise`) grown, and the tenant's Hugging Face token and S3 credentials set, rotated and
+    deleted by a tenant admin (quotas.model_cache, quotas.tenant_secrets)."""
+    from quotas import tenant_secrets
+    from quotas.models import Tenant
+    from runtime import k8s
+
+    bound = {"status": {"phase": "Bound"}}  # the volume controller's part: only a bound claim grows
+    api.patch_object(k8s.PVC, settings.MODEL_CACHE_PVC, "alpha", bound, status_only=True)
+    Tenant.objects.filter(pk=world.alpha.pk).update(model_cache_size_gi=settings.MODEL_CACHE_SIZE_GI + 100)
+    sync_kueue(tenant_id=world.alpha.pk)
+    admin = world.users["tenant_admin"]
+    values = {
+        "hf_token": ({"token": "hf_" + "a" * 34}, {"token": "hf_" + "b" * 34}),
+        "s3": tuple({"access_key_id": f"AKIA{n}EXAMPLE", "secret_access_key": f"secret-{n}-key"} for n in (1, 2)),
+    }
+    for kind, (first, second) in values.items():
+        tenant_secrets.secret_set(tenant=world.alpha, user=admin, kind=kind, data=first)
+        tenant_secrets.secret_set(tenant=world.alpha, user=admin, kind=kind, data=second)
+        assert tenant_secrets.secret_delete(tenant=world.alpha, user=admin, kind=kind)
+
+
 def key_namespace_rules() -> set[tuple[str, str, str]]:
     """The Role the chart renders in the key namespace once endpoint access is on."""
     chart.require_helm()
@@ -153,11 +177,16 @@ def test_the_cluster_role_grants_exactly_what_the_runtime_calls(
 ):
     expose_and_use_keys(world, settings, tmp_path, monkeypatch)
     exercise(world, cluster_api)
+    keep_storage_and_credentials(world, cluster_api, settings)
     mint_and_revoke_a_key(world, django_capture_on_commit_callbacks)
     requests = cluster_api.proxied_requests()
-    secrets = {(method, path) for method, path in requests if "/secrets" in path}
+    secrets = {(m, p) for m, p in requests if p.startswith("/api/v1/namespaces/kuadrant-system/secrets")}
     # API-key Secrets: only in the key namespace, only what its Role grants (the chart's api-keys Role).
-    assert secrets and all(path.startswith("/api/v1/namespaces/kuadrant-system/secrets") for _, path in secrets)
+    # The tenant's credential Secrets: only in its namespace, only the portal's two names (the ClusterRole).
+    tenant_secrets = {(m, p) for m, p in requests if "/secrets" in p} - secrets
+    assert secrets and tenant_secrets
+    assert {p.rsplit("/", 1)[-1] for _, p in tenant_secrets} <= {"llm-portal-hf-token", "llm-portal-s3", "secrets"}
+    assert all(p.startswith("/api/v1/namespaces/alpha/secrets") for _, p in tenant_secrets)
     from runtime.k8s.permissions import KEYS
 
     used_on_secrets = with_apply_creates({verb_and_resource(m, p) for m, p in secrets})
@@ -175,6 +204,7 @@ def test_the_cluster_role_grants_exactly_what_the_runtime_calls(
     assert ("get", "visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads") in used
     assert ("delete", "kueue.x-k8s.io", "workloads") in used
     assert ("list", "", "events") in used and ("get", "", "pods/log") in used
+    assert ("patch", "", "persistentvolumeclaims") in used and ("delete", "", "secrets") in used
     missing = used - granted()
     unused = granted() - used
     assert not missing, f"the runtime calls these but the ClusterRole does not grant them: {sorted(missing)}"
@@ -191,8 +221,8 @@ def test_the_portal_permissions_constant_is_the_cluster_role(world, cluster_api)
 
 def test_the_readiness_checks_read_exactly_the_optional_grant(world, cluster_api, settings):
     """Beyond discovery, /version and access reviews (open to every identity) and its dry-run
-    creates (Kueue's webhooks, under the runtime's own create grants), the readiness page reads
-    nodes, claims, Kueue's ConfigMap and Deployment, two CRDs, ClusterQueues and ResourceFlavors,
+    creates (Kueue's webhooks) and the model-cache claims (both under the runtime's own grants), the
+    readiness page reads nodes, Kueue's ConfigMap and Deployment, two CRDs, ClusterQueues and ResourceFlavors,
     and (with a Gateway) AuthPolicies: exactly the rules of the chart's optional readiness grant
     (rbac.readiness.enabled)."""
     from portal.readiness import cluster_readiness
@@ -205,10 +235,10 @@ def test_the_readiness_checks_read_exactly_the_optional_grant(world, cluster_api
     for method, path in cluster_api.proxied_requests():
         if path.rstrip("/") in ("/apis", "/version") or path.startswith("/apis/authorization.k8s.io/"):
             continue  # discovery root, the server's version, SelfSubjectAccessReview
-        if method == "POST" and verb_and_resource(method, path) in PORTAL:
-            continue  # a dry-run create (dryRun=All) under the runtime's own grant
         if method == "GET" and path.startswith("/apis/") and len([p for p in path.split("/") if p]) == 3:
             continue  # discovery of one group/version
+        if verb_and_resource(method, path) in PORTAL:
+            continue  # under the runtime's own grant: a dry-run create (dryRun=All), the model-cache claims
         used.add(verb_and_resource(method, path))
     chart.require_helm()
     rules = set()

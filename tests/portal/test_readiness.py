@@ -143,16 +143,16 @@ def test_a_missing_permission(healthy):
 
 
 def test_without_the_optional_readiness_grant_those_checks_cannot_tell(healthy):
-    for verb, resource in (("list", "nodes"), ("get", "persistentvolumeclaims"), ("get", "configmaps")):
+    # The model-cache claims are read under the portal's own grant (it creates them): not among these.
+    for verb, resource in (("list", "nodes"), ("get", "configmaps")):
         healthy.deny(verb, "", resource)
-    reads = ("/api/v1/nodes", "/persistentvolumeclaims/", "/configmaps/")
+    reads = ("/api/v1/nodes", "/configmaps/")
     healthy.inject_faults(1.0, (403,), when=lambda method, path: any(r in path for r in reads))
     checks = by_key()
     assert not_green(checks) == {
         "flavors": "amber",
         "kueue:kserve": "amber",  # no webhook probe for pods: it cannot tell without the ConfigMap
         "kserve:annotations": "amber",  # KServe's ConfigMap cannot be read either
-        "pvc:model-cache": "amber",
         "quota": "amber",
         "rbac:readiness": "amber",
     }

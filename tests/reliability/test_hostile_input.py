@@ -175,8 +175,9 @@ SETTINGS = hypothesis.settings(
 
 
 @pytest.fixture
-def fuzz_world(world):
-    """The world plus one object of each kind, so path parameters can name real objects.
+def fuzz_world(world, cluster_api):
+    """The world plus one object of each kind, so path parameters can name real objects, and the
+    API test server as the cluster (the tenant credentials are written in the request).
 
     Requests go straight to the WSGI app inside the test's transaction; like Django's test
     client, keep request start/finish from closing that connection (it would end the
@@ -338,10 +339,13 @@ def body_targets(world):
         ("member", "POST", "/api/v1/keys/"),
         ("member", "POST", f"/api/v1/keys/{key.pk}/revoke/"),
         ("platform_admin", "POST", "/api/v1/invitations/"),
+        ("tenant_admin", "PUT", "/api/v1/tenants/alpha/credentials/hf_token/"),
+        ("tenant_admin", "PUT", "/api/v1/tenants/alpha/credentials/s3/"),
+        ("platform_admin", "PUT", "/api/v1/tenants/alpha/storage/"),
     ]
 
 
-BODY_TARGETS = 31  # len(body_targets): the test below holds the two together
+BODY_TARGETS = 34  # len(body_targets): the test below holds the two together
 
 
 def _template(path: str) -> str:

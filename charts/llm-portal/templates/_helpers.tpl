@@ -94,6 +94,8 @@ RAY_VERSION: {{ $v.runtime.rayVersion | quote }}
 RAY_IMAGE: {{ $v.runtime.rayImage | quote }}
 VLLM_IMAGE: {{ $v.runtime.vllmImage | quote }}
 MODEL_CACHE_PVC: {{ $v.runtime.modelCachePvc | quote }}
+MODEL_CACHE_SIZE_GI: {{ $v.runtime.modelCacheSizeGi | toString | quote }}
+MODEL_CACHE_STORAGE_CLASS: {{ $v.runtime.modelCacheStorageClass | quote }}
 NCCL_DEBUG: {{ $v.runtime.ncclDebug | quote }}
 KUEUE_COHORT: {{ $v.kueue.cohort | quote }}
 KUEUE_CPU_FLAVOR: {{ $v.kueue.cpuFlavor | quote }}

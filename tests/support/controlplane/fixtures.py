@@ -3,7 +3,7 @@
 `control_plane` starts one per test session (about 13 s) and stops it at the end. Tests that use
 it get `kube`: an admin client plus helpers to add KWOK nodes, wait on objects and steer the
 stand-in Ray head, which removes everything the test created afterwards, and points the portal's
-settings at the plane as the `llm-portal` ServiceAccount bound to deploy/k8s/base/rbac.yaml's
+settings at the plane as the `llm-portal` ServiceAccount bound to the Helm chart's rendered
 ClusterRole (the real authorizer proves that grant is enough). Without the binaries, or without
 root for the network namespace, the tests skip with the reason; with `CI` set they fail.
 """
@@ -96,8 +96,10 @@ class Kube:
         return self.add_nodes(labels, count=count, gpus=gpus, taints=[GPU_TAINT] if gpus else ())
 
     def model_cache(self, namespace: str, claim: str) -> None:
-        """A claim and a PersistentVolume bound to it (no StorageClass here: `storageClassName: ""`
-        and a claimRef; the controller manager binds them in about a second)."""
+        """A PersistentVolume for the tenant's model-cache claim, which the portal's Kueue sync
+        creates (quotas.model_cache): no StorageClass here, so the volume has `storageClassName: ""`
+        and a claimRef; the controller manager binds them in about a second. It holds the largest
+        claim the portal makes, so any MODEL_CACHE_SIZE_GI fits."""
         volume = f"{namespace}-{claim}"[:63]
         self.plane.request(
             "POST",
@@ -105,7 +107,7 @@ class Kube:
             {
                 "metadata": {"name": volume},
                 "spec": {
-                    "capacity": {"storage": "100Gi"},
+                    "capacity": {"storage": "1Pi"},
                     "accessModes": ["ReadWriteMany", "ReadWriteOnce", "ReadOnlyMany"],
                     "storageClassName": "",
                     "hostPath": {"path": f"/tmp/{volume}"},
@@ -114,19 +116,6 @@ class Kube:
             },
         )
         self.volumes.append(volume)
-        self.plane.request(
-            "POST",
-            f"/api/v1/namespaces/{namespace}/persistentvolumeclaims",
-            {
-                "metadata": {"name": claim},
-                "spec": {
-                    "accessModes": ["ReadWriteMany"],
-                    "storageClassName": "",
-                    "volumeName": volume,
-                    "resources": {"requests": {"storage": "100Gi"}},
-                },
-            },
-        )
 
     def node_ready(self, name: str) -> bool:
         node = self.plane.request("GET", f"/api/v1/nodes/{name}")
@@ -158,7 +147,7 @@ class Kube:
     def story(self) -> str:
         """Logs' last lines, for a failing wait."""
         lines = []
-        for name in ("kueue", "kuberay"):
+        for name in ("kueue", "kuberay", "karpenter"):
             proc = self.plane.procs.get(name)
             if proc:
                 lines.append(f"--- {name} ---\n" + "\n".join(proc.log.read_text(errors="replace").splitlines()[-25:]))
@@ -188,7 +177,8 @@ class Kube:
         """Delete what a test made: tenant namespaces (cascading to RayServices, Workloads and
         pods), queues, flavors, cohorts, priority classes, topologies and nodes."""
         doomed = []
-        keep = {"default", "kube-system", "kube-public", "kube-node-lease", "kueue-system", PORTAL_NAMESPACE, "kserve"}
+        keep = {"default", "kube-system", "kube-public", "kube-node-lease", "kueue-system", PORTAL_NAMESPACE}
+        keep |= {"kserve", "karpenter"}
         for ns in self.raw("/api/v1/namespaces")["items"]:
             name = ns["metadata"]["name"]
             if name not in keep and not ns["metadata"].get("deletionTimestamp"):

@@ -153,9 +153,10 @@ class Nodes:
 
 
 def provision_claims(plane, claim: str) -> list[str]:
-    """A claim `claim` and a PersistentVolume bound to it in every tenant namespace the portal
-    made (labelled as runtime.manifests.kueue.render_namespace labels them) that lacks one: what
-    a platform team provides (docs/install.md, "Install on a cluster"). Returns the namespaces served."""
+    """A PersistentVolume for the claim `claim` in every tenant namespace the portal made (labelled
+    as runtime.manifests.kueue.render_namespace labels them) whose claim is not bound yet: what a
+    storage provisioner does on a real cluster. The portal's Kueue sync creates the claim
+    (quotas.model_cache); where it has not yet, the claim is made here. Returns the namespaces served."""
     from runtime.manifests.common import LABEL_MANAGED_BY, LABEL_TENANT, MANAGED_BY
 
     selector = urllib.parse.quote(f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_TENANT}")
@@ -164,13 +165,16 @@ def provision_claims(plane, claim: str) -> list[str]:
         namespace = ns["metadata"]["name"]
         if ns["metadata"].get("deletionTimestamp"):
             continue
-        if _get(plane, f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{claim}"):
+        existing = _get(plane, f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{claim}")
+        if existing and (existing.get("status") or {}).get("phase") == "Bound":
             continue
         volume = f"{namespace}-{claim}"[:63].rstrip("-")
         old = _get(plane, f"/api/v1/persistentvolumes/{volume}")
         if old and (old.get("status") or {}).get("phase") == "Released":  # the namespace was remade
             plane.request("DELETE", f"/api/v1/persistentvolumes/{volume}")
             old = None
+        if old is not None and existing:
+            continue  # the volume is there: the controller manager binds them
         if old is None:
             _create(
                 plane,
@@ -178,7 +182,7 @@ def provision_claims(plane, claim: str) -> list[str]:
                 {
                     "metadata": {"name": volume},
                     "spec": {
-                        "capacity": {"storage": "100Gi"},
+                        "capacity": {"storage": "1Pi"},  # the largest claim the portal makes
                         "accessModes": ["ReadWriteMany", "ReadWriteOnce", "ReadOnlyMany"],
                         "storageClassName": "",
                         "hostPath": {"path": f"/tmp/{volume}"},
@@ -186,19 +190,20 @@ def provision_claims(plane, claim: str) -> list[str]:
                     },
                 },
             )
-        _create(
-            plane,
-            f"/api/v1/namespaces/{namespace}/persistentvolumeclaims",
-            {
-                "metadata": {"name": claim},
-                "spec": {
-                    "accessModes": ["ReadWriteMany"],
-                    "storageClassName": "",
-                    "volumeName": volume,
-                    "resources": {"requests": {"storage": "100Gi"}},
+        if not existing:
+            _create(
+                plane,
+                f"/api/v1/namespaces/{namespace}/persistentvolumeclaims",
+                {
+                    "metadata": {"name": claim},
+                    "spec": {
+                        "accessModes": ["ReadWriteMany"],
+                        "storageClassName": "",
+                        "volumeName": volume,
+                        "resources": {"requests": {"storage": "100Gi"}},
+                    },
                 },
-            },
-        )
+            )
         served.append(namespace)
     return served
 

@@ -1,6 +1,7 @@
 """`ControlPlane`: etcd, kube-apiserver, controller manager, scheduler, KWOK, Kueue, KubeRay
-(and KServe on request) started from ../shared/k8s's binaries with the flags its README records,
-in a temporary folder, on free ports, with a pod network namespace and a stand-in Ray head.
+(and KServe and Karpenter's KWOK provider, karpenter.py, on request) started from
+../shared/k8s's binaries with the flags its README records, in a temporary folder, on free
+ports, with a pod network namespace and a stand-in Ray head.
 
 Everything it creates outside its folder (the network namespace, its route and veth, Kueue's
 fixed certificate paths) is written to `state.json` first, so `sweep_stale()` removes what a
@@ -91,8 +92,9 @@ def _undo(state: dict, *, live_self: bool = False) -> None:
 class ControlPlane:
     """One control plane. `start()`, use `kubeconfig` / `admin_token`, `stop()`."""
 
-    def __init__(self, *, kserve: bool = False, folder: Path | None = None) -> None:
+    def __init__(self, *, kserve: bool = False, karpenter: bool = False, folder: Path | None = None) -> None:
         self.kserve = kserve
+        self.karpenter = karpenter
         self.bin = binaries()  # raises Unavailable before anything is made
         RUNS.mkdir(parents=True, exist_ok=True)
         self.run = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=RUNS))  # state.json
@@ -105,6 +107,7 @@ class ControlPlane:
         self.ports = {name: free_port() for name in ("etcd", "peer", "api", "webhook", "visibility", "kserve_wh")}
         self.ports |= {name: free_port() for name in ("kueue_health", "kueue_metrics", "ray_metrics", "ray_health")}
         self.ports |= {name: free_port() for name in ("kcm", "sched", "kserve_metrics", "kserve_health")}
+        self.ports |= {name: free_port() for name in ("karpenter_metrics", "karpenter_health")}
 
     # --- paths -------------------------------------------------------------------------------
 
@@ -260,6 +263,8 @@ class ControlPlane:
         self._start_kuberay()
         if self.kserve:
             self._start_kserve()
+        if self.karpenter:
+            self.start_karpenter()
         self._start_rayhead()
 
     def _write_kubeconfig(self) -> None:
@@ -337,6 +342,17 @@ class ControlPlane:
     def stop_kueue(self) -> None:
         self.procs["kueue"].stop()
 
+    def start_karpenter(self) -> None:
+        """Start Karpenter with its KWOK provider (karpenter.py); a plane started without it may
+        add it later, and `stop_karpenter()` stops it again (its CRDs and node class stay)."""
+        from tests.support.controlplane.karpenter import start_karpenter
+
+        start_karpenter(self)
+
+    def stop_karpenter(self) -> None:
+        if "karpenter" in self.procs:
+            self.procs.pop("karpenter").stop(timeout=10)
+
     def _start_kuberay(self) -> None:
         p = self.ports
         proc = self._proc(
@@ -389,7 +405,17 @@ class ControlPlane:
         wait_until(lambda: "ready" in proc.log.read_text(), timeout=30, what="the stand-in Ray head", procs=[proc])
 
     def stop(self) -> None:
-        order = ["rayhead", "kserve", "kuberay", "kueue", "kwok", "kube-scheduler", "kube-controller-manager"]
+        # Karpenter before kwok and the API server: it deletes the nodes it made through them.
+        order = [
+            "rayhead",
+            "karpenter",
+            "kserve",
+            "kuberay",
+            "kueue",
+            "kwok",
+            "kube-scheduler",
+            "kube-controller-manager",
+        ]
         for name in order:
             if name in self.procs:
                 self.procs[name].stop(timeout=10)
