@@ -109,6 +109,41 @@ MATRIX = {
         expect(viewer=403, member=403, tenant_admin=403),
     ),
     ("tenant-policy", "get"): (lambda w, c: c.get("/api/v1/tenants/alpha/policy/"), ALPHA_READ),
+    # Tenant storage (platform admins set it) and write-only credentials (tenant and platform admins).
+    # No cluster is configured in this world: an allowed credential write has nowhere to go and
+    # says so (503; tests/quotas/test_tenant_secrets.py writes them to the API test server).
+    ("tenant-storage", "get"): (lambda w, c: c.get("/api/v1/tenants/alpha/storage/"), ALPHA_READ),
+    ("tenant-storage", "put"): (
+        lambda w, c: c.put(
+            "/api/v1/tenants/alpha/storage/",
+            {"model_cache_size_gi": 300, "model_cache_storage_class": ""},
+            format="json",
+        ),
+        ADMIN_ONLY,
+    ),
+    ("tenant-credentials", "get"): (lambda w, c: c.get("/api/v1/tenants/alpha/credentials/"), ALPHA_READ),
+    ("tenant-credential-hf", "put"): (
+        lambda w, c: c.put(
+            "/api/v1/tenants/alpha/credentials/hf_token/", {"token": "hf_matrixtoken1234"}, format="json"
+        ),
+        expect(viewer=403, member=403, tenant_admin=503, platform_admin=503),
+    ),
+    ("tenant-credential-hf", "delete"): (
+        lambda w, c: c.delete("/api/v1/tenants/alpha/credentials/hf_token/"),
+        expect(viewer=403, member=403, tenant_admin=204, platform_admin=204),
+    ),
+    ("tenant-credential-s3", "put"): (
+        lambda w, c: c.put(
+            "/api/v1/tenants/alpha/credentials/s3/",
+            {"access_key_id": "AKIAMATRIX000001", "secret_access_key": "s" * 40},
+            format="json",
+        ),
+        expect(viewer=403, member=403, tenant_admin=503, platform_admin=503),
+    ),
+    ("tenant-credential-s3", "delete"): (
+        lambda w, c: c.delete("/api/v1/tenants/alpha/credentials/s3/"),
+        expect(viewer=403, member=403, tenant_admin=204, platform_admin=204),
+    ),
     ("tenant-policy", "put"): (
         lambda w, c: c.put(
             "/api/v1/tenants/alpha/policy/",
