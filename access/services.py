@@ -200,4 +200,25 @@ def keys_expire() -> list[int]:
             audit(actor="system", action=action, obj=live, tenant=key.tenant, reason=reason, changes=changes)
             withdraw_key_task.delay_on_commit(key.pk)
             ids.append(key.pk)
+    return ids + keys_withdraw_lost(now)
+
+
+# A revoked key's withdrawal normally ends within seconds (withdraw_key_task, retried on cluster
+# errors); one still not withdrawn after this long lost its task (a broker restart or restore):
+# its gateway Secret may still open the endpoint, so the withdrawal is sent again.
+WITHDRAWAL_GRACE = timedelta(minutes=5)
+
+
+def keys_withdraw_lost(now) -> list[int]:
+    """Send the withdrawal again for keys revoked (or expired) more than WITHDRAWAL_GRACE ago whose
+    Secret is not yet known to be withdrawn; withdrawing is idempotent. Returns their ids."""
+    from access.tasks import withdraw_key_task
+
+    stale = now - WITHDRAWAL_GRACE
+    lost = ApiKey.objects.exclude(gateway_state="withdrawn").filter(
+        Q(revoked_at__lte=stale) | Q(revoked_at__isnull=True, expires_at__lte=stale, gateway_state="expiring")
+    )
+    ids = sorted(lost.values_list("pk", flat=True))
+    for key_id in ids:
+        withdraw_key_task.delay(key_id)
     return ids

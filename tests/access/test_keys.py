@@ -233,6 +233,24 @@ class TestPublishing:
         assert keys_for(gateway.LOCAL_RUNTIME_DIR, "alpha", 1) == []
         assert keys_expire() == []  # once
 
+    def test_a_revoked_key_whose_withdrawal_was_lost_is_withdrawn_again(
+        self, world, cluster_api, gateway, eager, django_capture_on_commit_callbacks
+    ):
+        """A revocation whose withdraw task the broker lost (a restart, a restore) leaves the key's
+        gateway Secret open; the every-minute sweep sends the withdrawal again after the grace."""
+        with django_capture_on_commit_callbacks(execute=True):
+            body = mint(world).json()
+        name = f"llm-portal-key-{body['id']}"
+        assert cluster_api.get_object(k8s.SECRET, name, "kuadrant-system") is not None
+        revoked = timezone.now() - timedelta(minutes=1)
+        ApiKey.objects.filter(pk=body["id"]).update(revoked_at=revoked)  # revoked; its task lost
+        assert keys_expire() == []  # within the grace its own task may still be running
+        ApiKey.objects.filter(pk=body["id"]).update(revoked_at=revoked - timedelta(minutes=5))
+        assert keys_expire() == [body["id"]]
+        assert cluster_api.get_object(k8s.SECRET, name, "kuadrant-system") is None
+        assert ApiKey.objects.get(pk=body["id"]).gateway_state == "withdrawn"
+        assert keys_expire() == []  # once
+
     def test_a_deleted_deployments_keys_are_revoked_and_withdrawn_by_the_sweep(
         self, world, gateway, eager, django_capture_on_commit_callbacks
     ):

@@ -1,10 +1,12 @@
 """charts/llm-portal: the Helm chart that is the one source of the portal's cluster manifests.
 
-With the real helm (3.22.0, from ../shared/k8s; tests.support.chart): `helm lint` passes, `helm
-template` renders with the defaults and with every optional part on, every rendered object
-validates against the real schemas (core kinds: the Kubernetes OpenAPI of kubernetes-validate,
-strict, at the oldest supported and the tested Kubernetes; HTTPRoute: ../shared/schemas/crds;
-ServiceMonitor: prometheus-operator's CRD, tests/support/crds), values.schema.json refuses a bad
+With the real helm (3.22.0, from ../shared/k8s; tests.support.chart): scripts/check-chart, the
+one implementation CI runs too, passes: `helm lint --strict` and `helm template` with the defaults
+and with each charts/llm-portal/ci/*-values.yaml (every optional part on), every rendered object
+valid against the real schemas (tests.support.chart_schemas: core kinds against the Kubernetes
+OpenAPI of kubernetes-validate, strict, at the oldest supported and the tested Kubernetes;
+HTTPRoute: ../shared/schemas/crds; ServiceMonitor: prometheus-operator's CRD, tests/support/crds);
+values.schema.json refuses a bad
 value at `helm template` (hence at install), the migrations are a hook run on every install and
 upgrade, no secret value is ever rendered, and the rendered settings are ones the portal starts
 with. Without ../shared these tests skip with the reason; with CI set they fail.
@@ -13,6 +15,7 @@ with. Without ../shared these tests skip with the reason; with CI set they fail.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -20,26 +23,30 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
 import yaml
 
 from runtime.k8s import permissions
 from tests.portal.test_compose import settings_env_names
-from tests.support import chart, crd
+from tests.support import chart, chart_schemas
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICE_MONITOR_CRD = ROOT / "tests" / "support" / "crds" / "monitoring.coreos.com_servicemonitors.yaml"
-# The oldest Kubernetes the chart admits (Chart.yaml kubeVersion) and the tested one.
-KUBE_VERSIONS = ("1.34.0", "1.36.0")
+CHECK_CHART = ROOT / "scripts" / "check-chart"
 SECRET_SETTINGS = {"SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "CACHE_URL", "METRICS_TOKEN"}
-ALL_WITH_INGRESS = {**chart.ALL_ON, "httpRoute": {"enabled": False}, **chart.WITH_INGRESS}
-CASES = {"defaults": None, "all-on": chart.ALL_ON, "all-on-ingress": ALL_WITH_INGRESS}
+# The defaults and each of the chart's ci/*-values.yaml (what scripts/check-chart checks).
+CASES: dict[str, dict[str, Any] | None] = {
+    "defaults": None,
+    **{
+        path.name.removesuffix("-values.yaml"): yaml.safe_load(path.read_text())
+        for path in sorted(chart.CI_VALUES.glob("*-values.yaml"))
+    },
+}
+ALL_WITH_INGRESS = CASES["all-on-ingress"]
 
 
 @pytest.fixture(autouse=True)
 def _helm(request: pytest.FixtureRequest) -> None:
-    if request.function is not test_chart_and_image_versions_follow_the_project_version:  # files only
+    if request.function not in FILES_ONLY:
         chart.require_helm()
 
 
@@ -67,13 +74,48 @@ def test_chart_and_image_versions_follow_the_project_version() -> None:
     assert (meta["version"], meta["appVersion"], values["image"]["tag"]) == (version, version, version)
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_helm_lint_passes_strict(case: str) -> None:
-    result = chart.run_helm(
-        "lint", "--strict", str(chart.CHART), "--kube-version", chart.KUBE_VERSION, values=CASES[case]
+def test_the_ingress_case_is_the_all_on_case_with_an_ingress_instead_of_the_route() -> None:
+    assert ALL_WITH_INGRESS == {**chart.ALL_ON, "httpRoute": {"enabled": False}, **chart.WITH_INGRESS}
+
+
+FILES_ONLY = {
+    test_chart_and_image_versions_follow_the_project_version,
+    test_the_ingress_case_is_the_all_on_case_with_an_ingress_instead_of_the_route,
+}
+
+
+def check_chart(*values_files: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HELM": str(chart.helm()), "PYTHON": sys.executable}
+    return subprocess.run(
+        [str(CHECK_CHART), *map(str, values_files)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
+
+
+def test_check_chart_lints_renders_and_validates_every_case() -> None:
+    """scripts/check-chart (CI's chart check): lint --strict, template and schema validation of
+    the defaults and each ci/*-values.yaml, every object valid at both Kubernetes versions."""
+    result = check_chart()
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+    (summary,) = result.stdout.splitlines()
+    objects = sum(len(chart.render(values)) for values in CASES.values())
+    cases = re.match(r"check-chart: ok: (\d+) cases \(([^)]*)\):", summary)
+    assert cases and (int(cases[1]), sorted(cases[2].split())) == (len(CASES), sorted(CASES)), summary
+    assert f"{objects} objects checked" in summary, summary
+
+
+def test_check_chart_fails_on_a_case_the_chart_refuses(tmp_path: Path) -> None:
+    bad = tmp_path / "two-web-values.yaml"
+    bad.write_text("web:\n  replicas: two\n")
+    result = check_chart(bad)
+    assert result.returncode == 1
+    assert "check-chart: FAILED: helm lint --strict, case 'two-web'" in result.stderr
+    assert "at '/web/replicas': got string, want integer" in result.stdout + result.stderr
 
 
 def test_the_defaults_render_the_portal_and_nothing_optional() -> None:
@@ -96,29 +138,20 @@ def test_every_option_on_renders_each_optional_part() -> None:
     assert {"ipBlock": {"cidr": "10.0.0.1/32"}} in egress["spec"]["egress"][1]["to"]
 
 
-@pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
-def test_every_rendered_object_validates_against_the_real_schemas(case: str, kube_version: str) -> None:
-    docs = chart.render(CASES[case])
-    for doc in docs:
-        if doc["kind"] == "HTTPRoute":
-            crd.assert_valid(doc)
-        elif doc["kind"] == "ServiceMonitor":
-            crd.assert_valid(doc, SERVICE_MONITOR_CRD)
-        else:
-            kubernetes_validate.validate(doc, kube_version, strict=True)
-
-
-def test_the_validators_refuse_a_broken_object() -> None:
+def test_the_validator_refuses_a_broken_object() -> None:
     docs = chart.render(chart.ALL_ON)
+    assert [chart_schemas.problems(doc) for doc in docs] == [[]] * len(docs)
     (monitor,) = of_kind(docs, "ServiceMonitor")
     monitor["spec"]["endpoints"][0]["interval"] = "half a minute"
-    with pytest.raises(crd.SchemaError):
-        crd.assert_valid(monitor, SERVICE_MONITOR_CRD)
+    (problem,) = chart_schemas.problems(monitor)
+    assert "spec.endpoints.0.interval: 'half a minute' does not match" in problem
     (web,) = [d for d in of_kind(docs, "Deployment") if d["metadata"]["name"].endswith("-web")]
-    web["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = {}
-    with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(web, KUBE_VERSIONS[0], strict=True)
+    web["spec"]["template"]["spec"]["containers"][0]["readinessProb"] = {}
+    assert chart_schemas.problems(web) == [
+        f"Kubernetes {version}: Additional properties are not allowed ('readinessProb' was unexpected)"
+        " at spec/template/spec/containers/0"
+        for version in chart_schemas.KUBE_VERSIONS
+    ]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,50 +30,10 @@ NAMESPACE = "llm-portal"
 # the control plane the tests run on (runtime/versions.py, docs/install.md's matrix).
 KUBE_VERSION = "1.36.2"
 
-# Every optional part on, with the values a platform engineer would set for it.
-ALL_ON: dict[str, Any] = {
-    "rbac": {"readiness": {"enabled": True}},
-    "networkPolicy": {
-        "enabled": True,
-        "webFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}],
-        "egress": {
-            "enabled": True,
-            "apiServerCidrs": ["10.0.0.1/32"],
-            "to": [{"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}], "ports": [{"port": 5432}, {"port": 6379}]}],
-        },
-    },
-    "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
-    "httpRoute": {"enabled": True, "parentRefs": [{"name": "portal-gateway", "namespace": "gateway-system"}]},
-    "oidc": {
-        "enabled": True,
-        "issuer": "https://idp.example.com/realms/acme",
-        "clientId": "llm-portal",
-        "authorizationEndpoint": "https://idp.example.com/realms/acme/protocol/openid-connect/auth",
-        "tokenEndpoint": "https://idp.example.com/realms/acme/protocol/openid-connect/token",
-        "userEndpoint": "https://idp.example.com/realms/acme/protocol/openid-connect/userinfo",
-        "jwksEndpoint": "https://idp.example.com/realms/acme/protocol/openid-connect/certs",
-        "platformAdminGroups": ["platform-admins"],
-    },
-    "gateway": {"api": True, "publicUrl": "https://llm.example.com"},
-    "kueue": {"cpuNodeLabels": {"node-role.example.com/cpu": "true"}},
-    "karpenter": {
-        "nodeRole": "KarpenterNodeRole-acme",
-        "amiAlias": "al2023@v20240807",
-        "subnetTags": {"karpenter.sh/discovery": "acme"},
-        "securityGroupTags": {"karpenter.sh/discovery": "acme"},
-        "rootVolumeGiB": 1000000,
-    },
-    "portal": {
-        "prometheusUrl": "http://prometheus.monitoring:9090",
-        "platformAdmin": {"username": "root", "email": "root@example.com"},
-        # Large integers: helm reads numbers as floats, and %g would write 1e+05.
-        "loginCooloffSeconds": 100000,
-    },
-    "extraConfig": {"EMAIL_HOST": "smtp.example.com", "SECURE_HSTS_SECONDS": "63072000"},
-    # Helm reads numbers as floats: a large one must still render as an integer, not 1e+07.
-    "migrations": {"activeDeadlineSeconds": 10000000},
-    "worker": {"terminationGracePeriodSeconds": 3600000},
-}
+# Every optional part on, with the values a platform engineer would set for it: Helm's convention,
+# the chart's ci/*-values.yaml (scripts/check-chart lints and validates each).
+CI_VALUES = CHART / "ci"
+ALL_ON: dict[str, Any] = yaml.safe_load((CI_VALUES / "all-on-values.yaml").read_text())
 # The Ingress instead of the HTTPRoute (the schema allows one of the two).
 WITH_INGRESS: dict[str, Any] = {
     "ingress": {"enabled": True, "className": "nginx", "tlsSecretName": "llm-portal-tls"},
