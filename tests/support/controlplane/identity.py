@@ -49,9 +49,18 @@ def portal_identity(plane: ControlPlane, *, expiration_seconds: int = 86400) -> 
         "POST", f"/api/v1/namespaces/{PORTAL_NAMESPACE}/serviceaccounts", {"metadata": {"name": "llm-portal"}}
     )
     grant(plane, chart.rbac_objects())
+    return token_kubeconfig(
+        plane, PORTAL_NAMESPACE, "llm-portal", plane.dir / "portal.kubeconfig", expiration_seconds=expiration_seconds
+    )
+
+
+def token_kubeconfig(
+    plane: ControlPlane, namespace: str, account: str, path: Path, *, expiration_seconds: int = 86400
+) -> Path:
+    """Write `path`: the admin kubeconfig with a TokenRequest token of `namespace/account` instead."""
     token = plane.request(
         "POST",
-        f"/api/v1/namespaces/{PORTAL_NAMESPACE}/serviceaccounts/llm-portal/token",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
         {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenRequest",
@@ -59,8 +68,7 @@ def portal_identity(plane: ControlPlane, *, expiration_seconds: int = 86400) -> 
         },
     )["status"]["token"]
     config = yaml.safe_load(plane.kubeconfig.read_text())
-    config["users"] = [{"name": "llm-portal", "user": {"token": token}}]
-    config["contexts"][0]["context"]["user"] = "llm-portal"
-    path = plane.dir / "portal.kubeconfig"
+    config["users"] = [{"name": account, "user": {"token": token}}]
+    config["contexts"][0]["context"]["user"] = account
     path.write_text(yaml.safe_dump(config))
     return path
