@@ -1,51 +1,78 @@
-"""Well-known models and the architecture numbers the GPU-memory estimate needs.
+"""Where the sizing estimate finds a model's facts: `facts_for(model_source)`.
 
-Figures are from each model's published config (parameters, layers, KV heads, head dim).
-For mixture-of-experts models every expert's weights must be resident, so the full parameter
-count is used, not the active one.
+Lookups are tried in order, first answer wins. The built-in one holds well-known models' published
+configs (parameters, layers, KV heads, head dim, context). A lookup of catalog rows (facts imported
+from config.json) goes ahead of it with `register_lookup`; the catalog app sits below deployments in
+the layers, so the registering is done from this side (this module or deployments' AppConfig.ready).
+For mixture-of-experts models every expert's weights must be resident, so the full parameter count
+is used, not the active one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+
+from runtime.modelfacts import ModelFacts
+
+Lookup = Callable[[str], ModelFacts | None]
 
 
-@dataclass(frozen=True)
-class ModelInfo:
-    """Architecture facts for the memory estimate."""
-
-    hf_id: str
-    parameters_b: float  # billions of parameters (all experts for MoE)
-    layers: int
-    kv_heads: int
-    head_dim: int
-    max_context: int
-    kv_bytes_per_token: int | None = None  # overrides the GQA formula (e.g. MLA latent cache)
-
-    def kv_bytes_per_token_at(self, kv_dtype_bytes: float) -> float:
-        if self.kv_bytes_per_token is not None:
-            return float(self.kv_bytes_per_token)
-        # K and V per layer: kv_heads × head_dim values each.
-        return self.layers * self.kv_heads * self.head_dim * 2 * kv_dtype_bytes
+def _known(parameters_b: float, layers: int, kv_heads: int, head_dim: int, max_context: int, **more) -> ModelFacts:
+    return ModelFacts(
+        parameters=round(parameters_b * 1e9),
+        dtype="bfloat16",
+        layers=layers,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        max_context=max_context,
+        **more,
+    )
 
 
-CATALOG: dict[str, ModelInfo] = {
-    m.hf_id.lower(): m
-    for m in [
-        ModelInfo("meta-llama/Meta-Llama-3-8B-Instruct", 8.03, 32, 8, 128, 8192),
-        ModelInfo("meta-llama/Llama-3.1-8B-Instruct", 8.03, 32, 8, 128, 131072),
-        ModelInfo("meta-llama/Meta-Llama-3-70B-Instruct", 70.6, 80, 8, 128, 8192),
-        ModelInfo("meta-llama/Llama-3.1-70B-Instruct", 70.6, 80, 8, 128, 131072),
-        ModelInfo("mistralai/Mixtral-8x22B-Instruct-v0.1", 141.0, 56, 8, 128, 65536),
-        ModelInfo("mistralai/Mistral-7B-Instruct-v0.3", 7.25, 32, 8, 128, 32768),
-        ModelInfo("Qwen/Qwen2.5-7B-Instruct", 7.62, 28, 4, 128, 32768),
-        ModelInfo("Qwen/Qwen2.5-72B-Instruct", 72.7, 80, 8, 128, 32768),
-        # DeepSeek-V3 caches a compressed latent (512 + 64 rope dims) per layer, 61 layers.
-        ModelInfo("deepseek-ai/DeepSeek-V3", 671.0, 61, 1, 576, 163840, kv_bytes_per_token=61 * 576 * 2),
+# Published Hugging Face id → facts.
+KNOWN: dict[str, ModelFacts] = dict(
+    [
+        ("meta-llama/Meta-Llama-3-8B-Instruct", _known(8.03, 32, 8, 128, 8192)),
+        ("meta-llama/Llama-3.1-8B-Instruct", _known(8.03, 32, 8, 128, 131072)),
+        ("meta-llama/Meta-Llama-3-70B-Instruct", _known(70.6, 80, 8, 128, 8192)),
+        ("meta-llama/Llama-3.1-70B-Instruct", _known(70.6, 80, 8, 128, 131072)),
+        ("mistralai/Mixtral-8x22B-Instruct-v0.1", _known(141.0, 56, 8, 128, 65536)),
+        ("mistralai/Mistral-7B-Instruct-v0.3", _known(7.25, 32, 8, 128, 32768)),
+        ("Qwen/Qwen2.5-7B-Instruct", _known(7.62, 28, 4, 128, 32768)),
+        ("Qwen/Qwen2.5-72B-Instruct", _known(72.7, 80, 8, 128, 32768)),
+        # Multi-head latent attention: 61 layers each cache a 512-wide latent plus a 64-wide RoPE key
+        # (kv_lora_rank + qk_rope_head_dim, runtime.modelfacts), not K and V per head. Heads and head
+        # dim as read_model_dir reads its config.json (no head_dim there: 7168 / 128).
+        (
+            "deepseek-ai/DeepSeek-V3",
+            _known(
+                671.0, 61, 128, 56, 163840, hidden_size=7168, attention_heads=128, kv_elements_per_token=61 * (512 + 64)
+            ),
+        ),
     ]
-}
+)
+CATALOG = KNOWN  # the name the profiles' tests walk every well-known model by
+_KNOWN_FOLDED = {hf_id.lower(): facts for hf_id, facts in KNOWN.items()}
 
 
-def lookup(model_source: str) -> ModelInfo | None:
-    """The catalog entry for a Hugging Face id (case-insensitive), or None."""
-    return CATALOG.get(model_source.strip().lower())
+def known_model(model_source: str) -> ModelFacts | None:
+    """The built-in facts for a Hugging Face id (case-insensitive), or None."""
+    return _KNOWN_FOLDED.get(model_source.strip().lower())
+
+
+_LOOKUPS: list[Lookup] = [known_model]
+
+
+def register_lookup(lookup: Lookup) -> None:
+    """Ask `lookup` before the lookups registered so far (the built-ins last). Registering the same
+    function twice (an app's ready() run again) keeps one copy."""
+    if lookup not in _LOOKUPS:
+        _LOOKUPS.insert(0, lookup)
+
+
+def facts_for(model_source: str) -> ModelFacts | None:
+    """The facts of the model `model_source` names, from the first lookup that knows it."""
+    for lookup in _LOOKUPS:
+        if (facts := lookup(model_source)) is not None:
+            return facts
+    return None

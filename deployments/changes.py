@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from deployments.choices import Dtype, Quantization, ServingProfile
+from deployments.choices import Dtype, KvCacheDtype, Quantization, ServingProfile
 from deployments.models import SPEC_FIELDS, SPEC_LABELS, DeploymentRevision, ModelDeployment
 from deployments.services.common import apply_spec, spec_gpus, spec_of
 from deployments.specs import deployment_spec
@@ -18,7 +18,12 @@ from runtime.backends import traits as backend_traits
 
 LABELS = SPEC_LABELS
 assert set(LABELS) == set(SPEC_FIELDS), "every spec field needs a readable label"
-_CHOICES = {"quantization": Quantization, "dtype": Dtype, "serving_profile": ServingProfile}
+_CHOICES = {
+    "quantization": Quantization,
+    "dtype": Dtype,
+    "kv_cache_dtype": KvCacheDtype,
+    "serving_profile": ServingProfile,
+}
 
 
 def _flavor_names(*specs: dict | None) -> dict[int, str]:

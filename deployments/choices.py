@@ -53,6 +53,20 @@ class Dtype(models.TextChoices):
     FLOAT32 = "float32", "float32"
 
 
+class KvCacheDtype(models.TextChoices):
+    """vLLM's `--kv-cache-dtype`: the values of v0.32.0's CacheDType (vllm/config/cache.py) whose
+    bytes per element the estimate knows (deployments.sizing.KV_CACHE_BYTES). Left out: scaled or
+    packed formats (nvfp4*, int4/int8/fp8_per_token_head, turboquant*, ultraquant*), which carry
+    per-block scales, and the platform- or model-specific fp8_inc (Gaudi) and *_ds_mla (DeepSeek)."""
+
+    AUTO = "auto", "auto (the model's dtype)"
+    BFLOAT16 = "bfloat16", "bfloat16"
+    FLOAT16 = "float16", "float16"
+    FP8 = "fp8", "FP8 (E4M3)"
+    FP8_E4M3 = "fp8_e4m3", "FP8 E4M3"
+    FP8_E5M2 = "fp8_e5m2", "FP8 E5M2"
+
+
 class EventType(models.TextChoices):
     NORMAL = "Normal", "Normal"
     WARNING = "Warning", "Warning"

@@ -9,8 +9,13 @@ from django.db.models import Q
 from django.forms.utils import pretty_name
 from django.utils.functional import cached_property
 
-from deployments.choices import Dtype, Quantization, ServingProfile, backend_choices
+from catalog.drafts import with_catalog_model
+from catalog.models import CatalogModel
+from catalog.sources import REVISION_MAX
+from deployments.choices import Dtype, KvCacheDtype, Quantization, ServingProfile, backend_choices
 from deployments.limits import LIMITS
+from deployments.picker import Card
+from deployments.picker import cards as picker_cards
 from deployments.profiles import PROFILE_FIELDS, Preset, apply_profile
 from deployments.validation import NAME_MAX, check_draft
 from quotas.choices import Role
@@ -25,8 +30,25 @@ class DeploymentForm(forms.Form):
     name = forms.CharField(
         max_length=NAME_MAX, help_text="Lowercase letters, digits and '-'; becomes the RayService name."
     )
+    # The picker's cards post this (the API's `catalog_model`): the row fills the source, the pinned
+    # revision and the token Secret through catalog.drafts, the API's own code path.
+    catalog_model = forms.ModelChoiceField(
+        queryset=CatalogModel.objects.filter(active=True),
+        to_field_name="name",
+        required=False,
+        label="Catalog model",
+        help_text="Fills the source, its pinned revision and the token Secret.",
+    )
     model_source = forms.CharField(
-        max_length=500, help_text="Hugging Face id (org/model), s3://bucket/path or pvc://claim/path."
+        max_length=500,
+        required=False,  # a catalog model fills it; check_draft asks for it otherwise
+        help_text="Hugging Face id (org/model), s3://bucket/path or pvc://claim/path.",
+    )
+    model_revision = forms.CharField(
+        max_length=REVISION_MAX,
+        required=False,
+        label="Revision",
+        help_text="Hugging Face commit id, tag or branch; empty: the default branch. A catalog model sets it.",
     )
     served_model_name = forms.CharField(
         max_length=200, required=False, help_text="The name clients pass as `model` (defaults to the name)."
@@ -97,6 +119,14 @@ class DeploymentForm(forms.Form):
     )
     quantization = forms.ChoiceField(choices=Quantization.choices, required=False)
     dtype = forms.ChoiceField(choices=Dtype.choices, initial=Dtype.AUTO)
+    kv_cache_dtype = forms.ChoiceField(
+        choices=KvCacheDtype.choices,
+        initial=KvCacheDtype.AUTO,
+        required=False,  # a page from before the field posts none: vLLM's default, "auto"
+        label="KV cache dtype",
+        help_text="What vLLM stores the KV cache in. FP8 holds about twice the tokens; quantizing the weights "
+        "does not change it.",
+    )
     parameter_count_b = forms.FloatField(
         **LIMITS["parameter_count_b"].bounds(),
         required=False,
@@ -141,11 +171,37 @@ class DeploymentForm(forms.Form):
         """The cleaned values as the draft check_draft (and the services) take."""
         return dict(data, quantization=data.get("quantization") or "")
 
+    def clean_kv_cache_dtype(self) -> str:
+        return self.cleaned_data.get("kv_cache_dtype") or KvCacheDtype.AUTO.value
+
+    # The fields a catalog model fills; the API's PATCH rule reads which of them a change sends.
+    MODEL_FIELDS = ("model_source", "model_revision")
+    partial = False  # catalog.drafts' `partial`: a new request, or a change of some fields
+
+    def sent(self, name: str, value) -> bool:
+        """Whether the form sends `name` the way an API request sends a field: a new request sends
+        what is filled in (an empty field is one left out)."""
+        return value not in (None, "")
+
+    def with_catalog(self, data: dict) -> dict:
+        """`data` with the picked catalog model's source, revision and token filled in (or, with
+        none picked, a new source's revision cleared), as the API's serializer does."""
+        given = {k: v for k, v in data.items() if k not in self.MODEL_FIELDS or self.sent(k, v)}
+        filled = with_catalog_model(given, partial=self.partial)
+        return {**{k: data.get(k) or "" for k in self.MODEL_FIELDS}, **filled}
+
     def clean(self):
         # The draft's rules run even when a field was refused, on what did clean: the fit panel
         # lists every problem at once (a field refused by its own check keeps that one message).
         data = super().clean()
         refused = set(self.errors)
+        try:
+            data = self.cleaned_data = self.with_catalog(data)
+        except ValueError as error:  # a catalog model and another source or revision: the API's 400
+            field, message = error.args
+            self.add_error(field, message)
+            refused.add(field)
+            data.pop("catalog_model", None)
         self.check = check_draft(self.draft(data), refused=refused, **self.check_context(data))
         for name, messages in self.check.errors.items():
             if name not in refused:
@@ -202,6 +258,17 @@ class DeploymentForm(forms.Form):
 
     def bound(self, data: dict) -> DeploymentForm:
         return DeploymentForm(data, user=self.user)
+
+    def picker_cards(self, *, text: str = "", task: str = "") -> list[Card]:
+        """The picker's cards: the catalog models the chosen tenant's policy allows (every active one
+        before a tenant is chosen), each on the flavors that tenant may use."""
+        tenant = self.quota_tenant()
+        flavors = GpuFlavor.objects.filter(active=True).order_by("name")
+        allowed = allowed_flavor_ids(tenant) if tenant is not None else None
+        if allowed is not None:
+            flavors = flavors.filter(pk__in=allowed)
+        utilization = self.fields["gpu_memory_utilization"].initial
+        return picker_cards(tenant, flavors, text=text, task=task, gpu_memory_utilization=utilization)
 
     def label_of(self, name: str) -> str:
         return label_of(self, name)
@@ -282,6 +349,14 @@ class DeploymentEditForm(DeploymentForm):
 
     def check_context(self, data: dict) -> dict:
         return {"tenant": self.deployment.tenant, "credit_gpus": self.deployment.reserved_gpus}
+
+    partial = True
+
+    def sent(self, name: str, value) -> bool:
+        """A change sends what differs from the spec it changes (the API's PATCH sends only what
+        changes): a new source with the revision left as it was loads the new source's default
+        branch, unless a catalog model is picked."""
+        return name in self.data and (value or "") != (self.base.get(name) or "")
 
     def profile_context(self) -> dict:
         return self.check_context({})

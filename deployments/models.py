@@ -9,6 +9,7 @@ from django.db.models import Q
 from deployments.choices import (
     Dtype,
     EventType,
+    KvCacheDtype,
     Quantization,
     RevisionStatus,
     ServingProfile,
@@ -23,6 +24,7 @@ from quotas.validators import validate_dns1035_label
 # The fields a request sets and a spec update may change (services, serializers and the API list).
 SPEC_FIELDS = (
     "model_source",
+    "model_revision",
     "served_model_name",
     "hf_token_secret",
     "flavor",
@@ -38,6 +40,7 @@ SPEC_FIELDS = (
     "max_num_batched_tokens",
     "quantization",
     "dtype",
+    "kv_cache_dtype",
     "parameter_count_b",
     "serving_profile",  # a label (deployments.profiles): changes nothing that runs
 )
@@ -46,6 +49,7 @@ SPEC_FIELDS = (
 # How each spec field reads on pages, in diffs and in revision messages.
 SPEC_LABELS = {
     "model_source": "Model source",
+    "model_revision": "Model revision",
     "served_model_name": "Served model name",
     "hf_token_secret": "Hugging Face token secret",
     "flavor": "Hardware (GPU flavor)",
@@ -61,6 +65,7 @@ SPEC_LABELS = {
     "max_num_batched_tokens": "Max batched tokens",
     "quantization": "Quantization",
     "dtype": "Weights dtype",
+    "kv_cache_dtype": "KV cache dtype",
     "parameter_count_b": "Parameters (billions)",
     "serving_profile": "Serving profile",
 }
@@ -89,6 +94,13 @@ class ModelDeployment(models.Model):
     name = models.CharField(max_length=40, validators=[validate_dns1035_label])
     # --- spec -----------------------------------------------------------------------------------
     model_source = models.CharField(max_length=500)
+    model_revision = models.CharField(
+        max_length=100,
+        blank=True,
+        default="",
+        help_text="The Hugging Face revision the engine loads (commit id, tag or branch; empty: the default branch). "
+        "Taken from the catalog model the request names.",
+    )
     served_model_name = models.CharField(max_length=200)
     hf_token_secret = models.CharField(max_length=253, blank=True)
     flavor = models.ForeignKey(GpuFlavor, on_delete=models.PROTECT, related_name="deployments")
@@ -112,6 +124,12 @@ class ModelDeployment(models.Model):
     )
     quantization = models.CharField(max_length=10, choices=Quantization.choices, blank=True, default="")
     dtype = models.CharField(max_length=10, choices=Dtype.choices, default=Dtype.AUTO)
+    kv_cache_dtype = models.CharField(
+        max_length=12,
+        choices=KvCacheDtype.choices,
+        default=KvCacheDtype.AUTO,
+        help_text="vLLM's --kv-cache-dtype: what the KV cache stores (auto: the model's dtype).",
+    )
     parameter_count_b = models.FloatField(
         null=True,
         blank=True,

@@ -7,6 +7,7 @@ from decimal import Decimal
 
 from django.utils.dateparse import parse_datetime
 
+from deployments import sizing
 from deployments.changes import ChangeSummary, change_summary, history
 from deployments.choices import RevisionStatus
 from deployments.endpoint import endpoint_context
@@ -144,6 +145,7 @@ def detail_context(request, dep: ModelDeployment) -> dict:
         "actions": allowed_actions(request.user, dep),
         **endpoint_context(dep, actor),  # serving_now, not_serving, snippets_apply, snippets
         "limits": LIMITS,
+        "memory": sizing.deployment_fit(dep),  # the estimate, beside what the engine reports
         **extra_detail_context(request, dep),
     }
 

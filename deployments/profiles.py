@@ -206,6 +206,7 @@ def _smallest_fit(draft: dict, flavor, quantization: str, sized: bool, whole_nod
             max_model_len=draft.get("max_model_len"),
             gpu_memory_gib=flavor.gpu_memory_gib,
             gpu_memory_utilization=draft.get("gpu_memory_utilization") or 0.9,
+            kv_cache_dtype=draft.get("kv_cache_dtype") or "auto",
         )
         if fit.verdict in ("fits", "unknown"):
             return _Shape(tp, pp, fit.verdict)

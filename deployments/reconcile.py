@@ -83,7 +83,7 @@ def _carry_queue(previous: list[dict], current: list[dict]) -> list[dict]:
 
 
 # Events for what the runtime did (not what it saw): recorded even when the conditions read the same.
-RUNTIME_ACTIONS = ("Created", "Updated", "Recreating", "Requeued", "EndpointMoved")
+RUNTIME_ACTIONS = ("Created", "Updated", "Recreating", "Resizing", "Requeued", "EndpointMoved")
 
 
 def _record(dep: ModelDeployment, obs, *, spec_generation: int) -> bool:

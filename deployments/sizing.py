@@ -1,36 +1,101 @@
-"""GPU-memory fit estimate for a deployment draft.
+"""GPU-memory fit estimate for a deployment draft, from the model's own facts (deployments.catalog).
 
-Per GPU: weights / (TP × PP) plus the KV cache for one max-length sequence, split the same way,
-against the flavor's memory × gpu_memory_utilization. Activations and CUDA graphs are ignored,
-which is why thin headroom (< 10 % of the budget) is a warning and not a pass.
+Per GPU: the weights split over TP × PP, plus the KV cache of one max-length sequence, against the
+flavor's memory × gpu_memory_utilization; what is left after the weights, divided by the KV bytes a
+token takes on one GPU, is the KV capacity in tokens (what vLLM reports at start as its "KV cache
+size ... tokens" and in `vllm:cache_config_info`). Activations, CUDA graphs and the non-torch memory
+vLLM subtracts are ignored, so the capacity is an upper bound and thin headroom (< 10 % of the
+budget) is a warning, not a pass.
+
+The KV cache's dtype is the `kv_cache_dtype` engine option alone: quantizing the weights (FP8, AWQ,
+GPTQ) leaves vLLM's cache at the model's dtype unless `--kv-cache-dtype` says otherwise
+(vllm/config/cache.py in v0.32.0: `cache_dtype = "auto"`, "will use model data type").
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
-from deployments.catalog import lookup
+from deployments.catalog import facts_for
+from runtime.modelfacts import ModelFacts
 
 GIB = 1024**3
+# Bytes per weight element at each `dtype` engine option. "auto" is the checkpoint's dtype, except
+# that vLLM v0.32.0 downcasts a float32 checkpoint to 16 bits (vllm/config/model.py,
+# _resolve_auto_dtype): 2 bytes either way.
 BYTES_PER_PARAM = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0, "auto": 2.0}
 QUANT_BYTES = {"fp8": 1.0, "awq": 0.5, "gptq": 0.5}
+# Bytes per cached element at each `kv_cache_dtype` the portal offers ("auto": the engine's dtype).
+KV_CACHE_BYTES = {"float16": 2.0, "bfloat16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
+# Checkpoint dtypes (config.json torch_dtype) and their bytes, to tell whether the checkpoint's
+# size is what the engine holds.
+CHECKPOINT_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
 THIN_HEADROOM = 0.10
 
 
 @dataclass(frozen=True)
 class MemoryFit:
-    """The estimate and its verdict: fits / thin / does_not_fit / unknown."""
+    """The estimate and its verdict: fits / thin / does_not_fit / unknown. Sizes are per GPU."""
 
     verdict: str
     budget_gib: float
     weights_gib: float | None
-    kv_gib: float | None
+    kv_gib: float | None  # the KV cache of one max-length sequence
     total_gib: float | None
     headroom_gib: float | None
     message: str
+    kv_cache_dtype: str | None = None  # what the cache holds: "bfloat16", "fp8", ...
+    kv_bytes_per_token: int | None = None  # per GPU (its share of layers and KV heads)
+    kv_tokens: int | None = None  # KV capacity left after the weights, in tokens
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def weight_bytes(
+    facts: ModelFacts | None, *, parameter_count_b: float | None, dtype: str, quantization: str
+) -> float | None:
+    """The bytes of the whole model's weights on the GPUs, or None when nothing says.
+
+    A parameter count the user gave wins; otherwise the checkpoint's own size when the engine holds
+    it as stored (no quantization asked for, same width as `dtype`), else parameters × the bytes of
+    the quantization or dtype.
+    """
+    engine_bytes = BYTES_PER_PARAM.get(dtype, 2.0)
+    per_param = QUANT_BYTES.get(quantization or "", engine_bytes)
+    if parameter_count_b:
+        return parameter_count_b * 1e9 * per_param
+    if facts is None:
+        return None
+    stored = CHECKPOINT_BYTES.get(facts.dtype or "")
+    if facts.weight_bytes is not None and not quantization and stored in (None, engine_bytes):
+        return float(facts.weight_bytes)
+    parameters = facts.parameters
+    if parameters is None and facts.weight_bytes is not None and stored:
+        parameters = facts.weight_bytes / stored
+    return None if parameters is None else parameters * per_param
+
+
+def kv_element_bytes(*, kv_cache_dtype: str, dtype: str) -> float:
+    """Bytes per cached element: the KV-cache dtype's, or under "auto" the engine's dtype."""
+    return KV_CACHE_BYTES.get(kv_cache_dtype or "auto", BYTES_PER_PARAM.get(dtype, 2.0))
+
+
+def kv_bytes_per_token(facts: ModelFacts, *, element_bytes: float, tp: int, pp: int) -> float | None:
+    """KV-cache bytes one token takes on one GPU, as vLLM v0.32.0 lays the cache out: each pipeline
+    stage caches its own layers (the widest stage counts); each tensor-parallel rank caches
+    `max(1, kv_heads // tp)` heads, K and V (vllm/config/model.py, get_num_kv_heads); a
+    latent-attention cache (`kv_elements_per_token`) is whole on every rank (MLA: one head)."""
+    if facts.layers is None and facts.kv_elements_per_token is None:
+        return None
+    stage_share = math.ceil(facts.layers / pp) / facts.layers if facts.layers else 1 / pp
+    if facts.kv_elements_per_token is not None:
+        return facts.kv_elements_per_token * stage_share * element_bytes
+    if facts.kv_heads is None or facts.head_dim is None:
+        return None
+    per_rank_heads = max(1, facts.kv_heads // tp)
+    return math.ceil(facts.layers / pp) * per_rank_heads * facts.head_dim * 2 * element_bytes
 
 
 def estimate(
@@ -44,14 +109,15 @@ def estimate(
     max_model_len: int | None,
     gpu_memory_gib: float,
     gpu_memory_utilization: float,
+    kv_cache_dtype: str = "auto",
 ) -> MemoryFit:
     """Estimate per-GPU memory for a draft; unknown models without a parameter count get
     'unknown' (weights-free) rather than a guess."""
-    shards = max(1, tensor_parallel_size * pipeline_parallel_size)
+    tp, pp = max(1, tensor_parallel_size), max(1, pipeline_parallel_size)
     budget = gpu_memory_gib * gpu_memory_utilization
-    info = lookup(model_source)
-    params_b = parameter_count_b or (info.parameters_b if info else None)
-    if params_b is None:
+    facts = facts_for(model_source)
+    total_weights = weight_bytes(facts, parameter_count_b=parameter_count_b, dtype=dtype, quantization=quantization)
+    if total_weights is None:
         return MemoryFit(
             "unknown",
             round(budget, 2),
@@ -61,13 +127,12 @@ def estimate(
             None,
             "Model not in the catalog: give its parameter count for a memory estimate.",
         )
-    bytes_per_param = QUANT_BYTES.get(quantization or "", BYTES_PER_PARAM.get(dtype, 2.0))
-    weights = params_b * 1e9 * bytes_per_param / shards / GIB
-    kv = None
-    if info is not None:
-        seq = max_model_len or info.max_context
-        kv_dtype = 1.0 if quantization == "fp8" else BYTES_PER_PARAM.get(dtype, 2.0)
-        kv = info.kv_bytes_per_token_at(kv_dtype) * seq / shards / GIB
+    weights = total_weights / (tp * pp) / GIB
+    element_bytes = kv_element_bytes(kv_cache_dtype=kv_cache_dtype, dtype=dtype)
+    per_token = None if facts is None else kv_bytes_per_token(facts, element_bytes=element_bytes, tp=tp, pp=pp)
+    seq = max_model_len or (facts.max_context if facts else None)
+    kv = per_token * seq / GIB if per_token is not None and seq else None
+    kv_tokens = None if per_token is None else max(0, math.floor((budget - weights) * GIB / per_token))
     total = weights + (kv or 0.0)
     headroom = budget - total
     numbers = dict(
@@ -76,8 +141,12 @@ def estimate(
         kv_gib=None if kv is None else round(kv, 2),
         total_gib=round(total, 2),
         headroom_gib=round(headroom, 2),
+        kv_cache_dtype=_kv_dtype_name(kv_cache_dtype, dtype, facts),
+        kv_bytes_per_token=None if per_token is None else round(per_token),
+        kv_tokens=kv_tokens,
     )
     kv_note = "" if kv is not None else " (weights only: KV cache unknown for this model)"
+    capacity = "" if kv_tokens is None else f" Room for about {kv_tokens:,} tokens of KV cache per replica."
     if headroom < 0:
         return MemoryFit(
             "does_not_fit",
@@ -93,8 +162,36 @@ def estimate(
             "thin",
             message=(
                 f"Fits with thin headroom: {total:.1f} of {budget:.1f} GiB per GPU{kv_note}; little room "
-                f"for concurrent sequences in the KV cache."
+                f"for concurrent sequences in the KV cache.{capacity}"
             ),
             **numbers,
         )
-    return MemoryFit("fits", message=(f"Fits: about {total:.1f} of {budget:.1f} GiB per GPU{kv_note}."), **numbers)
+    return MemoryFit(
+        "fits", message=f"Fits: about {total:.1f} of {budget:.1f} GiB per GPU{kv_note}.{capacity}", **numbers
+    )
+
+
+def _kv_dtype_name(kv_cache_dtype: str, dtype: str, facts: ModelFacts | None) -> str:
+    """The cache's dtype in words: the option, or under "auto" the dtype the engine runs in."""
+    if kv_cache_dtype and kv_cache_dtype != "auto":
+        return kv_cache_dtype
+    if dtype and dtype != "auto":
+        return dtype
+    stored = facts.dtype if facts else None
+    return stored if stored in ("bfloat16", "float16") else "16-bit"
+
+
+def deployment_fit(dep) -> MemoryFit:
+    """The estimate for a deployment row (the spec that runs), as the deployment page shows it."""
+    return estimate(
+        model_source=dep.model_source,
+        parameter_count_b=dep.parameter_count_b,
+        dtype=str(dep.dtype),
+        quantization=str(dep.quantization or ""),
+        kv_cache_dtype=str(dep.kv_cache_dtype),
+        tensor_parallel_size=dep.tensor_parallel_size,
+        pipeline_parallel_size=dep.pipeline_parallel_size,
+        max_model_len=dep.max_model_len,
+        gpu_memory_gib=dep.flavor.gpu_memory_gib,
+        gpu_memory_utilization=dep.gpu_memory_utilization,
+    )

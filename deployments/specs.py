@@ -22,6 +22,7 @@ def deployment_spec(dep: ModelDeployment) -> DeploymentSpec:
         max_num_batched_tokens=dep.max_num_batched_tokens,
         quantization=str(dep.quantization) if dep.quantization else None,
         dtype=str(dep.dtype),
+        kv_cache_dtype=str(dep.kv_cache_dtype),
     )
     return DeploymentSpec(
         deployment_id=dep.pk,
@@ -30,6 +31,7 @@ def deployment_spec(dep: ModelDeployment) -> DeploymentSpec:
         tenant_slug=dep.tenant.slug,
         queue_name=dep.tenant.local_queue,
         model_source=dep.model_source,
+        model_revision=dep.model_revision or None,
         served_model_name=dep.served_model_name or dep.name,
         flavor=flavor_spec(dep.flavor),
         tensor_parallel_size=dep.tensor_parallel_size,

@@ -14,8 +14,9 @@ from decimal import Decimal
 
 from django.conf import settings
 
+from catalog.sources import revision_error, source_error
 from deployments import sizing
-from deployments.choices import ServingProfile
+from deployments.choices import KvCacheDtype, ServingProfile
 from quotas.choices import Fit
 from quotas.models import GpuFlavor, Tenant
 from quotas.policy import policy_errors
@@ -24,17 +25,11 @@ from quotas.services import QuotaPreview, quota_preview
 from runtime.backends import names as backend_names
 from runtime.backends import not_installed
 from runtime.backends import traits as backend_traits
-from runtime.backends.local.paths import confined_model_path
 from runtime.manifests.common import DNS1035_LABEL, placement_error
 from runtime.manifests.rayservice import RAYSERVICE_NAME_MAX
 from runtime.manifests.syntax import dns1123_subdomain_problem
 
 NAME_MAX = 40  # "<name>-<id>" must stay within RAYSERVICE_NAME_MAX for ids below 10^6
-HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
-S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._/=-]*)?$")
-PVC_URI = re.compile(r"^pvc://([a-z0-9]([-a-z0-9]*[a-z0-9])?)(/[A-Za-z0-9._/-]*)?$")
-LOCAL_PATH = re.compile(r"^/[A-Za-z0-9._/-]+$")
-_SOURCE_FORMS = "Use a Hugging Face id (org/model), an s3://bucket/path URI or pvc://claim/path"
 SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 
 
@@ -83,50 +78,13 @@ def _name_errors(name: str) -> str | None:
 
 
 def _source_error(source: str, backend: str) -> str | None:
-    """Why `source` cannot be a model source for `backend`, or None.
-
-    A source becomes a path somewhere: `pvc://claim/p` is mounted at /models/claim/p in the
-    worker pod, an s3:// key is downloaded under the engine's model directory, a local path is
-    what the local engine opens. So no segment may climb (`..`), stand still (`.`) or be empty
-    (`//`, which also makes the rest absolute: pvc://claim//etc), and nothing may be spelled
-    in a way a later layer decodes into one of those (percent-encoding, backslashes). Local
-    paths must also resolve, symlinks included, inside LOCAL_MODEL_ROOT.
-    """
-    if not source:
-        return "Enter a model source."
-    if any(not 0x20 < ord(char) < 0x7F for char in source):
-        return "No spaces, control characters or non-ASCII in a model source."
-    if "%" in source:
-        return "No percent-encoding in a model source: write the path as it is."
-    if "\\" in source:
-        return "No backslashes in a model source: separate path segments with '/'."
-    scheme, has_scheme, path = source.partition("://")
-    if has_scheme and scheme not in ("s3", "pvc"):
-        return _accepted_forms(backend)
-    segments = (path if has_scheme else source).removesuffix("/").split("/")  # a trailing "/" is harmless
-    if source.startswith("/"):
-        segments = segments[1:]  # an absolute path's leading root
-    if ".." in source or any(segment in ("", ".") for segment in segments):
-        return "A model source may not contain '..', or empty or '.' path segments."
-    if HF_ID.fullmatch(source) or S3_URI.fullmatch(source) or PVC_URI.fullmatch(source):
-        return None
-    if _trait(backend, "local_paths", default=False) and LOCAL_PATH.fullmatch(source):
-        try:
-            confined_model_path(source, settings.LOCAL_MODEL_ROOT)
-        except ValueError as error:
-            return str(error)
-        return None
-    return _accepted_forms(backend)
+    """Why `source` cannot be a model source for `backend`, or None (catalog.sources has the rule)."""
+    return source_error(source, local_paths=_trait(backend, "local_paths", default=False))
 
 
 def _trait(backend: str, name: str, *, default: bool) -> bool:
     """A registered backend's trait; an unknown name (refused with its own field error) gets `default`."""
     return getattr(backend_traits(backend), name) if backend in backend_names() else default
-
-
-def _accepted_forms(backend: str) -> str:
-    local = _trait(backend, "local_paths", default=False)
-    return _SOURCE_FORMS + (f" or a path under {settings.LOCAL_MODEL_ROOT}." if local else ".")
 
 
 # What each estimate needs: a value its own field refused leaves the estimate out rather than
@@ -139,6 +97,7 @@ MEMORY_INPUTS = (
     "parameter_count_b",
     "dtype",
     "quantization",
+    "kv_cache_dtype",
     "max_model_len",
     "gpu_memory_utilization",
 )
@@ -174,7 +133,13 @@ def check_draft(
         check.price_per_gpu_hour = flavor.price_per_gpu_hour
         check.price_per_hour = price_per_hour(flavor, check.gpus)
     if tenant is not None and "tenant" not in refused:  # the tenant's policy (quotas.policy)
-        for name, message in policy_errors(tenant=tenant, flavor=flavor, gpus=check.gpus or 0).items():
+        source_ok = not {"model_source", "model_revision"} & {*refused, *check.errors}
+        model = {  # the model allow-list and gating see a source its own rule took (None: not checked)
+            "model_source": (data.get("model_source") or "") if source_ok else None,
+            "model_revision": data.get("model_revision") or "",
+            "hf_token_secret": data.get("hf_token_secret") or "",
+        }
+        for name, message in policy_errors(tenant=tenant, flavor=flavor, gpus=check.gpus or 0, **model).items():
             check.add(name, message)
     # The quota answers on its own, whatever else is wrong: "no quota for this flavor" must show
     # beside a memory problem, not after it is fixed. A refused tenant (archived, budget spent)
@@ -198,10 +163,15 @@ def _check_fields(check: DraftCheck, data: dict, backend: str, refused: Collecti
         check.add("name", msg)
     if "model_source" not in refused and (msg := _source_error(data.get("model_source") or "", backend)):
         check.add("model_source", msg)
+    source = None if "model_source" in {*refused, *check.errors} else data.get("model_source") or ""
+    if msg := revision_error(data.get("model_revision") or "", source=source):
+        check.add("model_revision", msg)
     if data.get("serving_profile") not in (None, *ServingProfile.values):
         check.add(
             "serving_profile", f"Choose one of: {', '.join(p or 'custom (empty)' for p in ServingProfile.values)}."
         )
+    if data.get("kv_cache_dtype") not in (None, *KvCacheDtype.values):
+        check.add("kv_cache_dtype", f"Choose one of: {', '.join(KvCacheDtype.values)}.")
     served = data.get("served_model_name") or ""
     if served and not SERVED_NAME.fullmatch(served):
         check.add("served_model_name", "Letters, digits, '.', '_', '-', '/' only (at most 200).")
@@ -248,6 +218,7 @@ def _check_memory(check: DraftCheck, data: dict, flavor: GpuFlavor, *, backend: 
         parameter_count_b=data.get("parameter_count_b"),
         dtype=data.get("dtype") or "auto",
         quantization=data.get("quantization") or "",
+        kv_cache_dtype=data.get("kv_cache_dtype") or "auto",
         tensor_parallel_size=data.get("tensor_parallel_size") or 1,
         pipeline_parallel_size=data.get("pipeline_parallel_size") or 1,
         max_model_len=data.get("max_model_len"),

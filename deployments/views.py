@@ -10,6 +10,8 @@ from django.http import Http404, HttpResponseNotAllowed, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
+from catalog.choices import Task
+from catalog.models import CatalogModel
 from core.exceptions import DomainError, Forbidden
 from core.params import query_int
 from core.redirects import safe_next
@@ -64,6 +66,8 @@ def deployment_new(request):
     form = DeploymentForm(request.POST or None, user=request.user, initial={"tenant": request.GET.get("tenant")})
     if not form.fields["tenant"].queryset.exists():
         raise PermissionDenied("Only members of a tenant may request deployments; viewers can look, not request.")
+    if request.method == "GET" and _wants_cards(request):
+        return _cards(request, form)
     if request.method == "POST" and form.wants_profile_applied():
         return _show_applied(request, form)
     if request.method == "POST" and form.is_valid():
@@ -92,8 +96,33 @@ def deployment_new(request):
 
 def _form_page(request, form: DeploymentForm, **context):
     """The request or edit page; its fit panel shows the check of what is filled in already."""
-    context = {"form": form, "panel": form.for_panel(), **context}
+    context = {"form": form, "panel": form.for_panel(), "picker": _picker(request, form), **context}
     return render(request, "deployments/deployment_form.html", context)
+
+
+def _picker(request, form: DeploymentForm) -> dict:
+    """The catalog picker: the cards for the search and task filter in the query string (?q=&task=;
+    a filter is a plain GET, or an htmx one that swaps the cards alone)."""
+    text = request.GET.get("q", "")[:100]
+    task = request.GET.get("task", "")
+    task = task if task in Task.values else ""
+    selected = form["catalog_model"].value() or request.GET.get("catalog_model") or ""
+    if isinstance(selected, CatalogModel):
+        selected = selected.name
+    cards = form.picker_cards(text=text, task=task)
+    if selected and not any(card.row.name == selected for card in cards):  # the pick stays when filtered out
+        cards = [c for c in form.picker_cards() if c.row.name == selected] + cards
+    tenant = form.quota_tenant()
+    return {"cards": cards, "q": text, "task": task, "tasks": Task.choices, "selected": str(selected), "tenant": tenant}
+
+
+def _wants_cards(request) -> bool:
+    return bool(request.htmx) and request.htmx.target == "catalog-cards"
+
+
+def _cards(request, form: DeploymentForm):
+    """htmx: the picker's cards alone, for the search and task filter."""
+    return render(request, "deployments/_catalog_cards.html", {"form": form, "picker": _picker(request, form)})
 
 
 def _show_applied(request, form: DeploymentForm, dep: ModelDeployment | None = None):
@@ -224,6 +253,8 @@ def deployment_edit(request, pk: int):
     if Action.UPDATE not in actions_for(actor_of(dep.tenant, request.user), dep.state):
         raise PermissionDenied("Only members of the tenant may change a deployment, and not in this state.")
     form = DeploymentEditForm(request.POST or None, deployment=dep, user=request.user)
+    if request.method == "GET" and _wants_cards(request):
+        return _cards(request, form)
     if request.method == "POST" and form.wants_profile_applied():
         return _show_applied(request, form, dep=dep)
     if request.method == "POST" and form.is_valid():

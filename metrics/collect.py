@@ -36,6 +36,7 @@ from django.utils import timezone
 from core.observability import SCRAPE_FAILURES
 from deployments.models import ModelDeployment
 from deployments.states import SCRAPED
+from metrics.kv_report import reported
 from metrics.models import MetricSample, ScrapeState
 from metrics.store import new_sample
 from runtime import k8s
@@ -218,13 +219,15 @@ def collect(ids: Iterable[int] | None = None, *, at: float | None = None) -> int
     previous = {
         row[0]: row[1:]
         for row in ScrapeState.objects.filter(deployment_id__in=[d.pk for d in deps]).values_list(
-            "deployment_id", "snapshot", "history", "last_success"
+            "deployment_id", "snapshot", "history", "last_success", "kv_cache"
         )
     }
     samples, states = [], []
     for dep in deps:
-        snapshot, history, last_success = previous.get(dep.pk) or ({}, [], None)
-        state = ScrapeState(deployment_id=dep.pk, last_attempt=now, snapshot=snapshot or {}, history=history or [])
+        snapshot, history, last_success, kv_cache = previous.get(dep.pk) or ({}, [], None, [])
+        state = ScrapeState(
+            deployment_id=dep.pk, last_attempt=now, snapshot=snapshot or {}, history=history or [], kv_cache=kv_cache
+        )
         result = results.get(dep.pk)
         if isinstance(result, MetricPoint):
             # Prometheus: the point stands for the time since this deployment's last point.
@@ -240,6 +243,9 @@ def collect(ids: Iterable[int] | None = None, *, at: float | None = None) -> int
                 samples.append(new_sample(dep.pk, point))
             state.snapshot, state.last_success = result.to_dict(), now
             state.history = [part.to_dict() for part in kept]
+            # What the engines state now: an engine that restarted with another cache replaces its
+            # old figure, and one that has not allocated its cache yet leaves none.
+            state.kv_cache = reported(result)
         else:
             state.last_error = str(result or "no result")[:1000]
             SCRAPE_FAILURES.inc()
@@ -251,7 +257,7 @@ def collect(ids: Iterable[int] | None = None, *, at: float | None = None) -> int
     with transaction.atomic():
         if samples:
             MetricSample.objects.bulk_create(samples)
-        _upsert(ok, ["snapshot", "history", "last_success", "last_error", "last_attempt"])
+        _upsert(ok, ["snapshot", "history", "last_success", "last_error", "last_attempt", "kv_cache"])
         _upsert(failed, ["last_error", "last_attempt"])
     return len(samples)
 

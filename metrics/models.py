@@ -87,6 +87,10 @@ class ScrapeState(models.Model):
     last_success = models.DateTimeField(null=True)
     last_error = models.TextField(blank=True)
     last_attempt = models.DateTimeField(null=True)
+    # The KV cache capacity each engine reported at its last successful read (vllm:cache_config_info,
+    # runtime.exposition.cacheinfo): [{"engine": {label: value}, "tokens": N}, ...], one per engine
+    # or replica; empty when none has reported (still starting, or an exporter that drops it).
+    kv_cache = models.JSONField(default=list, blank=True)
 
     class Meta:
         db_table = "deployments_scrapestate"  # the deployments app's table, kept (see MetricSample)

@@ -6,6 +6,7 @@ from deployments.api.views import DeploymentViewSet
 from portal.account_views import InvitationView
 from portal.api import AuditEventViewSet, TokenViewSet, me
 from portal.audit_api import AuditExportCsvView, AuditExportJsonLinesView
+from portal.catalog_api import CatalogModelViewSet
 from portal.cluster_api import ClusterReadinessView, ClusterSweepView, OrphanDeleteView
 from portal.platform_api import TenantViewSet
 from quotas.api.secret_views import (
@@ -37,6 +38,7 @@ router.register("flavors", GpuFlavorViewSet, basename="flavor")
 router.register("quotas", TenantQuotaViewSet, basename="quota")
 router.register("quota-requests", QuotaChangeRequestViewSet, basename="quota-request")
 router.register("deployments", DeploymentViewSet, basename="deployment")
+router.register("catalog/models", CatalogModelViewSet, basename="catalog-model")
 
 urlpatterns = [
     path("me/", me, name="api-me"),

@@ -2,6 +2,7 @@
 
 from django.urls import path
 
+from portal import catalog_views
 from portal import platform_views as views
 from portal.account_views import invite
 
@@ -13,6 +14,19 @@ urlpatterns = [
     path("platform/tenants/<slug:slug>/archive/", views.tenant_archive_confirm, name="platform-tenant-archive"),
     path("platform/flavors/new/", views.flavor_edit, name="platform-flavor-new"),
     path("platform/flavors/<slug:name>/", views.flavor_edit, name="platform-flavor"),
+    path("platform/catalog/", catalog_views.catalog_list, name="platform-catalog"),
+    path("platform/catalog/new/", catalog_views.catalog_edit, name="platform-catalog-new"),
+    path("platform/catalog/<slug:name>/", catalog_views.catalog_edit, name="platform-catalog-model"),
+    path(
+        "platform/catalog/<slug:name>/deactivate/",
+        catalog_views.catalog_deactivate,
+        name="platform-catalog-deactivate",
+    ),
+    path(
+        "platform/catalog/<slug:name>/import-facts/",
+        catalog_views.catalog_import_facts,
+        name="platform-catalog-import-facts",
+    ),
     path("tenants/<slug:slug>/members/", views.tenant_members, name="tenant-members"),
     path(
         "tenants/<slug:slug>/members/<str:username>/",

@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     "axes",
     "core",
     "portal",
+    "catalog",
     "quotas",
     "deployments",
     "metrics",

@@ -5,6 +5,8 @@ import re
 from django import forms
 from django.utils.html import format_html, format_html_join
 
+from catalog.models import CatalogModel
+from catalog.patterns import PATTERN_MAX, PATTERNS_MAX, clean_patterns
 from quotas.choices import Role
 from quotas.models import REQUESTS_PER_MINUTE_HELP, TOKENS_PER_MINUTE_HELP, GpuFlavor
 from quotas.services import QUOTA_VALUES
@@ -98,6 +100,20 @@ class PolicyForm(forms.Form):
         label="Allowed GPU flavors",
         help_text="None ticked: every active flavor.",
     )
+    allowed_models = forms.ModelMultipleChoiceField(
+        queryset=CatalogModel.objects.filter(active=True),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Allowed catalog models",
+        help_text="Each at its pinned revision. None ticked and no patterns: any model.",
+    )
+    allowed_source_patterns = forms.CharField(
+        required=False,
+        max_length=PATTERNS_MAX * (PATTERN_MAX + 1),
+        widget=forms.Textarea(attrs={"rows": 3}),
+        label="Allowed model sources",
+        help_text="One pattern per line; * matches anything, '/' included: meta-llama/*, s3://team-bucket/*.",
+    )
     monthly_budget = forms.DecimalField(
         max_digits=12,
         decimal_places=2,
@@ -150,6 +166,13 @@ class PolicyForm(forms.Form):
         help_text=REQUESTS_PER_MINUTE_HELP,
     )
     reason = _reason()
+
+    def clean_allowed_source_patterns(self) -> list[str]:
+        """Lines → patterns, with the rule the API uses (catalog.patterns)."""
+        patterns, problem = clean_patterns(self.cleaned_data["allowed_source_patterns"])
+        if problem:
+            raise forms.ValidationError(problem)
+        return patterns
 
 
 class QuotaSetForm(forms.Form):

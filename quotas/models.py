@@ -120,6 +120,19 @@ class Tenant(models.Model):
         related_name="allowed_tenants",
         help_text="GPU flavors this tenant may request (none selected: every active flavor).",
     )
+    # The model allow-list (issue 33): catalog rows and/or source patterns (catalog.patterns); both
+    # empty: any model. quotas.policy.model_error reads them.
+    allowed_models = models.ManyToManyField(
+        "catalog.CatalogModel",
+        blank=True,
+        related_name="allowed_tenants",
+        help_text="Catalog models this tenant may deploy, at their pinned revision (none and no patterns: any).",
+    )
+    allowed_source_patterns = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Model source globs this tenant may deploy, e.g. meta-llama/* or s3://team-bucket/*.",
+    )
     max_gpus_per_deployment = models.PositiveIntegerField(
         default=0,
         validators=[MaxValueValidator(100_000)],

@@ -1,6 +1,10 @@
 """A tenant's request policy: which flavors it may use, how big one deployment may be, and what
 the platform approves without a person (the auto-approve ceiling).
 
+It also says which models the tenant may deploy (an allow-list of catalog models at their
+pinned revisions and of source patterns, catalog.patterns) and refuses a gated catalog model
+that no token would open.
+
 The one place these rules live. Deployments' request validation (deployments.validation) asks
 `policy_errors` for every draft, so the API, the browser form, the live preview and spec updates
 refuse the same things with the same messages; the deployment services ask `auto_approves`.
@@ -12,9 +16,12 @@ from datetime import datetime
 
 from django.utils import timezone
 
+from catalog.models import CatalogModel
+from catalog.patterns import matching
 from quotas.ceiling import archived_error
 from quotas.choices import Fit
 from quotas.models import GpuFlavor, Tenant
+from quotas.tenant_secrets import hf_token_secret as tenant_hf_token
 
 
 def allowed_flavor_ids(tenant: Tenant) -> set[int] | None:
@@ -23,8 +30,18 @@ def allowed_flavor_ids(tenant: Tenant) -> set[int] | None:
     return ids or None
 
 
-def policy_errors(*, tenant: Tenant, flavor: GpuFlavor | None, gpus: int) -> dict[str, str]:
-    """Field errors for a draft needing `gpus` GPUs of `flavor` in `tenant` (empty: allowed)."""
+def policy_errors(
+    *,
+    tenant: Tenant,
+    flavor: GpuFlavor | None,
+    gpus: int,
+    model_source: str | None = None,
+    model_revision: str = "",
+    hf_token_secret: str = "",
+) -> dict[str, str]:
+    """Field errors for a draft needing `gpus` GPUs of `flavor` in `tenant` (empty: allowed).
+    `model_source` (None: not checked, e.g. a source its own syntax rule refused) is held to the
+    model allow-list and the gating rule, with the draft's revision and token Secret."""
     if tenant.archived:
         error = archived_error(tenant)
         return {error.field: error.message}
@@ -41,7 +58,60 @@ def policy_errors(*, tenant: Tenant, flavor: GpuFlavor | None, gpus: int) -> dic
             f"This deployment would reserve {gpus} GPUs (max replicas × TP × PP); "
             f"{tenant.display_name}'s policy allows at most {limit} per deployment."
         )
+    if model_source is not None:
+        errors.update(model_errors(tenant, model_source, model_revision, hf_token_secret))
     return errors
+
+
+def _allows(row: CatalogModel, source: str, revision: str) -> bool:
+    """A catalog row allows a draft of its source at its pinned revision (or, for a row that
+    follows the default branch, with no revision)."""
+    return row.active and row.source == source and row.revision == revision
+
+
+def model_errors(tenant: Tenant, source: str, revision: str = "", token_secret: str = "") -> dict[str, str]:
+    """The allow-list and the gating rule for a draft of `source` at `revision`.
+
+    Allowed: both lists empty (any model, as before issue 33); a pattern matching the source; or
+    an allowed catalog row with this source and revision. A deactivated row allows nothing, and
+    does not empty the list either (deactivating must not open every model). A gated catalog
+    model needs a token: the draft's own Secret or the tenant's Hugging Face token.
+    """
+    errors = {}
+    rows = list(tenant.allowed_models.all())
+    patterns = list(tenant.allowed_source_patterns or [])
+    if (rows or patterns) and not matching(source, patterns) and not any(_allows(r, source, revision) for r in rows):
+        errors["model_source"] = _not_allowed(tenant, source, revision, rows, patterns)
+    gated = CatalogModel.objects.filter(source=source, active=True, gated=True).order_by("name").first()
+    if gated is not None and not token_secret and not tenant_hf_token(tenant):
+        where = (
+            f" (the catalog keeps it in the Secret {gated.token_secret}: name it as the token Secret)"
+            if gated.token_secret
+            else ""
+        )
+        errors["hf_token_secret"] = (
+            f"{gated.display_name} is gated on Hugging Face and {tenant.display_name} has no token for it{where}. "
+            "Set the tenant's Hugging Face token on its credentials page, or name a Secret with key HF_TOKEN."
+        )
+    return errors
+
+
+def _not_allowed(tenant: Tenant, source: str, revision: str, rows: list, patterns: list[str]) -> str:
+    pinned = [r for r in rows if r.active and r.source == source]
+    if pinned:
+        at = ", ".join(f"{r.revision or 'the default branch'} (catalog model {r.name})" for r in pinned)
+        return (
+            f"{tenant.display_name} may deploy {source} only at {at}, not at "
+            f"{revision or 'the default branch'}: pick the catalog model, or set that revision."
+        )
+    allowed = (
+        [f"catalog models {', '.join(sorted(r.name for r in rows if r.active))}"] if any(r.active for r in rows) else []
+    )
+    if patterns:
+        allowed.append(f"sources matching {', '.join(patterns)}")
+    return (
+        f"{tenant.display_name} may not deploy {source}; its policy allows only {' and '.join(allowed) or 'no model'}."
+    )
 
 
 def budget_block_reason(tenant: Tenant, *, now: datetime | None = None) -> str:
@@ -84,7 +154,9 @@ def policy_words(tenant: Tenant) -> str:
     per = f"at most {_gpus(limit)} per deployment" if limit else "no per-deployment limit"
     flavors = sorted(f.name for f in tenant.allowed_flavors.all())
     which = "only " + ", ".join(flavors) if flavors else "every flavor"
-    return f"{auto} · {per} · {which}"
+    models = sorted(m.name for m in tenant.allowed_models.all()) + list(tenant.allowed_source_patterns or [])
+    what = " · only the models " + ", ".join(models) if models else ""  # nothing said: any model
+    return f"{auto} · {per} · {which}{what}"
 
 
 # The policy's single-valued settings: the request rules above, the monthly budget and idle
@@ -109,4 +181,6 @@ def policy_summary(tenant: Tenant) -> dict:
     if summary["monthly_budget"] is not None:
         summary["monthly_budget"] = str(summary["monthly_budget"])
     summary["allowed_flavors"] = sorted(f.name for f in tenant.allowed_flavors.all())
+    summary["allowed_models"] = sorted(m.name for m in tenant.allowed_models.all())
+    summary["allowed_source_patterns"] = list(tenant.allowed_source_patterns or [])
     return summary

@@ -19,8 +19,9 @@ active (an archived tenant runs nothing; its credentials may still be deleted); 
 the tenant sees whether each is set.
 
 Deployments of the tenant use its Hugging Face token when they name no Secret of their own
-(deployments.specs). The S3 Secret is written for KServe's `s3://` sources; the renderer does not
-hand it to KServe's storage initializer yet (docs/install.md, step 6.6).
+(deployments.specs). The S3 Secret reaches the Ray containers of KubeRay deployments with an `s3://`
+source as optional secretKeyRef env (runtime.manifests.storage.s3_credentials_env); KServe's storage
+initializer does not read it yet (docs/install.md, step 6.6).
 """
 
 from __future__ import annotations

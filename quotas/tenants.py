@@ -14,6 +14,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from catalog.patterns import clean_patterns
 from core.exceptions import ConflictError, DomainError, Forbidden
 from core.models import audit
 from quotas.models import GpuFlavor, RetiredTenantSlug, Tenant, TenantQuota, is_platform_admin
@@ -121,12 +122,21 @@ def tenant_policy_set(
     actor,
     allowed_flavors: list[GpuFlavor],
     reason: str = "",
+    allowed_models: list | None = None,
+    allowed_source_patterns: list[str] | None = None,
     **values,
 ) -> Tenant:
-    """Set the tenant's policy (quotas.policy.SCALAR_FIELDS and the allowed flavors). A setting
-    left out keeps its value. It shapes requests, spend and idle handling, not the Kueue objects:
-    no Kueue sync."""
+    """Set the tenant's policy (quotas.policy.SCALAR_FIELDS, the allowed flavors and the model
+    allow-list: catalog models and source patterns). A setting left out keeps its value. It shapes
+    requests, spend and idle handling, not the Kueue objects: no Kueue sync."""
     _require_platform_admin(actor)
+    if allowed_source_patterns is not None:
+        allowed_source_patterns, problem = clean_patterns(allowed_source_patterns)
+        if problem:
+            raise DomainError(problem, field="allowed_source_patterns")
+    retired_models = sorted(m.name for m in allowed_models or () if not m.active)
+    if retired_models:
+        raise DomainError(f"Not offered any more: {', '.join(retired_models)}.", field="allowed_models")
     unknown = sorted(set(values) - set(SCALAR_FIELDS))
     if unknown:
         raise DomainError(f"Not a policy setting: {', '.join(unknown)}.", field=unknown[0])
@@ -150,8 +160,13 @@ def tenant_policy_set(
         raise DomainError("The idle warning must come before the idle stop.", field="idle_warn_hours")
     if tenant.budget_hard_stop and tenant.monthly_budget is None:
         raise DomainError("A hard stop needs a monthly budget.", field="budget_hard_stop")
+    if allowed_source_patterns is not None:
+        tenant.allowed_source_patterns = allowed_source_patterns
+        values["allowed_source_patterns"] = allowed_source_patterns
     tenant.save(update_fields=list(values))
     tenant.allowed_flavors.set(allowed_flavors)
+    if allowed_models is not None:
+        tenant.allowed_models.set(allowed_models)
     after = policy_summary(tenant)
     if after != before:
         audit(

@@ -57,6 +57,9 @@ class EngineOptions:
     max_num_batched_tokens: int | None = None
     quantization: str | None = None  # None | "fp8" | "awq" | "gptq"
     dtype: str = "auto"  # auto | bfloat16 | float16 | float32
+    # vLLM's --kv-cache-dtype (deployments.choices.KvCacheDtype); "auto" = the model's dtype, and
+    # rendered only when it is not "auto", so vLLM's own default applies.
+    kv_cache_dtype: str = "auto"
     trust_remote_code: bool = False
 
 
@@ -79,6 +82,9 @@ class DeploymentSpec:
     target_ongoing_requests: int = 16
     engine: EngineOptions = field(default_factory=EngineOptions)
     hf_token_secret: str | None = None  # Secret in the tenant namespace with key HF_TOKEN
+    # The Hugging Face revision to load (commit id, tag or branch; catalog.sources checks it);
+    # None: the default branch. vLLM --revision / Ray Serve LLM engine_kwargs.revision.
+    model_revision: str | None = None
     generation: int = 1
     backend: str = "kuberay"  # kuberay | kserve | local
     # The tenant's gateway limits (runtime.manifests.gateway): 0 = no limit rendered.

@@ -164,7 +164,10 @@ def current_workload(workloads: list[dict]) -> dict | None:
 
     Kueue may leave more than one: an elastic job's every slice is a new Workload with the same
     `kueue.x-k8s.io/job-uid` label, the replaced one Finished (seen on Kueue 0.19.2; kubernetes-sigs/
-    kueue pkg/workloadslicing, v0.19.2). The newest one not Finished wins; else the newest.
+    kueue pkg/workloadslicing, v0.19.2). The newest admitted one not Finished wins, else the newest
+    not Finished, else the newest: while a resized job's new slice waits for quota, the old slice
+    is still admitted and its pods serve (Kueue finishes it only once the new one is admitted), so
+    the job is not "queued".
     """
 
     def finished(wl: dict) -> bool:
@@ -174,7 +177,8 @@ def current_workload(workloads: list[dict]) -> dict | None:
         return (wl.get("metadata") or {}).get("creationTimestamp") or ""
 
     live = [wl for wl in workloads if not finished(wl)]
-    pool = live or workloads
+    admitted = [wl for wl in live if _true(_find((wl.get("status") or {}).get("conditions"), "Admitted"))]
+    pool = admitted or live or workloads
     return max(pool, key=created) if pool else None
 
 

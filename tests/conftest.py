@@ -1,6 +1,11 @@
 import pytest
 
-pytest_plugins = ["tests.support.world", "tests.support.k8s.server", "tests.support.controlplane.fixtures"]
+pytest_plugins = [
+    "tests.support.world",
+    "tests.support.k8s.server",
+    "tests.support.controlplane.fixtures",
+    "tests.support.local_engine",
+]
 
 
 @pytest.fixture(autouse=True)

@@ -3,9 +3,11 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from catalog.drafts import with_catalog_model
+from catalog.models import CatalogModel
 from core.api_fields import NamedRef
 from deployments.api.revision_serializers import NUMBER_MAX, ProposedRevisionSerializer, proposal
-from deployments.choices import Dtype, Quantization, ServingProfile, backend_choices
+from deployments.choices import Dtype, KvCacheDtype, Quantization, ServingProfile, backend_choices
 from deployments.limits import LIMITS
 from deployments.models import SPEC_FIELDS, DeploymentEvent, ModelDeployment
 from deployments.queries import derived_badge
@@ -35,7 +37,24 @@ class DeploymentSpecSerializer(serializers.Serializer):
     """The fields of a deployment request. Type coercion and ranges here; the rules that need
     the flavor or the quota live in deployments.validation (shared with the browser form)."""
 
-    model_source = serializers.CharField(max_length=500)
+    model_source = serializers.CharField(
+        max_length=500, required=False, help_text="Required unless `catalog_model` names the model."
+    )
+    model_revision = serializers.CharField(
+        max_length=100,
+        required=False,
+        allow_blank=True,
+        help_text="Hugging Face revision to load (commit id, tag or branch; empty: the default branch). Filled "
+        "from `catalog_model`; a new `model_source` without one loads the default branch.",
+    )
+    catalog_model = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=CatalogModel.objects.filter(active=True),
+        required=False,
+        write_only=True,
+        help_text="A catalog model's name (GET /api/v1/catalog/models/): its source, pinned revision and token "
+        "Secret fill the request.",
+    )
     served_model_name = serializers.CharField(max_length=200, required=False, allow_blank=True)
     hf_token_secret = serializers.CharField(max_length=253, required=False, allow_blank=True, default="")
     flavor = NamedRef("flavor", slug_field="name", queryset=GpuFlavor.objects.all())
@@ -53,6 +72,12 @@ class DeploymentSpecSerializer(serializers.Serializer):
     )
     quantization = serializers.ChoiceField(choices=Quantization.choices, required=False, allow_blank=True, default="")
     dtype = serializers.ChoiceField(choices=Dtype.choices, default=Dtype.AUTO)
+    kv_cache_dtype = serializers.ChoiceField(
+        choices=KvCacheDtype.choices,
+        default=KvCacheDtype.AUTO,
+        help_text="vLLM's --kv-cache-dtype: what the KV cache stores. auto = the model's dtype; quantizing the "
+        "weights does not change it.",
+    )
     parameter_count_b = StrictFloatField(**LIMITS["parameter_count_b"].bounds(), required=False, allow_null=True)
     serving_profile = serializers.ChoiceField(
         choices=ServingProfile.choices,
@@ -61,6 +86,14 @@ class DeploymentSpecSerializer(serializers.Serializer):
         help_text="A preset for the engine and scaling fields (GET /api/v1/serving-profiles/ shows its values and "
         "reasons). The fields you leave out are filled from it; the fields you send win. Empty: custom.",
     )
+
+    def validate(self, data):
+        """A named catalog model fills the source, revision and token (catalog.drafts)."""
+        try:
+            return with_catalog_model(dict(data), partial=self.partial)
+        except ValueError as error:
+            field, message = error.args
+            raise serializers.ValidationError({field: [message]}) from None
 
 
 class DeploymentCreateSerializer(DeploymentSpecSerializer):
@@ -192,6 +225,7 @@ _PLAIN = (
     "id",
     "name",
     "model_source",
+    "model_revision",
     "served_model_name",
     "hf_token_secret",
     "backend",
@@ -205,6 +239,7 @@ _PLAIN = (
     "max_num_batched_tokens",
     "quantization",
     "dtype",
+    "kv_cache_dtype",
     "serving_profile",
     "state",
     "generation",

@@ -58,6 +58,7 @@ APPROVAL_FIELDS = frozenset(
         "max_num_batched_tokens",
         "quantization",
         "dtype",
+        "kv_cache_dtype",
     }
 )
 REPLICA_FIELDS = ("min_replicas", "max_replicas")

@@ -1,4 +1,4 @@
-"""Metrics API on a deployment: the dashboard's series, the latest values and the advice.
+"""Metrics API on a deployment: the dashboard's series, the latest values, the advice and the KV cache report.
 
 Served at /api/v1/deployments/<id>/metrics/, summary/ and advice/ (metrics/api/urls.py), over
 the deployments API's own queryset and filters (VisibleDeploymentsMixin): another tenant's
@@ -16,6 +16,7 @@ from deployments.api.views import VisibleDeploymentsMixin
 from deployments.states import Action, actor_of, authorize
 from metrics import store
 from metrics.advice import OBJECTIVE_FIELDS, advice_dict, advice_for
+from metrics.kv_report import kv_comparison
 from metrics.models import AdvisorObjectives
 
 
@@ -53,7 +54,8 @@ class DeploymentMetricsViewSet(VisibleDeploymentsMixin, viewsets.GenericViewSet)
     @extend_schema(responses={200: dict})
     @action(detail=True, methods=["get"])
     def summary(self, request, pk=None):
-        """Latest values, the last scrape's outcome and the advice."""
+        """Latest values, the last scrape's outcome, the advice, and the KV cache vLLM reported beside
+        the portal's estimate (the deployment page's "KV cache" line)."""
         dep = self.get_object()
         scrape = getattr(dep, "scrape_state", None) if hasattr(dep, "scrape_state") else None
         return Response(
@@ -67,6 +69,7 @@ class DeploymentMetricsViewSet(VisibleDeploymentsMixin, viewsets.GenericViewSet)
                     "last_attempt": scrape.last_attempt,
                 },
                 "advice": [advice_dict(dep.pk, a) for a in advice_for(dep)],
+                "kv_cache": kv_comparison(dep),
             }
         )
 

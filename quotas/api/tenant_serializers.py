@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from catalog.models import CatalogModel
+from catalog.patterns import PATTERN_MAX, PATTERNS_MAX, clean_patterns
 from quotas.choices import Role
 from quotas.models import (
     REQUESTS_PER_MINUTE_HELP,
@@ -101,6 +103,21 @@ class PolicySerializer(serializers.Serializer):
         help_text="Flavor names the tenant may request (empty: every active flavor).",
     )
     # Optional in a PUT: a setting left out keeps its value.
+    allowed_models = serializers.SlugRelatedField(
+        slug_field="name",
+        many=True,
+        required=False,
+        queryset=CatalogModel.objects.filter(active=True),
+        help_text="Catalog model names the tenant may deploy, each at its pinned revision "
+        "(empty, with no patterns: any model).",
+    )
+    allowed_source_patterns = serializers.ListField(
+        child=serializers.CharField(max_length=PATTERN_MAX, trim_whitespace=True),
+        max_length=PATTERNS_MAX,
+        required=False,
+        help_text="Model source globs the tenant may deploy, e.g. meta-llama/* or s3://team-bucket/* "
+        "(* matches anything, '/' included).",
+    )
     monthly_budget = serializers.DecimalField(
         max_digits=12,
         decimal_places=2,
@@ -137,6 +154,13 @@ class PolicySerializer(serializers.Serializer):
         min_value=0, max_value=10**7, required=False, help_text=REQUESTS_PER_MINUTE_HELP
     )
     reason = _reason()
+
+    def validate_allowed_source_patterns(self, value: list[str]) -> list[str]:
+        """The rule the policy form uses (catalog.patterns)."""
+        patterns, problem = clean_patterns(value)
+        if problem:
+            raise serializers.ValidationError(problem)
+        return patterns
 
 
 class MembershipSerializer(serializers.ModelSerializer):

@@ -69,6 +69,8 @@ class Traits:
     local_paths: bool = False  # model sources may be paths under LOCAL_MODEL_ROOT
     sized_for_gpus: bool = True  # the GPU-memory check applies (False: CPU engine, sized by the host)
     whole_node_pods: bool = False  # a replica bigger than a node is split into whole-node pods (PP across nodes)
+    # Grants it needs besides those on its kind: (verb, group, resource).
+    extra_permissions: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def on_cluster(self) -> bool:
@@ -78,8 +80,8 @@ class Traits:
     def permissions(self) -> tuple[tuple[str, str, str], ...]:
         """The (verb, group, resource) grants the runtime uses on its kind."""
         if self.kind is None:
-            return ()
-        return tuple((verb, self.kind.group, self.kind.plural) for verb in KIND_VERBS)
+            return self.extra_permissions
+        return (*((verb, self.kind.group, self.kind.plural) for verb in KIND_VERBS), *self.extra_permissions)
 
 
 KIND_VERBS = ("get", "list", "create", "patch", "delete")
@@ -340,6 +342,8 @@ register(
         kueue_probe=_rayservice_probe,
         metrics_from_pods=True,
         whole_node_pods=True,
+        # A worker-count change moves the running RayCluster's counts (runtime.backends.rayresize).
+        extra_permissions=(("get", "ray.io", "rayclusters"), ("patch", "ray.io", "rayclusters")),
     ),
 )
 register(

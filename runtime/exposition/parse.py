@@ -9,7 +9,9 @@ from collections.abc import Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from runtime.exposition.cacheinfo import engine_key, tokens_from_labels
 from runtime.exposition.snapshot import (
+    CACHE_INFO,
     COUNTERS,
     GAUGES,
     HISTOGRAMS,
@@ -36,7 +38,7 @@ def _accepted_names() -> frozenset[str]:
     """Every raw sample / family name worth parsing, in both dialects."""
     names: set[str] = set()
     for prefix in PREFIXES:
-        for name in (*COUNTERS, *GAUGES):
+        for name in (*COUNTERS, *GAUGES, CACHE_INFO):
             names.add(prefix + name)
         for name in HISTOGRAMS:
             names.update(prefix + name + s for s in ("", "_bucket", "_sum", "_count"))
@@ -107,6 +109,7 @@ class SnapshotBuilder:
         self.buckets: dict[str, dict[SeriesKey, dict[float, float]]] = {}
         self.sums: dict[str, dict[SeriesKey, float]] = {}
         self.counts: dict[str, dict[SeriesKey, float]] = {}
+        self.kv_cache_tokens: dict[SeriesKey, int] = {}
 
     def add(self, sample_name: str, labels: Mapping[str, str], value: float) -> None:
         name = _normalise(sample_name)
@@ -116,7 +119,11 @@ class SnapshotBuilder:
         key = tuple(sorted((k, v) for k, v in labels.items() if k not in ("le", "__name__")))
         # Two samples with one key can only come from mixing both dialects; adding keeps
         # the deployment total right either way.
-        if name in COUNTERS:
+        if name == CACHE_INFO:
+            tokens = tokens_from_labels(labels)
+            if tokens is not None:
+                self.kv_cache_tokens[engine_key(labels)] = tokens
+        elif name in COUNTERS:
             add_to(self.counters.setdefault(name, {}), key, value)
         elif name in GAUGES or name in SERVE_GAUGES:
             add_to(self.gauges.setdefault(name, {}), key, value)
@@ -142,7 +149,7 @@ class SnapshotBuilder:
                     sum=self.sums.get(name, {}).get(key, 0.0),
                     count=count,
                 )
-        return Snapshot(timestamp, self.counters, self.gauges, histograms)
+        return Snapshot(timestamp, self.counters, self.gauges, histograms, self.kv_cache_tokens)
 
 
 def parse_exposition(

@@ -49,6 +49,9 @@ SERVE_LLM_DEPLOYMENT = "LLMServer:"
 # vllm/v1/metrics/loggers.py, PrometheusStatLogger.record: finished_request.queued_time,
 # prefill_time, decode_time); the three cost ~60 % more parse per exposition (a Ray node's,
 # filtered: ~4.4 → ~7.2 ms on the 2-core CI machine).
+# vLLM's CacheConfig as the labels of a gauge set to 1, once per engine when it has allocated its
+# KV cache: read for the capacity it states (runtime.exposition.cacheinfo), kept per engine.
+CACHE_INFO = "cache_config_info"
 HISTOGRAMS = (
     "time_to_first_token_seconds",
     "inter_token_latency_seconds",
@@ -106,6 +109,9 @@ class Snapshot:
     counters: Mapping[str, Mapping[SeriesKey, float]] = field(default_factory=dict)
     gauges: Mapping[str, Mapping[SeriesKey, float]] = field(default_factory=dict)
     histograms: Mapping[str, Mapping[SeriesKey, HistogramSeries]] = field(default_factory=dict)
+    # The KV capacity in tokens each engine reported (cacheinfo.engine_key → tokens); empty when
+    # none has (an engine still starting, an exporter that does not pass the info gauge on).
+    kv_cache_tokens: Mapping[SeriesKey, int] = field(default_factory=dict)
 
     # -- totals over all series of the deployment ------------------------------------------
 
@@ -204,7 +210,9 @@ class Snapshot:
         counters: dict[str, dict[SeriesKey, float]] = {}
         gauges: dict[str, dict[SeriesKey, float]] = {}
         histograms: dict[str, dict[SeriesKey, HistogramSeries]] = {}
+        kv_cache_tokens: dict[SeriesKey, int] = {}
         for part in parts:
+            kv_cache_tokens.update(part.kv_cache_tokens)
             for target, source in ((counters, part.counters), (gauges, part.gauges)):
                 for name, series in source.items():
                     merged = target.setdefault(name, {})
@@ -214,7 +222,8 @@ class Snapshot:
                 merged_h = histograms.setdefault(name, {})
                 for key, hist in series.items():
                     merged_h[key] = _sum_histograms([merged_h[key], hist]) if key in merged_h else hist
-        return cls(max((p.timestamp for p in parts), default=time.time()), counters, gauges, histograms)
+        at = max((p.timestamp for p in parts), default=time.time())
+        return cls(at, counters, gauges, histograms, kv_cache_tokens)
 
     # -- storage --------------------------------------------------------------------------
 
@@ -228,6 +237,7 @@ class Snapshot:
                 n: [[dict(k), [[_format_le(le), c] for le, c in h.buckets], h.sum, h.count] for k, h in s.items()]
                 for n, s in self.histograms.items()
             },
+            "kv_cache_tokens": [[dict(k), v] for k, v in self.kv_cache_tokens.items()],
         }
 
     @classmethod
@@ -252,6 +262,7 @@ class Snapshot:
                 }
                 for n, s in data.get("histograms", {}).items()
             },
+            kv_cache_tokens={key(lb): int(v) for lb, v in data.get("kv_cache_tokens", [])},
         )
 
 

@@ -36,6 +36,8 @@ class Kind:
 
 
 RAYSERVICE = Kind("ray.io", "v1", "rayservices", "RayService")
+# A RayService's Ray cluster: only its worker counts are patched (runtime.backends.kuberay resize).
+RAYCLUSTER = Kind("ray.io", "v1", "rayclusters", "RayCluster")
 WORKLOAD = Kind("kueue.x-k8s.io", "v1beta2", "workloads", "Workload")
 CLUSTERQUEUE = Kind("kueue.x-k8s.io", "v1beta2", "clusterqueues", "ClusterQueue", namespaced=False)
 LOCALQUEUE = Kind("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue")
@@ -93,6 +95,7 @@ def visibility_version(served: Iterable[str] | None) -> str | None:
 
 KINDS: tuple[Kind, ...] = (
     RAYSERVICE,
+    RAYCLUSTER,
     WORKLOAD,
     CLUSTERQUEUE,
     LOCALQUEUE,

@@ -233,8 +233,14 @@ def vllm_args(spec: DeploymentSpec) -> list[str]:
     if engine.quantization:
         args.append(f"--quantization={engine.quantization}")
     args.append(f"--dtype={engine.dtype}")
+    if engine.kv_cache_dtype != "auto":  # vLLM's default: the model's dtype
+        args.append(f"--kv-cache-dtype={engine.kv_cache_dtype}")
     if engine.trust_remote_code:
         args.append("--trust-remote-code")
+    if spec.model_revision:  # the pinned Hugging Face revision (issue 33), for the code too when it runs
+        args.append(f"--revision={spec.model_revision}")
+        if engine.trust_remote_code:
+            args.append(f"--code-revision={spec.model_revision}")
     return args
 
 

@@ -36,6 +36,7 @@ from runtime.manifests.common import (
     shm_volume,
 )
 from runtime.manifests.karpenter import serving_pod_annotations
+from runtime.manifests.storage import s3_credentials_env
 from runtime.manifests.topology import slice_annotations
 from runtime.spec import DeploymentSpec, PlatformSpec, RenderError
 
@@ -142,7 +143,13 @@ def llm_config(spec: DeploymentSpec) -> dict[str, Any]:
         "max_num_batched_tokens": engine.max_num_batched_tokens,
         "quantization": engine.quantization,
         "dtype": engine.dtype,
+        "kv_cache_dtype": None if engine.kv_cache_dtype == "auto" else engine.kv_cache_dtype,
         "trust_remote_code": engine.trust_remote_code,
+        # The pinned Hugging Face revision (issue 33): Ray Serve LLM hands engine_kwargs to vLLM's
+        # engine arguments, as it does every key above; the code at the same revision when the
+        # model's own code runs. The local engine turns these into --revision / --code-revision.
+        "revision": spec.model_revision,
+        "code_revision": spec.model_revision if engine.trust_remote_code else None,
     }
     config: dict[str, Any] = {
         "model_loading_config": {
@@ -232,10 +239,11 @@ def _head_group(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str, Any]:
     }
     # Pinned to the CPU flavor's nodes; no GPU toleration, so never on a tainted GPU node.
     group["template"]["spec"]["nodeSelector"] = cpu_node_selector(platform)
-    if spec.hf_token_secret:
-        # Ray Serve LLM forwards HF_TOKEN from the controller's environment into the
-        # replicas' runtime env, so the head needs it as well as the workers.
-        group["template"]["spec"]["containers"][0]["env"] = hf_token_env(spec)
+    # Ray Serve LLM forwards HF_TOKEN from the controller's environment into the replicas'
+    # runtime env, so the head needs it as well as the workers; the S3 credentials likewise
+    # (storage.s3_credentials_env), and only for an s3:// source, so other pods stay as they were.
+    if env := [*hf_token_env(spec), *s3_credentials_env(spec.model_source)]:
+        group["template"]["spec"]["containers"][0]["env"] = env
     return group
 
 
@@ -276,6 +284,10 @@ def _worker_group(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str, Any
         {"name": "NCCL_IB_DISABLE", "value": "0"},
         {"name": "NCCL_NET_GDR_LEVEL", "value": "2"},
         {"name": "NCCL_DEBUG", "value": platform.nccl_debug},
+        # Ray Serve LLM downloads an s3:// source with the AWS CLI (`aws s3 cp`), which reads the
+        # AWS_* variables: ray-project/ray python/ray/llm/_internal/common/utils/cloud_filesystem/
+        # s3_filesystem.py. Nothing for any other source.
+        *s3_credentials_env(spec.model_source),
     ]
     # Each replica in one block / on one host; never drained by Karpenter's own disruption.
     placement = slice_annotations(spec.flavor, pods)
@@ -336,7 +348,9 @@ def render_rayservice(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str,
     which the tenant's Kueue quota (sized for 1x) cannot admit, so upgrades would hang.
     With "None", KubeRay still applies serveConfigV2 changes in place but leaves the
     running cluster alone when rayClusterConfig changes; such a change has to be rolled
-    out by deleting and recreating the RayService.
+    out by deleting and recreating the RayService. Worker counts are the exception: KubeRay's
+    cluster hash leaves them out, and the portal moves them on the running RayCluster
+    (runtime.backends.kuberay), which Kueue admits as a workload slice.
     """
     if spec.max_replicas < max(spec.min_replicas, 1):  # the kserve renderer refuses the same shapes
         raise RenderError(
@@ -348,21 +362,21 @@ def render_rayservice(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str,
         "namespace": spec.namespace,
         "labels": {**deployment_labels(spec), LABEL_QUEUE_NAME: spec.queue_name},
     }
-    if spec.autoscaling:
-        # Lets Kueue resize the admitted Workload as the Ray autoscaler adds or removes
-        # workers instead of evicting the whole job when replicas change.
-        metadata["annotations"] = {ANNOTATION_ELASTIC_JOB: "true"}
+    # Every RayService is an elastic Kueue job with the in-tree autoscaler, fixed-size ones too
+    # (min = max): a worker-count change then moves the running RayCluster's counts, which Kueue
+    # takes as a new Workload slice beside the serving one (no eviction, no gap); see
+    # runtime.backends.kuberay.resize_ops for the upstream code this rests on.
+    metadata["annotations"] = {ANNOTATION_ELASTIC_JOB: "true"}
+    # Sized here rather than left to KubeRay's default, so the head's charge is known
+    # (runtime.manifests.kueue sizes the CPU flavor's quota for head + sidecar).
+    sidecar = {"cpu": platform.autoscaler_cpu, "memory": platform.autoscaler_memory}
     cluster: dict[str, Any] = {
         "rayVersion": platform.ray_version,
         "headGroupSpec": _head_group(spec, platform),
         "workerGroupSpecs": [_worker_group(spec, platform)],
+        "enableInTreeAutoscaling": True,
+        "autoscalerOptions": {"resources": {"requests": sidecar, "limits": dict(sidecar)}},
     }
-    if spec.autoscaling:
-        cluster["enableInTreeAutoscaling"] = True
-        # Sized here rather than left to KubeRay's default, so the head's charge is known
-        # (runtime.manifests.kueue sizes the CPU flavor's quota for head + sidecar).
-        sidecar = {"cpu": platform.autoscaler_cpu, "memory": platform.autoscaler_memory}
-        cluster["autoscalerOptions"] = {"resources": {"requests": sidecar, "limits": dict(sidecar)}}
     return {
         "apiVersion": RAY_API_VERSION,
         "kind": "RayService",

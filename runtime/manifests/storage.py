@@ -10,7 +10,11 @@ The Secrets have names fixed by the portal (`HF_TOKEN_SECRET`, `S3_SECRET`): wha
 goes only into `stringData` values, never into a name, a key, a label or an annotation. Their keys
 are the ones the consumers read: `HF_TOKEN` (common.hf_token_env's secretKeyRef), and the AWS SDK's
 variable names for S3 (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_ENDPOINT_URL`,
-`AWS_DEFAULT_REGION`), which KServe's storage initializer reads as environment variables.
+`AWS_DEFAULT_REGION`), which the AWS SDKs and CLI read as environment variables.
+
+`s3_credentials_env` hands the S3 Secret to an engine container whose model source is `s3://`, as
+optional secretKeyRefs: the value never appears in a manifest, and a pod still starts when the
+tenant has set no credentials (the SDK then falls back to its default chain: IRSA, instance profile).
 """
 
 from __future__ import annotations
@@ -121,6 +125,22 @@ def render_model_cache_claim(
         "metadata": {"name": name, "namespace": namespace, "labels": portal_labels(tenant_slug)},
         "spec": spec,
     }
+
+
+def s3_credentials_env(model_source: str) -> list[dict[str, Any]]:
+    """The tenant's S3 credentials as container env, for an `s3://` model source only ([] otherwise).
+
+    Each variable is an optional secretKeyRef to `S3_SECRET`: the kubelet leaves a variable out when
+    the Secret or its key is absent, so the pod starts either way and the AWS client falls back to its
+    default credential chain. Values are read when the container starts: a rotated Secret reaches a
+    running engine on its next restart.
+    """
+    if not model_source.startswith("s3://"):
+        return []
+    return [
+        {"name": key, "valueFrom": {"secretKeyRef": {"name": S3_SECRET, "key": key, "optional": True}}}
+        for key in S3_KEYS
+    ]
 
 
 def render_tenant_secret(*, name: str, namespace: str, tenant_slug: str, values: dict[str, str]) -> dict[str, Any]:

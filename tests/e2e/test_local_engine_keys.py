@@ -17,7 +17,6 @@ import subprocess
 import pytest
 import requests
 
-from runtime.backends.local.backend import LocalBackend
 from tests.e2e.workers import local_cpu_model, request_and_approve_local
 from tests.support.processes import celery_worker, wait_for
 
@@ -50,13 +49,12 @@ def curl_snippet(world, dep_id: int) -> str:
 
 
 @pytest.mark.skipif(not engine_available(), reason="needs the local extra: pip install '.[local]'")
-def test_the_engine_takes_a_minted_key_and_refuses_it_once_revoked(tx_world, tmp_path, settings, monkeypatch):
+def test_the_engine_takes_a_minted_key_and_refuses_it_once_revoked(tx_world, tmp_path, settings, local_runtime):
     model = local_cpu_model(tx_world, tmp_path, settings)
-    # The portal's log view (this process) reads the engine log where the worker runs the engine.
-    settings.LOCAL_RUNTIME_DIR = str(tmp_path / "runtime")
-    monkeypatch.setattr(LocalBackend, "_instance", None)
+    # The portal's log view (this process) reads the engine log where the worker runs the engine:
+    # local_runtime is this process's LOCAL_RUNTIME_DIR too.
     env = {
-        "LOCAL_RUNTIME_DIR": str(tmp_path / "runtime"),
+        "LOCAL_RUNTIME_DIR": str(local_runtime),
         "RECONCILE_REQUEUE_SECONDS": "3",
         "LOCAL_KVCACHE_GIB": "1",
         "LOCAL_MODEL_ROOT": str(tmp_path),
@@ -65,7 +63,7 @@ def test_the_engine_takes_a_minted_key_and_refuses_it_once_revoked(tx_world, tmp
         dep_id = request_and_approve_local(tx_world, model, "tiny")
         member = tx_world.client("member")
         wait_for(lambda: status_with(member, dep_id, None) == 401, timeout=420, interval=2, what="a 401 without a key")
-        state_file = tmp_path / "runtime" / str(dep_id) / "state.json"
+        state_file = local_runtime / str(dep_id) / "state.json"
 
         def same_engine(client=member) -> tuple[int, str]:
             """The engine's pid and the endpoint URL the portal shows."""
@@ -91,7 +89,7 @@ def test_the_engine_takes_a_minted_key_and_refuses_it_once_revoked(tx_world, tmp
         # raw file either (the engine never had it as an argument, so vLLM could not print it).
         tails = member.get(f"/api/v1/deployments/{dep_id}/logs/?lines=2000").json()["tails"]
         shown = "".join(tail["text"] for tail in tails)
-        raw = (tmp_path / "runtime" / str(dep_id) / "engine.log").read_text()
+        raw = (local_runtime / str(dep_id) / "engine.log").read_text()
         assert "non-default args" in shown and "non-default args" in raw
         assert not [k for k in (key, kept.json()["key"]) if k in shown or k in raw]
 

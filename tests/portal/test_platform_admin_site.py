@@ -14,7 +14,7 @@ from deployments import services
 from quotas.models import GpuFlavor, Membership, Tenant, TenantQuota
 from tests.support.factories import draft
 
-APPS = ("core", "portal", "quotas", "deployments", "metrics")
+APPS = ("core", "portal", "catalog", "quotas", "deployments", "metrics")
 
 
 @pytest.fixture

@@ -78,6 +78,8 @@ class TestFromAnEmptyDatabase:
             "max_gpus_per_deployment": 4,
             "allowed_flavors": ["l4"],
             # Settings the PUT left out keep their values (here the defaults).
+            "allowed_models": [],
+            "allowed_source_patterns": [],
             "monthly_budget": None,
             "budget_hard_stop": False,
             "idle_warn_hours": 0,

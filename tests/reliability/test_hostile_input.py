@@ -16,6 +16,7 @@ import schemathesis
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance
 
+from catalog.models import CatalogModel
 from core.models import AuditEvent
 from deployments import services
 from deployments.models import DeploymentEvent, ModelDeployment
@@ -307,6 +308,7 @@ def body_targets(world):
     )
     quota = TenantQuota.objects.get(tenant=world.alpha, flavor=world.h100)
     key, _ = key_mint(user=world.users["member"], tenant=world.alpha, name="hostile bodies")
+    catalog = CatalogModel.objects.create(name="hostile-cat", display_name="Cat", source="org/cat", revision="main")
     return [
         ("member", "POST", "/api/v1/deployments/"),
         ("member", "PATCH", f"/api/v1/deployments/{dep.pk}/"),
@@ -342,16 +344,20 @@ def body_targets(world):
         ("tenant_admin", "PUT", "/api/v1/tenants/alpha/credentials/hf_token/"),
         ("tenant_admin", "PUT", "/api/v1/tenants/alpha/credentials/s3/"),
         ("platform_admin", "PUT", "/api/v1/tenants/alpha/storage/"),
+        ("platform_admin", "POST", "/api/v1/catalog/models/"),
+        ("platform_admin", "PATCH", f"/api/v1/catalog/models/{catalog.name}/"),
+        ("platform_admin", "POST", f"/api/v1/catalog/models/{catalog.name}/deactivate/"),
+        ("platform_admin", "POST", f"/api/v1/catalog/models/{catalog.name}/import-facts/"),
     ]
 
 
-BODY_TARGETS = 34  # len(body_targets): the test below holds the two together
+BODY_TARGETS = 38  # len(body_targets): the test below holds the two together
 
 
 def _template(path: str) -> str:
     """/api/v1/deployments/12/scale/ → /api/v1/deployments/{id}/scale/ (the schema's spelling);
     the number after revisions/ is {number}."""
-    names = {"h100-sxm5": "{name}", "alpha": "{slug}", "alpha-viewer": "{username}"}
+    names = {"h100-sxm5": "{name}", "hostile-cat": "{name}", "alpha": "{slug}", "alpha-viewer": "{username}"}
     parts = path.split("/")
     return "/".join(
         names.get(part, ("{number}" if parts[i - 1] == "revisions" else "{id}") if part.isdigit() else part)

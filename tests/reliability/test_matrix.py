@@ -7,6 +7,7 @@ import pytest
 from django.core.cache import cache
 from django.urls import URLResolver
 
+from catalog.models import CatalogModel
 from portal.api import token_create
 from quotas.models import QuotaChangeRequest, TenantQuota
 from tests.reliability.objects import (
@@ -49,6 +50,13 @@ ADMIN_ONLY = expect(viewer=403, member=403, tenant_admin=403)
 NO_SUCH_ORPHAN = {"backend": "kuberay", "namespace": "alpha", "name": "x"}
 
 D = "/api/v1/deployments"
+CAT = "/api/v1/catalog/models/"
+
+
+def fresh_catalog_model() -> CatalogModel:
+    return CatalogModel.objects.create(name=f"cat{next(names)}", display_name="Cat", source="org/cat", revision="main")
+
+
 # (route name, method) → (call(world, client), expected status per role)
 MATRIX = {
     ("api-me", "get"): (lambda w, c: c.get("/api/v1/me/"), READ_ALL),
@@ -347,6 +355,28 @@ MATRIX = {
     ),
     ("apikey-detail", "get"): (lambda w, c: c.get(f"/api/v1/keys/{fresh_key(w).pk}/"), ALPHA_READ),
     ("apikey-revoke", "post"): (lambda w, c: c.post(f"/api/v1/keys/{fresh_key(w).pk}/revoke/"), MEMBER_WRITE),
+    # The model catalog (issue 33): every signed-in user reads the active rows; platform admins write.
+    ("catalog-model-list", "get"): (lambda w, c: c.get(CAT), READ_ALL),
+    ("catalog-model-list", "post"): (
+        lambda w, c: c.post(
+            CAT, {"name": f"m{next(names)}", "display_name": "M", "source": "org/m", "revision": "main"}
+        ),
+        expect(viewer=403, member=403, tenant_admin=403, platform_admin=201, other_member=403),
+    ),
+    ("catalog-model-detail", "get"): (lambda w, c: c.get(f"{CAT}{fresh_catalog_model().name}/"), READ_ALL),
+    ("catalog-model-detail", "patch"): (
+        lambda w, c: c.patch(f"{CAT}{fresh_catalog_model().name}/", {"licence": "mit"}),
+        expect(viewer=403, member=403, tenant_admin=403, other_member=403),
+    ),
+    ("catalog-model-deactivate", "post"): (
+        lambda w, c: c.post(f"{CAT}{fresh_catalog_model().name}/deactivate/"),
+        expect(viewer=403, member=403, tenant_admin=403, other_member=403),
+    ),
+    # A hub model's facts come from a local copy only: an admin without a path gets the 400 saying so.
+    ("catalog-model-import-facts", "post"): (
+        lambda w, c: c.post(f"{CAT}{fresh_catalog_model().name}/import-facts/"),
+        expect(viewer=403, member=403, tenant_admin=403, platform_admin=400, other_member=403),
+    ),
 }
 
 

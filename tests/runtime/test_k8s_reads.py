@@ -66,6 +66,7 @@ class TestReads:
         assert "rayservices" in cluster.api_resources("ray.io", "v1")
         assert cluster.api_resources("ray.io", "v2") == set()
         k8s_api.undeclare(k8s.RAYSERVICE)
+        k8s_api.undeclare(k8s.RAYCLUSTER)
         assert "ray.io" not in cluster.api_groups()
 
     def test_access_reviews_answer_for_each_triple(self, k8s_api, cluster):

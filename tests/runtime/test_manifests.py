@@ -352,14 +352,12 @@ class TestRenderRayService:
         assert labels[LABEL_DEPLOYMENT_ID] == "7"
         assert LABEL_QUEUE_NAME not in labels
 
-    def test_elastic_job_annotation_and_autoscaler_only_when_min_below_max(self) -> None:
-        fixed = manifests.render_rayservice(small_spec(), PLATFORM)
-        assert "annotations" not in fixed["metadata"]
-        assert "enableInTreeAutoscaling" not in fixed["spec"]["rayClusterConfig"]
-
-        scaling = manifests.render_rayservice(small_spec(max_replicas=2), PLATFORM)
-        assert scaling["metadata"]["annotations"] == {ANNOTATION_ELASTIC_JOB: "true"}
-        assert scaling["spec"]["rayClusterConfig"]["enableInTreeAutoscaling"] is True
+    def test_every_rayservice_is_an_elastic_job_with_the_autoscaler_fixed_size_too(self) -> None:
+        # A worker-count change then moves the running RayCluster (runtime.backends.rayresize).
+        for spec in (small_spec(), small_spec(max_replicas=2)):
+            rendered = manifests.render_rayservice(spec, PLATFORM)
+            assert rendered["metadata"]["annotations"] == {ANNOTATION_ELASTIC_JOB: "true"}
+            assert rendered["spec"]["rayClusterConfig"]["enableInTreeAutoscaling"] is True
 
     def test_upgrade_strategy_never_doubles_the_gpus(self) -> None:
         rayservice = manifests.render_rayservice(small_spec(), PLATFORM)

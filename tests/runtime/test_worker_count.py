@@ -8,6 +8,8 @@ the portal saying "provisioning". The pods of the active cluster decide.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from runtime import k8s
@@ -65,7 +67,8 @@ def stale(k8s_api, backend, spec) -> dict:
 
 @pytest.mark.parametrize("second_ready, state", [(True, "ready"), (False, "provisioning")])
 def test_the_pods_of_the_active_cluster_override_a_stale_mirror(k8s_api, backend, second_ready, state):
-    spec = make_spec(deployment_id=7, name="llm-7")
+    # Two workers asked (as in test_topology), the mirror left at 1 of 2 ready.
+    spec = dataclasses.replace(make_spec(deployment_id=7, name="llm-7"), min_replicas=2, max_replicas=2)
     obj = stale(k8s_api, backend, spec)
     k8s_api.put(k8s.POD, pod("llm-7-abcde-gpu-worker-a"))
     k8s_api.put(k8s.POD, pod("llm-7-abcde-gpu-worker-b", ready=second_ready))

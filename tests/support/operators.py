@@ -203,6 +203,24 @@ def rayservice_ready(server: K8sApiServer, ns: str, name: str, *, endpoints: int
     )
 
 
+def raycluster_serving(server: K8sApiServer, ns: str, name: str) -> dict[str, Any]:
+    """KubeRay's RayCluster for a RayService, built from its rayClusterConfig as
+    `constructRayClusterForRayService` does (rayservice_controller.go v1.6.2), and the RayService
+    made Ready on it (`rayservice_ready`)."""
+    obj = rayservice_ready(server, ns, name)
+    config = (obj.get("spec") or {}).get("rayClusterConfig") or {}
+    ready = sum(int(g.get("replicas", g.get("minReplicas", 1)) or 0) for g in config.get("workerGroupSpecs") or [])
+    cluster = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": _cluster_name(obj), "namespace": ns, "labels": {"ray.io/originated-from-cr-name": name}},
+        "spec": config,
+        "status": {"state": "ready", "readyWorkerReplicas": ready, "desiredWorkerReplicas": ready},
+    }
+    server.put(k8s.RAYCLUSTER, cluster)
+    return obj
+
+
 def _cluster_name(obj: Mapping[str, Any]) -> str:
     digest = hashlib.sha1(str(obj["metadata"].get("uid") or obj["metadata"]["name"]).encode()).hexdigest()
     return f"{obj['metadata']['name']}-{digest[:5]}"
