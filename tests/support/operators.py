@@ -277,10 +277,19 @@ def rayservice_not_ready(
 
 
 def workload_name(rayservice: Mapping[str, Any]) -> str:
-    """Kueue's naming, `rayservice-<name>-<5 hex>`: sha1 of kind, group, name and uid
-    (kubernetes-sigs/kueue pkg/controller/jobframework/workload_names.go v0.19.2, `getHash`)."""
+    """Kueue's naming, `rayservice-<name>-<5 hex>`: sha1 of kind, group, name and uid, and for an
+    elastic job (annotation `kueue.x-k8s.io/elastic-job: "true"`, the portal's every RayService
+    since worker counts are resized in place) also a generation: each slice is a new Workload
+    (kubernetes-sigs/kueue pkg/controller/jobframework/workload_names.go v0.19.2, `getHash`,
+    `GetWorkloadNameForOwnerWithGVKAndGeneration`). For a RayService it is the active RayCluster's,
+    which Kueue records on the RayService as `kueue.x-k8s.io/raycluster-generation` (seen on the
+    real plane: generation 1 while the RayService's own was 2)."""
     meta = rayservice["metadata"]
-    digest = hashlib.sha1(f"RayService\nray.io\n{meta['name']}\n{meta['uid']}".encode()).hexdigest()[:5]
+    annotations = meta.get("annotations") or {}
+    text = f"RayService\nray.io\n{meta['name']}\n{meta['uid']}"
+    if annotations.get("kueue.x-k8s.io/elastic-job") == "true":
+        text += f"\n{annotations.get('kueue.x-k8s.io/raycluster-generation', '1')}"
+    digest = hashlib.sha1(text.encode()).hexdigest()[:5]
     return f"rayservice-{meta['name']}-{digest}"
 
 
