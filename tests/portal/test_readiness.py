@@ -66,7 +66,8 @@ def test_a_cluster_set_up_for_the_portal_is_all_green(healthy):
 
 
 def test_an_enabled_backend_not_installed_is_amber_while_another_is(healthy):
-    healthy.undeclare(k8s.RAYSERVICE)
+    healthy.undeclare(k8s.RAYSERVICE)  # KubeRay absent: none of its kinds is served
+    healthy.undeclare(k8s.RAYCLUSTER)
     checks = by_key()
     assert not_green(checks) == {"api:ray.io": "amber"}
     assert "KubeRay is not installed" in checks["api:ray.io"]["detail"]
@@ -76,6 +77,7 @@ def test_an_enabled_backend_not_installed_is_amber_while_another_is(healthy):
 
 def test_no_enabled_backend_installed_is_red(healthy):
     healthy.undeclare(k8s.RAYSERVICE)
+    healthy.undeclare(k8s.RAYCLUSTER)
     healthy.undeclare(k8s.INFERENCESERVICE)
     checks = by_key()
     assert not_green(checks) == {"api:ray.io": "red", "api:serving.kserve.io": "red"}
