@@ -148,7 +148,8 @@ class TestBackendVersions:
 
     def test_a_backend_not_enabled_or_not_installed_gets_no_version_check(self, api):
         assert check_backend_versions(api.cluster(), ReadinessConfig(backends=())) == []
-        api.undeclare(k8s.RAYSERVICE)
+        api.undeclare(k8s.RAYSERVICE)  # KubeRay absent: none of its kinds is served
+        api.undeclare(k8s.RAYCLUSTER)
         assert check_backend_versions(api.cluster(), CONFIG) == []
 
 
