@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from django import forms
 
-from catalog.models import FACT_FIELDS, CatalogModel
+from catalog.models import CatalogModel
+from catalog.services import EDITABLE
 
 
 class CatalogModelForm(forms.ModelForm):
@@ -13,21 +14,7 @@ class CatalogModelForm(forms.ModelForm):
 
     class Meta:
         model = CatalogModel
-        fields = [
-            "name",
-            "display_name",
-            "source",
-            "revision",
-            "follow_default_branch",
-            "task",
-            "licence",
-            "gated",
-            "token_source",
-            "token_secret",
-            *FACT_FIELDS,
-            "notes",
-            "active",
-        ]
+        fields = list(EDITABLE)
         widgets = {"notes": forms.Textarea(attrs={"rows": 3})}
         labels = {
             "follow_default_branch": "Follow the default branch",
