@@ -103,8 +103,10 @@ class TestWeights:
         facts = read_model_dir(tmp_path)
         assert (facts.weight_bytes, facts.parameters) == (688_586_727_753, 671_026_419_200)
 
+    @pytest.mark.slow
+    @pytest.mark.local_engine
     def test_the_tiny_generated_model(self, tmp_path: Path):
-        pytest.importorskip("transformers", reason="make_tiny_model needs the [local] extra")
+        """In the slow suite, where the [local] extra (transformers) is installed."""
         from django.core.management import call_command
 
         call_command("make_tiny_model", output=tmp_path, verbosity=0)
