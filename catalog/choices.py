@@ -1,13 +1,10 @@
 from django.db import models
 
+from runtime.tasks import TASKS
 
-class Task(models.TextChoices):
-    """What a catalog model is served for (vLLM's runner: generation or pooling)."""
-
-    CHAT = "chat", "Chat"
-    COMPLETION = "completion", "Completion"
-    EMBEDDING = "embedding", "Embedding"
-    SCORE = "score", "Rerank / score"
+# What a catalog model (and a deployment) is served for: runtime.tasks holds the list, its labels
+# and what each means to the engine; this is its Django choices.
+Task = models.TextChoices("Task", [(name.upper(), (name, facts.label)) for name, facts in TASKS.items()])
 
 
 class TokenSource(models.TextChoices):

@@ -6,6 +6,8 @@ actor's standing: whether a user is a platform admin is quotas' rule, above this
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from django.conf import settings
@@ -16,11 +18,12 @@ from django.utils import timezone
 
 from catalog.models import FACT_FIELDS, CatalogModel
 from catalog.permissions import CatalogAction, Standing, require
-from catalog.sources import source_kind
+from catalog.sources import source_error, source_kind
 from core.exceptions import ConflictError, DomainError
 from core.models import audit
 from runtime.backends.local.paths import confined_model_path
-from runtime.modelfacts import ModelFactsError, read_model_dir
+from runtime.modelfacts import ModelFacts, ModelFactsError, read_model_dir
+from runtime.modelfacts_s3 import S3Endpoint, read_model_s3
 
 # What a person sets on a row (facts included: typed in, or imported and then corrected).
 EDITABLE = (
@@ -121,13 +124,26 @@ def catalog_model_deactivate(*, row_id: int, actor, standing: Standing | None, r
     return catalog_model_update(row_id=row_id, actor=actor, standing=standing, values={"active": False}, reason=reason)
 
 
-def _facts_dir(row: CatalogModel, path: str) -> Path:
-    """The directory to read: `path` if given, else the row's own local source; both must lie
-    under LOCAL_MODEL_ROOT. Buckets, claims and the hub are never read by the portal."""
+def _facts_reader(row: CatalogModel, path: str) -> tuple[str, Callable[[], ModelFacts]]:
+    """Where the facts come from and the read that gets them: `path` if given, else the row's own
+    source. A directory must lie under LOCAL_MODEL_ROOT; an s3:// prefix is read when the portal
+    has an S3 endpoint (MODEL_IMPORT_S3_ENDPOINT_URL). Volume claims and the hub are never read."""
     where = path or row.source
-    if not path and row.kind in ("s3", "pvc"):
+    if where.startswith("s3://"):
+        if problem := source_error(where, local_paths=False):
+            raise DomainError(problem, field="path")
+        if not settings.MODEL_IMPORT_S3_ENDPOINT_URL:
+            raise DomainError(
+                f"{where} is not reachable from the portal: no S3 endpoint is configured "
+                f"(MODEL_IMPORT_S3_ENDPOINT_URL). Import from a local copy under {settings.LOCAL_MODEL_ROOT} "
+                "(path), or type the facts in.",
+                field="path",
+                code="unreachable",
+            )
+        return where, partial(read_model_s3, where, _s3_endpoint())
+    if not path and row.kind == "pvc":
         raise DomainError(
-            f"{row.source} is not reachable from the portal: it reads no buckets or volume claims. "
+            f"{row.source} is not reachable from the portal: it reads no volume claims. "
             f"Import from a local copy under {settings.LOCAL_MODEL_ROOT} (path), or type the facts in.",
             field="path",
             code="unreachable",
@@ -140,29 +156,56 @@ def _facts_dir(row: CatalogModel, path: str) -> Path:
             code="unreachable",
         )
     if not where.startswith("/") or source_kind(where) != "local":
-        raise DomainError(f"A directory under {settings.LOCAL_MODEL_ROOT}.", field="path")
+        raise DomainError(f"A directory under {settings.LOCAL_MODEL_ROOT}, or an s3://bucket/path.", field="path")
     try:
         real = Path(confined_model_path(where, settings.LOCAL_MODEL_ROOT))
     except ValueError as error:
         raise DomainError(str(error), field="path") from None
     if not os.path.isdir(real):
         raise DomainError(f"{where} is not a directory.", field="path")
-    return real
+    return str(real), partial(read_model_dir, real)
 
 
-@transaction.atomic
+def _s3_endpoint() -> S3Endpoint:
+    return S3Endpoint(
+        url=settings.MODEL_IMPORT_S3_ENDPOINT_URL,
+        region=settings.MODEL_IMPORT_S3_REGION,
+        access_key_id=settings.MODEL_IMPORT_S3_ACCESS_KEY_ID,
+        secret_access_key=settings.MODEL_IMPORT_S3_SECRET_ACCESS_KEY,
+        session_token=settings.MODEL_IMPORT_S3_SESSION_TOKEN,
+        timeout_seconds=settings.MODEL_IMPORT_S3_TIMEOUT_SECONDS,
+        deadline_seconds=settings.MODEL_IMPORT_S3_DEADLINE_SECONDS,
+    )
+
+
 def catalog_model_import_facts(
     *, row_id: int, actor, standing: Standing | None, path: str = "", reason: str = ""
 ) -> CatalogModel:
-    """Read the architecture facts from a model directory's files (runtime.modelfacts: config.json
-    and the like; nothing in it is executed) and store them; audited with the facts before and after."""
-    row = CatalogModel.objects.select_for_update().get(pk=row_id)
+    """Read the architecture facts from a model's files (runtime.modelfacts: config.json and the
+    like; nothing in them is executed) and store them; audited with the facts before and after.
+    The read holds no transaction (a bucket may take seconds); the row is locked only to store."""
+    row = CatalogModel.objects.get(pk=row_id)
     require(standing, CatalogAction.IMPORT_FACTS, row)
-    directory = _facts_dir(row, path)
+    origin, read = _facts_reader(row, path)
     try:
-        facts = read_model_dir(directory)
+        facts = read()
     except ModelFactsError as error:
         raise DomainError(f"Cannot read the model's files: {error}", field="path") from None
+    return _facts_store(
+        row_id=row_id, source=row.source, facts=facts, origin=origin, actor=actor, standing=standing, reason=reason
+    )
+
+
+@transaction.atomic
+def _facts_store(
+    *, row_id: int, source: str, facts: ModelFacts, origin: str, actor, standing: Standing | None, reason: str
+) -> CatalogModel:
+    row = CatalogModel.objects.select_for_update().get(pk=row_id)
+    require(standing, CatalogAction.IMPORT_FACTS, row)
+    if row.source != source:
+        raise ConflictError(
+            f"The source of {row.name} changed while its facts were read; import them again.", field="path"
+        )
     before = {k: getattr(row, k) for k in FACT_FIELDS}
     for key, value in facts.as_dict().items():
         setattr(row, key, "" if key in _NULLABLE_TEXT and value is None else value)
@@ -174,7 +217,7 @@ def catalog_model_import_facts(
         actor=actor,
         action="catalog.import_facts",
         obj=row,
-        reason=reason or f"Imported from {directory}",
+        reason=reason or f"Imported from {origin}",
         changes={"from": before, "to": after},
     )
     return row

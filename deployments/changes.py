@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
+from catalog.choices import Task
 from deployments.choices import Dtype, KvCacheDtype, Quantization, ServingProfile
 from deployments.models import SPEC_FIELDS, SPEC_LABELS, DeploymentRevision, ModelDeployment
 from deployments.services.common import apply_spec, spec_gpus, spec_of
@@ -22,6 +23,7 @@ _CHOICES = {
     "quantization": Quantization,
     "dtype": Dtype,
     "kv_cache_dtype": KvCacheDtype,
+    "task": Task,
     "serving_profile": ServingProfile,
 }
 

@@ -9,6 +9,7 @@ from django.db.models import Q
 from django.forms.utils import pretty_name
 from django.utils.functional import cached_property
 
+from catalog.choices import Task
 from catalog.drafts import with_catalog_model
 from catalog.models import CatalogModel
 from catalog.sources import REVISION_MAX
@@ -49,6 +50,12 @@ class DeploymentForm(forms.Form):
         required=False,
         label="Revision",
         help_text="Hugging Face commit id, tag or branch; empty: the default branch. A catalog model sets it.",
+    )
+    task = forms.ChoiceField(
+        choices=[("", "The catalog model's (chat otherwise)"), *Task.choices],
+        required=False,
+        help_text="What it serves: chat, completion, embeddings (/v1/embeddings) or scores (/v1/score). "
+        "A catalog model sets it.",
     )
     served_model_name = forms.CharField(
         max_length=200, required=False, help_text="The name clients pass as `model` (defaults to the name)."
@@ -175,7 +182,7 @@ class DeploymentForm(forms.Form):
         return self.cleaned_data.get("kv_cache_dtype") or KvCacheDtype.AUTO.value
 
     # The fields a catalog model fills; the API's PATCH rule reads which of them a change sends.
-    MODEL_FIELDS = ("model_source", "model_revision")
+    MODEL_FIELDS = ("model_source", "model_revision", "task")
     partial = False  # catalog.drafts' `partial`: a new request, or a change of some fields
 
     def sent(self, name: str, value) -> bool:
@@ -187,8 +194,15 @@ class DeploymentForm(forms.Form):
         """`data` with the picked catalog model's source, revision and token filled in (or, with
         none picked, a new source's revision cleared), as the API's serializer does."""
         given = {k: v for k, v in data.items() if k not in self.MODEL_FIELDS or self.sent(k, v)}
-        filled = with_catalog_model(given, partial=self.partial)
-        return {**{k: data.get(k) or "" for k in self.MODEL_FIELDS}, **filled}
+        filled = {
+            **{k: data.get(k) or "" for k in self.MODEL_FIELDS},
+            **with_catalog_model(given, partial=self.partial),
+        }
+        # The task's empty choice: the catalog model's, else what it was (a change) or chat (a new request).
+        return {**filled, "task": filled["task"] or self.unchanged_task()}
+
+    def unchanged_task(self) -> str:
+        return Task.CHAT.value
 
     def clean(self):
         # The draft's rules run even when a field was refused, on what did clean: the fit panel
@@ -259,7 +273,7 @@ class DeploymentForm(forms.Form):
     def bound(self, data: dict) -> DeploymentForm:
         return DeploymentForm(data, user=self.user)
 
-    def picker_cards(self, *, text: str = "", task: str = "") -> list[Card]:
+    def picker_cards(self, *, text: str = "", task: str = "", size: str = "") -> list[Card]:
         """The picker's cards: the catalog models the chosen tenant's policy allows (every active one
         before a tenant is chosen), each on the flavors that tenant may use."""
         tenant = self.quota_tenant()
@@ -268,7 +282,7 @@ class DeploymentForm(forms.Form):
         if allowed is not None:
             flavors = flavors.filter(pk__in=allowed)
         utilization = self.fields["gpu_memory_utilization"].initial
-        return picker_cards(tenant, flavors, text=text, task=task, gpu_memory_utilization=utilization)
+        return picker_cards(tenant, flavors, text=text, task=task, size=size, gpu_memory_utilization=utilization)
 
     def label_of(self, name: str) -> str:
         return label_of(self, name)
@@ -357,6 +371,9 @@ class DeploymentEditForm(DeploymentForm):
         changes): a new source with the revision left as it was loads the new source's default
         branch, unless a catalog model is picked."""
         return name in self.data and (value or "") != (self.base.get(name) or "")
+
+    def unchanged_task(self) -> str:
+        return self.base["task"]
 
     def profile_context(self) -> dict:
         return self.check_context({})

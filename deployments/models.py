@@ -6,6 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from catalog.choices import Task
 from deployments.choices import (
     Dtype,
     EventType,
@@ -25,6 +26,7 @@ from quotas.validators import validate_dns1035_label
 SPEC_FIELDS = (
     "model_source",
     "model_revision",
+    "task",
     "served_model_name",
     "hf_token_secret",
     "flavor",
@@ -50,6 +52,7 @@ SPEC_FIELDS = (
 SPEC_LABELS = {
     "model_source": "Model source",
     "model_revision": "Model revision",
+    "task": "Task",
     "served_model_name": "Served model name",
     "hf_token_secret": "Hugging Face token secret",
     "flavor": "Hardware (GPU flavor)",
@@ -100,6 +103,13 @@ class ModelDeployment(models.Model):
         default="",
         help_text="The Hugging Face revision the engine loads (commit id, tag or branch; empty: the default branch). "
         "Taken from the catalog model the request names.",
+    )
+    task = models.CharField(
+        max_length=12,
+        choices=Task.choices,
+        default=Task.CHAT,
+        help_text="What the model is served for: chat, completion, embedding or score (rerank). "
+        "Embedding and score run vLLM's pooling runner.",
     )
     served_model_name = models.CharField(max_length=200)
     hf_token_secret = models.CharField(max_length=253, blank=True)

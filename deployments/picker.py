@@ -4,7 +4,8 @@ fits on each of the tenant's flavors.
 Nothing here decides anything of its own: which models are allowed is quotas.policy's
 `model_errors`, the memory and KV capacity is deployments.sizing's `estimate`, the tensor-parallel
 placement is runtime.manifests.common's `placement_error` and the price is quotas.pricing's
-`price_per_hour`, the same functions the fit panel and the API's preview answer with.
+`price_per_hour`, the same functions the fit panel and the API's preview answer with; the size
+buckets are catalog.sizes', the catalog API's.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
+from catalog.choices import Task
 from catalog.models import CatalogModel
+from catalog.sizes import of_size, size_bucket
 from deployments import sizing
 from quotas.models import GpuFlavor, Tenant
 from quotas.policy import model_errors
@@ -92,24 +95,44 @@ def flavor_fit(row: CatalogModel, flavor: GpuFlavor, *, gpu_memory_utilization: 
     return FlavorFit(flavor, verdict)
 
 
-def allowed_rows(tenant: Tenant | None, *, text: str = "", task: str = ""):
+def filters(query) -> dict[str, str]:
+    """The picker's filters from a query string (untrusted): the search text, the task and the size
+    bucket, each "" where absent or not one of the choices."""
+    task, size = query.get("task", ""), query.get("size", "")
+    return {
+        "text": query.get("q", "")[:100],
+        "task": task if task in Task.values else "",
+        "size": size if size_bucket(size) else "",
+    }
+
+
+def allowed_rows(tenant: Tenant | None, *, text: str = "", task: str = "", size: str = "", name: str = ""):
     """The active catalog rows `tenant`'s policy allows at their pinned revision (every active row
-    without a tenant), matching the search `text` and `task`."""
-    rows = CatalogModel.objects.filter(active=True).search(text)
+    without a tenant), matching the search `text`, `task`, the size bucket `size` (catalog.sizes:
+    a row of unknown size matches no bucket) and, given one, the row's `name`."""
+    rows = of_size(CatalogModel.objects.filter(active=True).search(text), size)
     if task:
         rows = rows.filter(task=task)
+    if name:
+        rows = rows.filter(name=name)
     if tenant is None:
         return list(rows)
     return [row for row in rows if "model_source" not in model_errors(tenant, row.source, row.revision)]
 
 
 def cards(
-    tenant: Tenant | None, flavors, *, text: str = "", task: str = "", gpu_memory_utilization: float = 0.9
+    tenant: Tenant | None,
+    flavors,
+    *,
+    text: str = "",
+    task: str = "",
+    size: str = "",
+    gpu_memory_utilization: float = 0.9,
 ) -> list[Card]:
     """The picker's cards: each allowed row with its fit on each of `flavors`."""
     flavors = list(flavors)
     found = []
-    for row in allowed_rows(tenant, text=text, task=task):
+    for row in allowed_rows(tenant, text=text, task=task, size=size):
         needs_token = False
         if row.gated and not row.token_secret and tenant is not None:
             needs_token = "hf_token_secret" in model_errors(tenant, row.source, row.revision)

@@ -7,6 +7,11 @@ size ... tokens" and in `vllm:cache_config_info`). Activations, CUDA graphs and 
 vLLM subtracts are ignored, so the capacity is an upper bound and thin headroom (< 10 % of the
 budget) is a warning, not a pass.
 
+A backend whose engine is given its KV cache outright (its traits' `fixed_kv_cache`: the local
+backend's vLLM CPU build, VLLM_CPU_KVCACHE_SPACE GiB) is sized by that cache instead: its bytes in
+whole blocks of every layer's page (`fixed_kv_tokens`), on the engine's own TP × PP, whatever the
+flavor's memory; so the page compares the estimate with what that engine reports like with like.
+
 The KV cache's dtype is the `kv_cache_dtype` engine option alone: quantizing the weights (FP8, AWQ,
 GPTQ) leaves vLLM's cache at the model's dtype unless `--kv-cache-dtype` says otherwise
 (vllm/config/cache.py in v0.32.0: `cache_dtype = "auto"`, "will use model data type").
@@ -18,6 +23,9 @@ import math
 from dataclasses import asdict, dataclass
 
 from deployments.catalog import facts_for
+from runtime.backends import FixedKvCache
+from runtime.backends import names as backend_names
+from runtime.backends import traits as backend_traits
 from runtime.modelfacts import ModelFacts
 
 GIB = 1024**3
@@ -98,6 +106,23 @@ def kv_bytes_per_token(facts: ModelFacts, *, element_bytes: float, tp: int, pp: 
     return math.ceil(facts.layers / pp) * per_rank_heads * facts.head_dim * 2 * element_bytes
 
 
+def engine_kv_cache(backend: str) -> FixedKvCache | None:
+    """The KV cache backend `backend`'s engine is given outright, or None where vLLM sizes it from
+    the GPU memory budget (an unknown name: None, the GPU rule)."""
+    if backend not in backend_names():
+        return None
+    given = backend_traits(backend).fixed_kv_cache
+    return given() if given is not None else None
+
+
+def fixed_kv_tokens(cache: FixedKvCache, per_token: float) -> int:
+    """Tokens a fixed cache holds, as vLLM v0.32.0 counts them: `bytes // bytes_per_block` blocks
+    (vllm/v1/core/kv_cache_utils.py, get_kv_cache_config_from_groups; a block is `block_size`
+    tokens on every layer of the stage, `_get_kv_cache_bytes_per_block`), times the block size
+    (`num_gpu_blocks × block_size`, what `cache_config_info` reports)."""
+    return cache.bytes // math.ceil(per_token * cache.block_size) * cache.block_size
+
+
 def estimate(
     *,
     model_source: str,
@@ -110,9 +135,14 @@ def estimate(
     gpu_memory_gib: float,
     gpu_memory_utilization: float,
     kv_cache_dtype: str = "auto",
+    backend: str = "",
 ) -> MemoryFit:
     """Estimate per-GPU memory for a draft; unknown models without a parameter count get
-    'unknown' (weights-free) rather than a guess."""
+    'unknown' (weights-free) rather than a guess. Given its `backend`, an engine with a fixed KV
+    cache is sized by that cache (`engine_kv_cache`)."""
+    fixed = engine_kv_cache(backend) if backend else None
+    if fixed is not None:  # the engine runs its own shape, whatever the draft asks (one CPU process)
+        tensor_parallel_size, pipeline_parallel_size = fixed.tensor_parallel_size, fixed.pipeline_parallel_size
     tp, pp = max(1, tensor_parallel_size), max(1, pipeline_parallel_size)
     budget = gpu_memory_gib * gpu_memory_utilization
     facts = facts_for(model_source)
@@ -132,7 +162,12 @@ def estimate(
     per_token = None if facts is None else kv_bytes_per_token(facts, element_bytes=element_bytes, tp=tp, pp=pp)
     seq = max_model_len or (facts.max_context if facts else None)
     kv = per_token * seq / GIB if per_token is not None and seq else None
-    kv_tokens = None if per_token is None else max(0, math.floor((budget - weights) * GIB / per_token))
+    if per_token is None:
+        kv_tokens = None
+    elif fixed is not None:
+        kv_tokens = fixed_kv_tokens(fixed, per_token)
+    else:
+        kv_tokens = max(0, math.floor((budget - weights) * GIB / per_token))
     total = weights + (kv or 0.0)
     headroom = budget - total
     numbers = dict(
@@ -146,7 +181,9 @@ def estimate(
         kv_tokens=kv_tokens,
     )
     kv_note = "" if kv is not None else " (weights only: KV cache unknown for this model)"
-    capacity = "" if kv_tokens is None else f" Room for about {kv_tokens:,} tokens of KV cache per replica."
+    capacity = "" if kv_tokens is None else f" Room for about {kv_tokens:,} tokens of KV cache per replica"
+    if capacity:
+        capacity += "." if fixed is None else f" in the engine's fixed {fixed.bytes / GIB:g} GiB KV cache."
     if headroom < 0:
         return MemoryFit(
             "does_not_fit",
@@ -194,4 +231,5 @@ def deployment_fit(dep) -> MemoryFit:
         max_model_len=dep.max_model_len,
         gpu_memory_gib=dep.flavor.gpu_memory_gib,
         gpu_memory_utilization=dep.gpu_memory_utilization,
+        backend=str(dep.backend),
     )

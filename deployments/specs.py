@@ -32,6 +32,7 @@ def deployment_spec(dep: ModelDeployment) -> DeploymentSpec:
         queue_name=dep.tenant.local_queue,
         model_source=dep.model_source,
         model_revision=dep.model_revision or None,
+        task=str(dep.task),
         served_model_name=dep.served_model_name or dep.name,
         flavor=flavor_spec(dep.flavor),
         tensor_parallel_size=dep.tensor_parallel_size,

@@ -14,6 +14,7 @@ from decimal import Decimal
 
 from django.conf import settings
 
+from catalog.choices import Task
 from catalog.sources import revision_error, source_error
 from deployments import sizing
 from deployments.choices import KvCacheDtype, ServingProfile
@@ -172,6 +173,8 @@ def _check_fields(check: DraftCheck, data: dict, backend: str, refused: Collecti
         )
     if data.get("kv_cache_dtype") not in (None, *KvCacheDtype.values):
         check.add("kv_cache_dtype", f"Choose one of: {', '.join(KvCacheDtype.values)}.")
+    if data.get("task") not in (None, *Task.values):
+        check.add("task", f"Choose one of: {', '.join(Task.values)}.")
     served = data.get("served_model_name") or ""
     if served and not SERVED_NAME.fullmatch(served):
         check.add("served_model_name", "Letters, digits, '.', '_', '-', '/' only (at most 200).")
@@ -224,6 +227,7 @@ def _check_memory(check: DraftCheck, data: dict, flavor: GpuFlavor, *, backend: 
         max_model_len=data.get("max_model_len"),
         gpu_memory_gib=flavor.gpu_memory_gib,
         gpu_memory_utilization=data.get("gpu_memory_utilization", 0.9),
+        backend=backend,  # an engine given a fixed KV cache (the local one) is estimated with it
     )
     if check.memory.verdict == "does_not_fit" and (
         backend not in backend_names() or backend_traits(backend).sized_for_gpus

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 import yaml
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -12,6 +14,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from catalog.choices import Task
 from catalog.models import CatalogModel
+from catalog.sizes import SIZE_CHOICES
 from core.exceptions import DomainError, Forbidden
 from core.params import query_int
 from core.redirects import safe_next
@@ -30,6 +33,8 @@ from deployments.forms import (
 )
 from deployments.models import ModelDeployment
 from deployments.panels import extra_list_context
+from deployments.picker import allowed_rows
+from deployments.picker import filters as picker_filters
 from deployments.presenters import (
     confirm_context,
     default_pair,
@@ -96,24 +101,46 @@ def deployment_new(request):
 
 def _form_page(request, form: DeploymentForm, **context):
     """The request or edit page; its fit panel shows the check of what is filled in already."""
+    if not form.is_bound:
+        _take_card(request, form)
     context = {"form": form, "panel": form.for_panel(), "picker": _picker(request, form), **context}
     return render(request, "deployments/deployment_form.html", context)
 
 
+def _take_card(request, form: DeploymentForm) -> None:
+    """A card picked without the script (its link, ?catalog_model=<name>): the form opens with it
+    chosen and its source and revision filled in, where the tenant's policy allows the model."""
+    name = request.GET.get("catalog_model", "")[:100]
+    rows = allowed_rows(form.quota_tenant(), name=name) if name else []
+    if rows:
+        form.initial |= {"catalog_model": name, "model_source": rows[0].source, "model_revision": rows[0].revision}
+
+
 def _picker(request, form: DeploymentForm) -> dict:
-    """The catalog picker: the cards for the search and task filter in the query string (?q=&task=;
-    a filter is a plain GET, or an htmx one that swaps the cards alone)."""
-    text = request.GET.get("q", "")[:100]
-    task = request.GET.get("task", "")
-    task = task if task in Task.values else ""
+    """The catalog picker: the cards for the search, task and size filters in the query string
+    (?q=&task=&size=; a filter is a plain GET, or an htmx one that swaps the cards alone)."""
+    chosen = picker_filters(request.GET)
     selected = form["catalog_model"].value() or request.GET.get("catalog_model") or ""
     if isinstance(selected, CatalogModel):
         selected = selected.name
-    cards = form.picker_cards(text=text, task=task)
+    cards = form.picker_cards(**chosen)
     if selected and not any(card.row.name == selected for card in cards):  # the pick stays when filtered out
         cards = [c for c in form.picker_cards() if c.row.name == selected] + cards
     tenant = form.quota_tenant()
-    return {"cards": cards, "q": text, "task": task, "tasks": Task.choices, "selected": str(selected), "tenant": tenant}
+    # What a card's link (no script) keeps of the page: the tenant chosen and the filters.
+    kept = {"tenant": tenant.pk if tenant and "tenant" in form.fields else "", "q": chosen["text"]}
+    kept |= {"task": chosen["task"], "size": chosen["size"]}
+    return {
+        "cards": cards,
+        "q": chosen["text"],
+        "task": chosen["task"],
+        "tasks": Task.choices,
+        "size": chosen["size"],
+        "sizes": SIZE_CHOICES,
+        "selected": str(selected),
+        "tenant": tenant,
+        "kept": urlencode({k: v for k, v in kept.items() if v}),
+    }
 
 
 def _wants_cards(request) -> bool:
@@ -121,7 +148,7 @@ def _wants_cards(request) -> bool:
 
 
 def _cards(request, form: DeploymentForm):
-    """htmx: the picker's cards alone, for the search and task filter."""
+    """htmx: the picker's cards alone, for the search, task and size filters."""
     return render(request, "deployments/_catalog_cards.html", {"form": form, "picker": _picker(request, form)})
 
 

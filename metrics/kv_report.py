@@ -3,7 +3,8 @@ and the API (one function, two callers).
 
 The scrape cycle keeps what each engine stated in `vllm:cache_config_info` (ScrapeState.kv_cache,
 written by metrics.collect from runtime.exposition.cacheinfo); the estimate is
-deployments.sizing's `kv_tokens`, the tokens the GPU memory budget holds after the weights.
+deployments.sizing's `kv_tokens`, the tokens the GPU memory budget holds after the weights (on the
+local backend: the tokens the engine's fixed VLLM_CPU_KVCACHE_SPACE cache holds, as vLLM counts them).
 """
 
 from __future__ import annotations
@@ -27,7 +28,13 @@ BELOW = (
 )
 ABOVE = (
     "The engine's cache was sized by a setting rather than by the GPU memory budget the estimate "
-    "uses: a fixed KV cache size or block count, or on a CPU engine VLLM_CPU_KVCACHE_SPACE."
+    "uses: a fixed KV cache size (--kv-cache-memory-bytes) or block count (--num-gpu-blocks-override)."
+)
+
+FIXED = (
+    "This engine is given its cache outright (the local engine: VLLM_CPU_KVCACHE_SPACE) and the estimate "
+    "counts it as vLLM does, so the engine ran with other settings than the portal's: another "
+    "LOCAL_KVCACHE_GIB for the worker that started it, or a block count (--num-gpu-blocks-override)."
 )
 
 
@@ -70,9 +77,15 @@ def kv_comparison(dep: ModelDeployment) -> dict[str, Any]:
         "estimate": fit.as_dict(),  # the whole memory estimate the page's line quotes (dtype, bytes a token)
         "difference_pct": difference,
         "far_off": far_off,
-        "why": "" if not far_off else (BELOW if difference < 0 else ABOVE),
+        "why": "" if not far_off else _why(dep, difference),
         "line": _line(tokens, engines, estimate, difference),
     }
+
+
+def _why(dep: ModelDeployment, difference: float) -> str:
+    if sizing.engine_kv_cache(str(dep.backend)) is not None:
+        return FIXED
+    return BELOW if difference < 0 else ABOVE
 
 
 def _line(tokens: int | None, engines: list[dict], estimate: int | None, difference: float | None) -> str:

@@ -41,7 +41,8 @@ def _body(serializer_class, request, **kwargs) -> dict:
 
 class CatalogModelViewSet(viewsets.ReadOnlyModelViewSet):
     """The models the platform offers, with their source, pinned revision, task, gating and
-    architecture facts. Filter by `task`, size (`min_params_b`, `max_params_b`) and `search`."""
+    architecture facts. Filter by `task`, size (`size`: the request form's picker's buckets, or
+    `min_params_b`, `max_params_b`) and `search`."""
 
     serializer_class = CatalogModelSerializer
     filterset_class = CatalogModelFilter
@@ -96,8 +97,9 @@ class CatalogModelViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"], url_path="import-facts", url_name="import-facts")
     def import_facts(self, request, name=None):
         """Read the architecture facts from the model's files (config.json and the like) in a
-        directory under LOCAL_MODEL_ROOT: the row's local source, or `path`. s3://, pvc:// and hub
-        sources are not reachable from the portal: import from a local copy or type the facts in."""
+        directory under LOCAL_MODEL_ROOT or under an s3:// prefix (when the portal has an S3
+        endpoint): the row's own source, or `path`. pvc:// and hub sources are not reachable from
+        the portal: import from a local copy or type the facts in."""
         row = self.get_object()
         require(standing_of(request.user), CatalogAction.IMPORT_FACTS, row)
         data = _body(ImportFactsSerializer, request)

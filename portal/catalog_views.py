@@ -4,6 +4,7 @@ becomes a form error), with the same FilterSet as the API."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -57,7 +58,8 @@ def catalog_edit(request, name: str | None = None):
         else:
             messages.success(request, f"Catalog model {row.name} saved.")
             return redirect("platform-catalog-model", name=row.name)
-    return render(request, "catalog/catalogmodel_form.html", {"form": form, "row": row})
+    s3_import = bool(settings.MODEL_IMPORT_S3_ENDPOINT_URL)
+    return render(request, "catalog/catalogmodel_form.html", {"form": form, "row": row, "s3_import": s3_import})
 
 
 @login_required

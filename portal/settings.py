@@ -544,3 +544,19 @@ LOCAL_STARTUP_POLL_SECONDS = env_float("LOCAL_STARTUP_POLL_SECONDS", 1.0, minimu
 LOCAL_MODEL_ROOT = Path(env_str("LOCAL_MODEL_ROOT", str(VAR_DIR / "models")))
 if not LOCAL_MODEL_ROOT.is_absolute():
     raise ImproperlyConfigured(f"LOCAL_MODEL_ROOT={LOCAL_MODEL_ROOT} must be an absolute path")
+
+# The catalog's "Import facts" for s3:// sources (runtime.modelfacts_s3): the portal lists the
+# prefix and reads config.json and the like and the safetensors headers (ranged GETs), never the
+# weights. Unset endpoint: s3:// sources are not read (for AWS itself: https://s3.<region>.amazonaws.com).
+# The credentials are the standard AWS_* names; without an access key, boto3's own chain (a web
+# identity token, an instance profile) signs in.
+MODEL_IMPORT_S3_ENDPOINT_URL = env_url("MODEL_IMPORT_S3_ENDPOINT_URL", None, schemes={"http", "https"})
+MODEL_IMPORT_S3_REGION = env_str("AWS_REGION") or env_str("AWS_DEFAULT_REGION", "us-east-1")
+MODEL_IMPORT_S3_ACCESS_KEY_ID = env_str("AWS_ACCESS_KEY_ID")
+MODEL_IMPORT_S3_SECRET_ACCESS_KEY = env_str("AWS_SECRET_ACCESS_KEY")
+MODEL_IMPORT_S3_SESSION_TOKEN = env_str("AWS_SESSION_TOKEN")
+if bool(MODEL_IMPORT_S3_ACCESS_KEY_ID) != bool(MODEL_IMPORT_S3_SECRET_ACCESS_KEY):
+    raise ImproperlyConfigured("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are set together or not at all")
+# Per request (connect, then read), and for the whole import: below gunicorn's 60 s worker timeout.
+MODEL_IMPORT_S3_TIMEOUT_SECONDS = env_float("MODEL_IMPORT_S3_TIMEOUT_SECONDS", 5.0, minimum=0.1)
+MODEL_IMPORT_S3_DEADLINE_SECONDS = env_float("MODEL_IMPORT_S3_DEADLINE_SECONDS", 30.0, minimum=1.0)

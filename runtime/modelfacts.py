@@ -1,6 +1,9 @@
 """What a model's own files say about it: the architecture facts sizing needs and the catalog
-stores, read from a model directory (config.json, generation_config.json, tokenizer_config.json,
-model.safetensors.index.json or the safetensors headers).
+stores, read from a model directory (config.json, tokenizer_config.json, model.safetensors.index.json
+and the safetensors headers; generation_config.json holds sampling defaults, no fact, and is not read).
+
+The parsing and its size limits live here once; a directory is read through `ModelFiles`: a local
+one (LocalFiles, below) or a bucket's prefix (runtime.modelfacts_s3).
 
 Interface shared by the catalog (catalog app: import a model's facts) and the sizing estimate
 (deployments.sizing). Imports no app.
@@ -13,6 +16,7 @@ import math
 import struct
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Protocol
 
 
 class ModelFactsError(ValueError):
@@ -51,6 +55,9 @@ INDEX_MAX_BYTES = 64 * 1024 * 1024  # the index of a 600B-parameter checkpoint i
 # MAX_HEADER_SIZE): a larger length prefix is refused before anything is read.
 SAFETENSORS_HEADER_MAX = 100_000_000
 SAFETENSORS_FILES_MAX = 4096
+# All headers of one checkpoint together: a real one's are a few MB (a 163-shard 671B checkpoint's,
+# ~10 MB), so this bounds what a directory of many near-limit headers could make the portal read.
+SAFETENSORS_HEADERS_TOTAL_MAX = 256 * 1024 * 1024
 JSON_DEPTH_MAX = 64  # configs nest two or three levels; deeper is not a model config
 
 # Bits per element of each safetensors dtype (safetensors/src/tensor.rs, Dtype::bitsize).
@@ -77,25 +84,49 @@ SAFETENSORS_BITS = {
 }
 
 
+class ModelFiles(Protocol):
+    """A model directory's files, wherever they lie (a local directory, a bucket's prefix): the
+    parsing below reads only through these three calls, so its size limits hold for every reader."""
+
+    def where(self, name: str) -> str:
+        """How a message names file `name`, e.g. "/models/llama/config.json"."""
+
+    def size(self, name: str) -> int | None:
+        """The size in bytes of file `name` directly in the directory; None when it is absent."""
+
+    def names(self, suffix: str) -> list[str]:
+        """The names of the files directly in the directory that end with `suffix`, sorted."""
+
+    def read(self, name: str, start: int, length: int) -> bytes:
+        """At most `length` bytes of file `name` from offset `start` (never more: the caller has
+        already held `length` to a limit)."""
+
+
 def read_model_dir(path: Path) -> ModelFacts:
     """The facts of the model in directory `path`; ModelFactsError when config.json is missing or
-    malformed. Never executes code from the directory.
+    malformed. Never executes code from the directory."""
+    return read_model_files(LocalFiles(path))
 
-    Architecture numbers come from config.json (its `text_config` for a multimodal model); the
+
+def read_model_files(files: ModelFiles) -> ModelFacts:
+    """The facts of the model whose files `files` reads; ModelFactsError when config.json is
+    missing or malformed, or a file is larger than its limit.
+
+    Architecture numbers come from config.json (its `text_config` for a multimodal model), the
+    context length capped by tokenizer_config.json's `model_max_length` as vLLM caps it; the
     checkpoint's size from `model.safetensors.index.json` (metadata.total_size) or else from the
     headers of the `*.safetensors` files, whose tensors are never loaded. Parameters are the
     elements those headers declare (for packed quantized checkpoints: the stored elements), else
     the index's `total_parameters`, else an estimate from the config for dense decoder models.
     """
-    root = Path(path)
-    if root.is_symlink() or not root.is_dir():
-        raise ModelFactsError(f"{root}: not a model directory.")
-    root = root.resolve()
-    config = _read_json(root, "config.json", JSON_MAX_BYTES)
+    config = _read_json(files, "config.json", JSON_MAX_BYTES)
     if config is None:
-        raise ModelFactsError(f"{root / 'config.json'}: missing; a model directory needs its config.json.")
-    facts = _config_facts(config, root / "config.json")
-    weight_bytes, parameters = _weights(root)
+        raise ModelFactsError(f"{files.where('config.json')}: missing; a model directory needs its config.json.")
+    facts = _config_facts(config, files.where("config.json"))
+    tokenizer = _read_json(files, "tokenizer_config.json", JSON_MAX_BYTES)
+    if tokenizer is not None:
+        facts["max_context"] = _tokenizer_capped(facts["max_context"], tokenizer, files.where("tokenizer_config.json"))
+    weight_bytes, parameters = _weights(files)
     if parameters is None:
         parameters = _estimated_parameters(config, facts)
     return ModelFacts(**{**facts, "weight_bytes": weight_bytes, "parameters": parameters})
@@ -106,31 +137,65 @@ def read_model_dir(path: Path) -> ModelFacts:
 # ---------------------------------------------------------------------------------------------
 
 
-def _inside(root: Path, name: str) -> Path | None:
-    """`root/name` when it exists, refusing one that is (or links to) anything outside `root`."""
-    candidate = root / name
-    if not candidate.exists() and not candidate.is_symlink():
-        return None
-    resolved = candidate.resolve()
-    if not resolved.is_relative_to(root):
-        raise ModelFactsError(f"{candidate}: a link that leaves the model directory; refused.")
-    if not resolved.is_file():
-        raise ModelFactsError(f"{candidate}: not a regular file.")
-    return resolved
+class LocalFiles:
+    """The files of a directory on this machine. A file that is (or links to) anything outside the
+    directory is refused; so is anything but a regular file."""
+
+    def __init__(self, path: Path):
+        root = Path(path)
+        if root.is_symlink() or not root.is_dir():
+            raise ModelFactsError(f"{root}: not a model directory.")
+        self.root = root.resolve()
+
+    def where(self, name: str) -> str:
+        return str(self.root / name)
+
+    def _inside(self, name: str) -> Path | None:
+        """`root/name` resolved, None when it does not exist."""
+        candidate = self.root / name
+        if not candidate.exists() and not candidate.is_symlink():
+            return None
+        resolved = candidate.resolve()
+        if not resolved.is_relative_to(self.root):
+            raise ModelFactsError(f"{candidate}: a link that leaves the model directory; refused.")
+        if not resolved.is_file():
+            raise ModelFactsError(f"{candidate}: not a regular file.")
+        return resolved
+
+    def size(self, name: str) -> int | None:
+        file = self._inside(name)
+        return None if file is None else file.stat().st_size
+
+    def names(self, suffix: str) -> list[str]:
+        return sorted(p.name for p in self.root.glob(f"*{suffix}"))
+
+    def read(self, name: str, start: int, length: int) -> bytes:
+        file = self._inside(name)
+        if file is None:
+            raise ModelFactsError(f"{self.where(name)}: vanished while it was read.")
+        try:
+            with file.open("rb") as handle:
+                handle.seek(start)
+                return handle.read(length)
+        except OSError as error:
+            raise ModelFactsError(f"{self.where(name)}: cannot be read ({error.strerror}).") from None
 
 
-def _read_json(root: Path, name: str, limit: int) -> dict | None:
-    """The JSON object in `root/name`, None when the file is absent."""
-    file = _inside(root, name)
-    if file is None:
+def _read_json(files: ModelFiles, name: str, limit: int) -> dict | None:
+    """The JSON object in file `name`, None when the file is absent. The size is checked before a
+    byte is read, and no more than the size is read."""
+    size = files.size(name)
+    if size is None:
         return None
-    size = file.stat().st_size
     if size > limit:
-        raise ModelFactsError(f"{root / name}: {size} bytes, more than the {limit} a model's JSON may have.")
-    return _parse_json(file.read_bytes(), root / name)
+        raise ModelFactsError(f"{files.where(name)}: {size} bytes, more than the {limit} a model's JSON may have.")
+    raw = files.read(name, 0, size)
+    if len(raw) != size:
+        raise ModelFactsError(f"{files.where(name)}: {len(raw)} bytes read of {size}; it changed while read.")
+    return _parse_json(raw, files.where(name))
 
 
-def _parse_json(raw: bytes, where: Path) -> dict:
+def _parse_json(raw: bytes, where: str) -> dict:
     if _nesting(raw) > JSON_DEPTH_MAX:
         raise ModelFactsError(f"{where}: JSON nested deeper than {JSON_DEPTH_MAX} levels; refused.")
     try:
@@ -160,7 +225,7 @@ def _nesting(raw: bytes) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def _config_facts(config: dict, where: Path) -> dict:
+def _config_facts(config: dict, where: str) -> dict:
     """ModelFacts fields from a config; a multimodal config's language model is its `text_config`
     (vLLM sizes the KV cache from the same: `hf_text_config`)."""
     text = config.get("text_config")
@@ -220,6 +285,19 @@ def _config_facts(config: dict, where: Path) -> dict:
     }
 
 
+def _tokenizer_capped(max_context: int | None, tokenizer: dict, where: str) -> int | None:
+    """The context length as vLLM derives it: the config's, capped by the tokenizer's
+    `model_max_length` (vLLM v0.32.0, vllm/config/model.py _get_and_verify_max_len: "Consider
+    model_max_length in tokenizer_config"). Tokenizers without a limit write a huge sentinel
+    (transformers' VERY_LARGE_INTEGER, 1e30), which caps nothing."""
+    value = tokenizer.get("model_max_length")
+    if value is None or max_context is None:
+        return max_context
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ModelFactsError(f"{where}: model_max_length must be a positive number, not {value!r}.")
+    return max_context if value >= max_context else int(value)
+
+
 def _estimated_parameters(config: dict, facts: dict) -> int | None:
     """Parameters of a dense decoder from its config, when no checkpoint says: embeddings (twice when
     untied), attention projections and a gated MLP per layer. None for mixture-of-experts or
@@ -244,29 +322,30 @@ def _estimated_parameters(config: dict, facts: dict) -> int | None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _weights(root: Path) -> tuple[int | None, int | None]:
+def _weights(files: ModelFiles) -> tuple[int | None, int | None]:
     """(weight bytes, parameters) of the checkpoint; None for what the files do not say."""
     weight_bytes = parameters = None
-    index = _read_json(root, "model.safetensors.index.json", INDEX_MAX_BYTES)
+    index = _read_json(files, "model.safetensors.index.json", INDEX_MAX_BYTES)
     if index is not None:
         metadata = index.get("metadata") or {}
-        where = root / "model.safetensors.index.json"
+        where = files.where("model.safetensors.index.json")
         if not isinstance(metadata, dict):
             raise ModelFactsError(f"{where}: metadata must be an object.")
         weight_bytes = _count(metadata.get("total_size"), "metadata.total_size", where)
         parameters = _count(metadata.get("total_parameters"), "metadata.total_parameters", where)
-    shards = sorted(p.name for p in root.glob("*.safetensors"))
+    shards = files.names(".safetensors")
     if len(shards) > SAFETENSORS_FILES_MAX:
-        raise ModelFactsError(f"{root}: {len(shards)} safetensors files, more than {SAFETENSORS_FILES_MAX}.")
+        raise ModelFactsError(f"{files.where('')}: {len(shards)} safetensors files, more than {SAFETENSORS_FILES_MAX}.")
     if shards:
-        sizes = [_safetensors_header(root, name) for name in shards]
+        budget = [SAFETENSORS_HEADERS_TOTAL_MAX]
+        sizes = [_safetensors_header(files, name, budget) for name in shards]
         parameters = sum(numel for numel, _ in sizes)
         if weight_bytes is None:
             weight_bytes = sum(size for _, size in sizes)
     return weight_bytes, parameters
 
 
-def _count(value, name: str, where: Path) -> int | None:
+def _count(value, name: str, where: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -274,23 +353,33 @@ def _count(value, name: str, where: Path) -> int | None:
     return value
 
 
-def _safetensors_header(root: Path, name: str) -> tuple[int, int]:
+def _safetensors_header(files: ModelFiles, name: str, budget: list[int]) -> tuple[int, int]:
     """(elements, bytes) of the tensors one safetensors file declares, from its header alone: an
     8-byte little-endian length, then that many bytes of JSON (huggingface/safetensors, README
-    "Format"). The tensor data is never read."""
-    file = _inside(root, name)
-    where = root / name
-    size = file.stat().st_size
-    with file.open("rb") as handle:
-        prefix = handle.read(8)
-        if len(prefix) < 8:
-            raise ModelFactsError(f"{where}: too short for a safetensors header.")
-        (length,) = struct.unpack("<Q", prefix)
-        if length > SAFETENSORS_HEADER_MAX or length > size - 8:
-            raise ModelFactsError(
-                f"{where}: declares a {length}-byte header (file {size} bytes, at most {SAFETENSORS_HEADER_MAX})."
-            )
-        header = _parse_json(handle.read(length), where)
+    "Format"). The length is checked against the format's ceiling, the file's size and what is left
+    of `budget` (the bytes all headers together may take) before the header is read; the tensor
+    data is never read."""
+    where = files.where(name)
+    size = files.size(name)
+    if size is None:
+        raise ModelFactsError(f"{where}: vanished while it was read.")
+    prefix = files.read(name, 0, 8) if size >= 8 else b""
+    if len(prefix) < 8:
+        raise ModelFactsError(f"{where}: too short for a safetensors header.")
+    (length,) = struct.unpack("<Q", prefix)
+    if length > SAFETENSORS_HEADER_MAX or length > size - 8:
+        raise ModelFactsError(
+            f"{where}: declares a {length}-byte header (file {size} bytes, at most {SAFETENSORS_HEADER_MAX})."
+        )
+    if length > budget[0]:
+        raise ModelFactsError(
+            f"{where}: the safetensors headers together exceed {SAFETENSORS_HEADERS_TOTAL_MAX} bytes; refused."
+        )
+    budget[0] -= length
+    raw = files.read(name, 8, length)
+    if len(raw) != length:
+        raise ModelFactsError(f"{where}: {len(raw)} header bytes read of {length}; it changed while read.")
+    header = _parse_json(raw, where)
     data_bytes = size - 8 - length
     elements = total = 0
     for tensor, entry in header.items():
@@ -305,7 +394,7 @@ def _safetensors_header(root: Path, name: str) -> tuple[int, int]:
     return elements, total
 
 
-def _tensor_size(entry, tensor: str, where: Path) -> tuple[int, int]:
+def _tensor_size(entry, tensor: str, where: str) -> tuple[int, int]:
     """(elements, bytes) of one header entry; ModelFactsError for anything malformed."""
     ok = (
         isinstance(entry, dict)

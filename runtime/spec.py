@@ -85,6 +85,8 @@ class DeploymentSpec:
     # The Hugging Face revision to load (commit id, tag or branch; catalog.sources checks it);
     # None: the default branch. vLLM --revision / Ray Serve LLM engine_kwargs.revision.
     model_revision: str | None = None
+    # What the model is served for (runtime.tasks): chat, completion, embedding or score.
+    task: str = "chat"
     generation: int = 1
     backend: str = "kuberay"  # kuberay | kserve | local
     # The tenant's gateway limits (runtime.manifests.gateway): 0 = no limit rendered.

@@ -83,8 +83,8 @@ class ImportFactsSerializer(serializers.Serializer):
         required=False,
         allow_blank=True,
         default="",
-        help_text="A model directory under LOCAL_MODEL_ROOT (empty: the row's own local source). The portal never "
-        "reads buckets, volume claims or the hub.",
+        help_text="A model directory under LOCAL_MODEL_ROOT or an s3://bucket/path (read when the portal has an S3 "
+        "endpoint); empty: the row's own source. The portal never reads volume claims or the hub.",
     )
     reason = _reason()
 

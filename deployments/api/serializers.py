@@ -3,6 +3,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from catalog.choices import Task
 from catalog.drafts import with_catalog_model
 from catalog.models import CatalogModel
 from core.api_fields import NamedRef
@@ -54,6 +55,12 @@ class DeploymentSpecSerializer(serializers.Serializer):
         write_only=True,
         help_text="A catalog model's name (GET /api/v1/catalog/models/): its source, pinned revision and token "
         "Secret fill the request.",
+    )
+    task = serializers.ChoiceField(
+        choices=Task.choices,
+        required=False,
+        help_text="What the model serves: chat (/v1/chat/completions), completion (/v1/completions), embedding "
+        "(/v1/embeddings) or score (/v1/score). Filled from `catalog_model`; otherwise chat on a new request.",
     )
     served_model_name = serializers.CharField(max_length=200, required=False, allow_blank=True)
     hf_token_secret = serializers.CharField(max_length=253, required=False, allow_blank=True, default="")
@@ -240,6 +247,7 @@ _PLAIN = (
     "quantization",
     "dtype",
     "kv_cache_dtype",
+    "task",
     "serving_profile",
     "state",
     "generation",

@@ -4,19 +4,7 @@ revision spec, so a revision from before reads and diffs like one from after."""
 
 from django.db import migrations, models
 
-
-def spec_gets_auto(apps, schema_editor):
-    revision = apps.get_model("deployments", "DeploymentRevision")
-    for rev in revision.objects.exclude(spec__has_key="kv_cache_dtype").only("spec").iterator():
-        rev.spec = {**rev.spec, "kv_cache_dtype": "auto"}
-        rev.save(update_fields=["spec"])
-
-
-def spec_loses_it(apps, schema_editor):
-    revision = apps.get_model("deployments", "DeploymentRevision")
-    for rev in revision.objects.filter(spec__has_key="kv_cache_dtype").only("spec").iterator():
-        rev.spec = {k: v for k, v in rev.spec.items() if k != "kv_cache_dtype"}
-        rev.save(update_fields=["spec"])
+from deployments.migrations._spec_keys import spec_key_added
 
 
 class Migration(migrations.Migration):
@@ -42,5 +30,5 @@ class Migration(migrations.Migration):
                 max_length=12,
             ),
         ),
-        migrations.RunPython(spec_gets_auto, spec_loses_it),
+        spec_key_added("kv_cache_dtype", "auto"),
     ]

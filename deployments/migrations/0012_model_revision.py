@@ -4,19 +4,7 @@ revision from before reads and diffs like one from after."""
 
 from django.db import migrations, models
 
-
-def spec_gets_default_branch(apps, schema_editor):
-    revision = apps.get_model("deployments", "DeploymentRevision")
-    for rev in revision.objects.exclude(spec__has_key="model_revision").only("spec").iterator():
-        rev.spec = {**rev.spec, "model_revision": ""}
-        rev.save(update_fields=["spec"])
-
-
-def spec_loses_it(apps, schema_editor):
-    revision = apps.get_model("deployments", "DeploymentRevision")
-    for rev in revision.objects.filter(spec__has_key="model_revision").only("spec").iterator():
-        rev.spec = {k: v for k, v in rev.spec.items() if k != "model_revision"}
-        rev.save(update_fields=["spec"])
+from deployments.migrations._spec_keys import spec_key_added
 
 
 class Migration(migrations.Migration):
@@ -36,5 +24,5 @@ class Migration(migrations.Migration):
                 max_length=100,
             ),
         ),
-        migrations.RunPython(spec_gets_default_branch, spec_loses_it),
+        spec_key_added("model_revision", ""),
     ]

@@ -48,6 +48,8 @@ from quotas.models import Tenant
 APPROVAL_FIELDS = frozenset(
     {
         "model_source",
+        "model_revision",  # other weights (and code) at another revision of the same model
+        "task",
         "flavor",
         "backend",
         "tensor_parallel_size",

@@ -48,6 +48,17 @@ def _recreate(old: DeploymentSpec, new: DeploymentSpec) -> tuple[str, str]:
 
 
 @dataclass(frozen=True, kw_only=True)
+class FixedKvCache:
+    """A KV cache an engine is given outright rather than sized from GPU memory × utilization less
+    the weights (vLLM's CPU build: VLLM_CPU_KVCACHE_SPACE), with the engine shape it runs in."""
+
+    bytes: int  # what vLLM divides into blocks
+    block_size: int  # tokens a block holds: vLLM's capacity is a whole number of blocks
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
 class Traits:
     """What callers may ask about a backend without building it (no cluster needed). Everything
     the portal knows about a backend outside its own package is here, so a backend is one package
@@ -68,6 +79,8 @@ class Traits:
     metrics_from_pods: bool = False  # metrics are read from the workload's pods, not one endpoint URL
     local_paths: bool = False  # model sources may be paths under LOCAL_MODEL_ROOT
     sized_for_gpus: bool = True  # the GPU-memory check applies (False: CPU engine, sized by the host)
+    # The KV cache its engine is given whatever the flavor's memory (deployments.sizing sizes with it).
+    fixed_kv_cache: Callable[[], FixedKvCache] | None = None
     whole_node_pods: bool = False  # a replica bigger than a node is split into whole-node pods (PP across nodes)
     # Grants it needs besides those on its kind: (verb, group, resource).
     extra_permissions: tuple[tuple[str, str, str], ...] = ()
@@ -289,6 +302,14 @@ def _impact_inferenceservice(old: DeploymentSpec, new: DeploymentSpec) -> tuple[
     return change_impact(old, new)
 
 
+def _local_kv_cache() -> FixedKvCache:
+    from django.conf import settings
+
+    from runtime.backends.local.engine import kv_cache
+
+    return kv_cache(settings.LOCAL_KVCACHE_GIB)
+
+
 def _impact_local(old: DeploymentSpec, new: DeploymentSpec) -> tuple[str, str]:
     return "recreate", (
         "The local engine restarts with the new settings on the same port (the endpoint URL stays): "
@@ -377,5 +398,6 @@ register(
         impact=_impact_local,
         local_paths=True,
         sized_for_gpus=False,
+        fixed_kv_cache=_local_kv_cache,
     ),
 )

@@ -82,6 +82,7 @@ from runtime.manifests.kserve_status import FAILURE_REASONS, kserve_status  # no
 from runtime.manifests.syntax import DNS1035_LABEL
 from runtime.manifests.topology import single_pod_annotations
 from runtime.spec import DeploymentSpec, PlatformSpec, RenderError
+from runtime.tasks import engine_flags, pools
 
 KSERVE_API_VERSION = "serving.kserve.io/v1beta1"
 
@@ -226,8 +227,10 @@ def vllm_args(spec: DeploymentSpec) -> list[str]:
     if engine.max_model_len is not None:
         args.append(f"--max-model-len={engine.max_model_len}")
     args.append(f"--gpu-memory-utilization={engine.gpu_memory_utilization}")
-    # Explicit either way: vLLM's default differs between versions and engines.
-    args.append("--enable-chunked-prefill" if engine.enable_chunked_prefill else "--no-enable-chunked-prefill")
+    if pools(spec.task):  # runtime.tasks: the pooling runner; chunked prefill is vLLM's to decide
+        args += engine_flags(spec.task)
+    else:  # explicit either way: vLLM's default differs between versions and engines
+        args.append("--enable-chunked-prefill" if engine.enable_chunked_prefill else "--no-enable-chunked-prefill")
     if engine.max_num_batched_tokens is not None:
         args.append(f"--max-num-batched-tokens={engine.max_num_batched_tokens}")
     if engine.quantization:

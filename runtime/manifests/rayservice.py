@@ -39,6 +39,8 @@ from runtime.manifests.karpenter import serving_pod_annotations
 from runtime.manifests.storage import s3_credentials_env
 from runtime.manifests.topology import slice_annotations
 from runtime.spec import DeploymentSpec, PlatformSpec, RenderError
+from runtime.tasks import engine_kwargs as task_engine_kwargs
+from runtime.tasks import pools
 
 RAY_API_VERSION = "ray.io/v1"
 
@@ -151,6 +153,9 @@ def llm_config(spec: DeploymentSpec) -> dict[str, Any]:
         "revision": spec.model_revision,
         "code_revision": spec.model_revision if engine.trust_remote_code else None,
     }
+    if pools(spec.task):  # runtime.tasks: the pooling runner, chunked prefill left to vLLM
+        engine_kwargs["enable_chunked_prefill"] = None
+    engine_kwargs |= task_engine_kwargs(spec.task)
     config: dict[str, Any] = {
         "model_loading_config": {
             "model_id": spec.served_model_name,

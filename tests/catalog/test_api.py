@@ -96,6 +96,26 @@ class TestFilters:
         assert client.get(URL, {"task": "nonsense"}).status_code == 400
         assert client.get(URL, {"min_params_b": "lots"}).status_code == 400
 
+    def test_size_buckets_of_the_picker(self, world, llama):
+        """`size` takes the request form's picker's buckets (catalog.sizes); a row of unknown size is
+        in none of them, and a size that is no bucket is a 400 naming the choices."""
+        CatalogModel.objects.create(name="bge", display_name="BGE", source="BAAI/bge-small-en", parameters=33_000_000)
+        CatalogModel.objects.create(name="mystery", display_name="Mystery", source="acme/mystery")
+        client = world.client("member")
+
+        def names(size):
+            return sorted(r["name"] for r in client.get(URL, {"size": size}).json()["results"])
+
+        assert (names("up-to-5b"), names("5-20b"), names("20-100b"), names("over-100b")) == (
+            ["bge"],
+            [llama.name],
+            [],
+            [],
+        )
+        assert names("") == ["bge", llama.name, "mystery"]
+        refused = client.get(URL, {"size": "huge"})
+        assert refused.status_code == 400 and "huge is not one of the available choices" in refused.json()["size"][0]
+
 
 def tiny_model(root: Path) -> Path:
     """The tiny Llama's shape (make_tiny_model.MODEL_SHAPE) as config.json plus a safetensors file."""

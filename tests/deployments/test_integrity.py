@@ -233,7 +233,7 @@ class TestDuplicateNames:
         data.update(flavor=world.h100.pk, tenant=world.alpha.pk, enable_chunked_prefill="on")
         response = world.browser("member").post("/deployments/new/", data)
         assert response.status_code == 200
-        assert "already exists" in str(response.context["form"].errors["name"])
+        assert "already exists" in str(response.context["form"].errors.get("name")), response.context["form"].errors
 
     def test_the_name_is_free_again_once_deleted(self, world):
         body = request_one(world)

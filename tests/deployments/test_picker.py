@@ -9,7 +9,8 @@ from decimal import Decimal
 import pytest
 
 from catalog.models import CatalogModel
-from deployments import services, sizing
+from catalog.sizes import SIZE_CHOICES
+from deployments import picker, services, sizing
 from deployments.catalog import facts_for
 from deployments.models import ModelDeployment
 from quotas import tenants
@@ -233,3 +234,109 @@ def test_the_sizing_reads_a_catalog_rows_facts(world, embedder):
     facts = facts_for("acme/tiny-embed")
     assert (facts.parameters, facts.layers, facts.kv_heads, facts.head_dim) == (30_000_000, 4, 4, 64)
     assert facts_for("acme/not-in-the-catalog") is None
+
+
+# Rows at and around each bound of catalog.sizes: published sizes, exact bounds, one past them.
+SIZED = {
+    "llama-3b": 3_210_000_000,  # Llama 3.2 3B: over "3B", still small
+    "at-5b": 5_000_000_000,  # a bound belongs to the bucket below it
+    "past-5b": 5_000_000_001,
+    "qwen-14b": 14_700_000_000,
+    "at-20b": 20_000_000_000,
+    "llama-70b-ish": 70_600_000_000,
+    "at-100b": 100_000_000_000,
+    "llama-405b": 405_000_000_000,
+    "unknown": None,
+}
+
+
+@pytest.fixture
+def sized(db):
+    for name, parameters in SIZED.items():
+        CatalogModel.objects.create(
+            name=name, display_name=name.title(), source=f"acme/{name}", revision="v1", parameters=parameters
+        )
+
+
+class TestSizeFilter:
+    def names(self, response) -> list[str]:
+        assert response.status_code == 200
+        return [card.row.name for card in response.context["picker"]["cards"]]
+
+    def test_each_bucket_holds_the_sizes_between_its_bounds_and_unknown_sizes_none(self, world, sized):
+        client = world.browser("member")
+        assert self.names(client.get("/deployments/new/?size=up-to-5b")) == ["at-5b", "llama-3b"]
+        assert self.names(client.get("/deployments/new/?size=5-20b")) == ["at-20b", "past-5b", "qwen-14b"]
+        assert self.names(client.get("/deployments/new/?size=20-100b")) == ["at-100b", "llama-70b-ish"]
+        assert self.names(client.get("/deployments/new/?size=over-100b")) == ["llama-405b"]
+        assert self.names(client.get("/deployments/new/")) == sorted(SIZED)  # "unknown" only here
+
+    def test_a_size_that_is_not_a_bucket_filters_nothing_and_is_not_an_error(self, world, sized):
+        client = world.browser("member")
+        for size in ("huge", "5-20", "' OR 1=1 --", "x" * 5000):
+            page = client.get("/deployments/new/", {"size": size})
+            assert self.names(page) == sorted(SIZED)
+            assert page.context["picker"]["size"] == ""
+
+    def test_size_combines_with_task_and_search_as_plain_get_and_htmx(self, world, llama, embedder):
+        client = world.browser("member")
+        assert self.names(client.get("/deployments/new/?size=up-to-5b")) == ["tiny-embed"]
+        assert self.names(client.get("/deployments/new/?size=up-to-5b&task=chat")) == []
+        assert self.names(client.get("/deployments/new/?size=20-100b&q=llama")) == ["llama-70b"]
+        partial = client.get("/deployments/new/?size=20-100b", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="catalog-cards")
+        html = partial.content.decode()
+        assert 'value="llama-70b"' in html and 'value="tiny-embed"' not in html and "<html" not in html
+        empty = client.get("/deployments/new/?size=over-100b", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="catalog-cards")
+        assert "No catalog model matches this search." in empty.content.decode()
+
+    def test_the_chosen_size_is_selected_and_each_cards_link_keeps_the_filters(self, world, llama):
+        page = world.browser("member").get("/deployments/new/?size=20-100b&task=chat&q=llama")
+        html = page.content.decode()
+        assert '<option value="20-100b" selected>20–100B</option>' in html
+        tenant = page.context["picker"]["tenant"]
+        link = f"?tenant={tenant.pk}&amp;q=llama&amp;task=chat&amp;size=20-100b&amp;catalog_model=llama-70b"
+        assert f'<a href="{link}" data-pick="llama-70b">' in html
+
+    def test_the_size_filter_keeps_the_picked_card(self, world, llama, embedder):
+        page = world.browser("member").get("/deployments/new/?size=up-to-5b&catalog_model=llama-70b")
+        assert self.names(page) == ["llama-70b", "tiny-embed"]
+
+
+class TestPickingWithoutScript:
+    """A card's link (?catalog_model=<name>) opens the form with the card chosen and its source and
+    revision filled in; the filter form carries the pick on."""
+
+    def test_the_link_fills_the_source_and_revision_and_checks_the_card(self, world, llama):
+        page = world.browser("member").get("/deployments/new/?catalog_model=llama-70b")
+        form = page.context["form"]
+        assert (form["model_source"].value(), form["model_revision"].value()) == (LLAMA70, COMMIT)
+        html = page.content.decode()
+        assert 'id="catalog-model-llama-70b" aria-describedby="catalog-fit-llama-70b"' in html
+        assert f'data-revision="{COMMIT}" checked>' in html
+        assert '<noscript><input type="hidden" name="catalog_model" value="llama-70b"></noscript>' in html
+
+    def test_a_model_the_policy_does_not_allow_fills_nothing(self, world, llama, embedder):
+        allow(world, models=[embedder])
+        page = world.browser("member").get(f"/deployments/new/?tenant={world.alpha.pk}&catalog_model=llama-70b")
+        form = page.context["form"]
+        assert (form["model_source"].value(), form["model_revision"].value()) == (None, None)
+        assert [card.row.name for card in page.context["picker"]["cards"]] == ["tiny-embed"]
+
+    def test_the_edit_page_takes_a_picked_card_too(self, world, llama, embedder):
+        data = draft(world, model_source=LLAMA70, model_revision=COMMIT, tensor_parallel_size=2, max_replicas=1)
+        dep = services.deployment_create(tenant=world.alpha, user=world.users["member"], data=data)
+        page = world.browser("member").get(f"/deployments/{dep.pk}/edit/?catalog_model=tiny-embed")
+        form = page.context["form"]
+        assert (form["model_source"].value(), form["model_revision"].value()) == ("acme/tiny-embed", "v1")
+        assert page.context["picker"]["selected"] == "tiny-embed"
+
+
+def test_the_picker_and_the_catalog_api_agree_on_every_size(world, sized):
+    """One definition (catalog.sizes): the API's `size` filter lists what the picker shows."""
+    client = world.client("member")
+    shown = []
+    for value, _ in SIZE_CHOICES:
+        api = client.get("/api/v1/catalog/models/", {"size": value}).json()["results"]
+        assert sorted(r["name"] for r in api) == [row.name for row in picker.allowed_rows(None, size=value)]
+        shown += [r["name"] for r in api]
+    assert sorted(shown) == sorted(set(SIZED) - {"unknown"})  # every known size in exactly one bucket

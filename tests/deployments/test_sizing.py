@@ -145,3 +145,89 @@ class TestLookups:
         assert memory.weights_gib == round(data / GIB, 2)
         assert memory.kv_bytes_per_token == 2 * 8 * 128 * 2 * 2
         assert fit("meta-llama/Llama-3.1-8B-Instruct").kv_bytes_per_token == 131072  # the built-ins still answer
+
+
+@pytest.fixture
+def row_source(tmp_path: Path, settings, django_user_model):
+    """Makes a catalog row for a model directory written on the spot (config.json and a BF16
+    safetensors file of `elements`) and imports its facts as an admin does; returns its source."""
+    from catalog.models import CatalogModel
+    from catalog.permissions import Standing
+    from catalog.services import catalog_model_import_facts
+
+    settings.LOCAL_MODEL_ROOT = str(tmp_path)
+    admin = django_user_model.objects.create(username="catalog-admin")
+
+    def make(name: str, config: dict, elements: int) -> str:
+        directory = write_config(tmp_path / name, config)
+        write_safetensors(directory / "model.safetensors", {"w": ("BF16", [elements])})
+        row = CatalogModel.objects.create(name=name, display_name=name, source=str(directory))
+        catalog_model_import_facts(row_id=row.pk, actor=admin, standing=Standing.PLATFORM_ADMIN)
+        return str(directory)
+
+    return make
+
+
+class TestCatalogRows:
+    """Models as the catalog holds them: a row whose facts were imported from its config.json and
+    safetensors headers (catalog.services.catalog_model_import_facts), read by the lookup the
+    deployments app registers (deployments.apps.catalog_row_facts), not by a lookup of the test's."""
+
+    def test_a_llama_3_8b_row(self, row_source):
+        source = row_source("llama-3-8b", LLAMA3_8B, 8_030_261_248)
+        memory = fit(source)
+        # Weights: the checkpoint as stored, 8,030,261,248 BF16 elements = 16,060,522,496 bytes.
+        # A token: 32 layers × 8 KV heads × head dim 4096 / 32 = 128 × (K, V) × 2 bytes = 131,072.
+        assert memory.weights_gib == round(16_060_522_496 / GIB, 2)
+        assert memory.kv_bytes_per_token == 32 * 8 * 128 * 2 * 2 == 131072
+        # Capacity: (80 GiB × 0.9 − the weights) / 131,072 = 61,248,888,832 / 131,072 = 467,291.9.
+        assert memory.kv_tokens == (BUDGET - 16_060_522_496) // 131072 == 467_291
+        assert memory.kv_gib == 1.0  # max_model_len 8192 × 131,072 bytes = 1 GiB
+
+    def test_a_multi_query_row_keeps_its_one_kv_head_on_every_tp_rank(self, row_source):
+        mqa = {**LLAMA3_8B, "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 1}
+        source = row_source("mqa-3b", {**mqa, "num_hidden_layers": 24}, 1_500_000_000)
+        memory = fit(source, tensor_parallel_size=2)
+        # A token: 24 layers × max(1, 1 // 2) = 1 KV head × head dim 2048 / 16 = 128 × 2 × 2 bytes.
+        assert memory.kv_bytes_per_token == 24 * 1 * 128 * 2 * 2 == 12288
+        # Each of the 2 ranks holds half of 1.5e9 × 2 bytes: (72 GiB − 1.5e9 bytes) / 12,288.
+        assert memory.weights_gib == round(1.5e9 / GIB, 2)
+        assert memory.kv_tokens == (BUDGET - 1_500_000_000) // 12288 == 6_169_385
+
+
+class TestAFixedKvCache:
+    """The local backend's engine (vLLM's CPU build) is given VLLM_CPU_KVCACHE_SPACE = LOCAL_KVCACHE_GIB
+    GiB for its cache, in blocks of 32 tokens, on one rank (runtime.backends.local.engine.kv_cache);
+    vLLM makes `bytes // (block_size × bytes a token)` blocks of it (vllm-cpu 0.32.0,
+    vllm/v1/core/kv_cache_utils.py), whatever the flavor's memory and the weights."""
+
+    def test_the_tiny_model_in_one_gib(self, settings, row_source):
+        from deployments.management.commands.make_tiny_model import MODEL_SHAPE
+
+        settings.LOCAL_KVCACHE_GIB = 1
+        config = {**LLAMA3_8B, **MODEL_SHAPE}  # make_tiny_model's shape: 2 layers, 2 KV heads, 256 / 4 = 64
+        memory = fit(row_source("tiny-llama", config, 1_000_000), backend="local", max_model_len=256)
+        # A token: 2 layers × 2 KV heads × 64 × 2 × 2 bytes = 1,024; a block of 32: 32,768 bytes;
+        # 2^30 // 32,768 = 32,768 blocks × 32 = 1,048,576 tokens.
+        assert memory.kv_bytes_per_token == 2 * 2 * 64 * 2 * 2 == 1024
+        assert memory.kv_tokens == 2**30 // (1024 * 32) * 32 == 1_048_576
+        assert "1,048,576 tokens of KV cache per replica in the engine's fixed 1 GiB KV cache" in memory.message
+
+    def test_the_engine_runs_one_rank_whatever_the_draft_asks(self, settings):
+        settings.LOCAL_KVCACHE_GIB = 3
+        memory = fit(backend="local", tensor_parallel_size=4, gpu_memory_gib=4)
+        # Llama-3.1-8B whole on one rank: 131,072 bytes a token, 4 MiB a block; 3 GiB = 768 blocks.
+        assert memory.kv_bytes_per_token == 131072
+        assert memory.kv_tokens == 3 * 2**30 // (131072 * 32) * 32 == 24_576
+
+    def test_capacity_is_whole_blocks(self, settings):
+        settings.LOCAL_KVCACHE_GIB = 1
+        memory = fit("Qwen/Qwen2.5-7B-Instruct", backend="local")
+        # 28 layers × 4 KV heads × 128 × 2 × 2 = 57,344 bytes a token; a block 1,835,008 bytes;
+        # 2^30 // 1,835,008 = 585 blocks = 18,720 tokens (not 2^30 // 57,344 = 18,724).
+        assert memory.kv_bytes_per_token == 57344
+        assert memory.kv_tokens == 585 * 32 == 18_720
+
+    @pytest.mark.parametrize("backend", ["kuberay", "kserve", "", "no-such-backend"])
+    def test_other_backends_keep_the_gpu_budget(self, backend):
+        assert fit(backend=backend).kv_tokens == (BUDGET - 16_060_000_000) // 131072 == 467_295

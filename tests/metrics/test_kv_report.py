@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from deployments import sizing
 from metrics.collect import collect_all
-from metrics.kv_report import ABOVE, BELOW, kv_comparison
+from metrics.kv_report import ABOVE, BELOW, FIXED, kv_comparison
 from metrics.models import ScrapeState
 from runtime.exposition.parse import filter_exposition, parse_exposition
 from runtime.exposition.snapshot import Snapshot
@@ -59,9 +59,16 @@ def serving(world):
 
 
 def estimate_of(dep) -> int:
-    tokens = sizing.deployment_fit(dep).kv_tokens
-    assert tokens  # Llama 3 8B on an H100: the catalog knows its layers and KV heads
+    tokens = sizing.deployment_fit(type(dep).objects.get(pk=dep.pk)).kv_tokens
+    assert tokens  # Llama 3 8B: the catalog knows its layers and KV heads
     return tokens
+
+
+def on_gpus(dep) -> None:
+    """Back on KubeRay after `make_ready` (the local backend's shape, for the scrape): the report
+    compares the kept figure with the GPU estimate (an H100's 72 GiB less the weights), not with
+    the local engine's fixed cache."""
+    type(dep).objects.filter(pk=dep.pk).update(backend="kuberay")
 
 
 def page_line(world, dep) -> str:
@@ -151,6 +158,7 @@ class TestPageAndApi:
         # The CPU engine's 768 tokens against an H100's estimate: vLLM's figure is far lower.
         make_ready(serving, Exposition([fixture(AFTER_LOAD)]).url)
         collect_all()
+        on_gpus(serving)
         estimate = estimate_of(serving)
         pct = round((768 - estimate) / estimate * 100)
         line = f"vLLM reports 768 tokens (estimate {estimate:,}, −{abs(pct)} %)."
@@ -166,6 +174,7 @@ class TestPageAndApi:
         estimate = estimate_of(serving)
         make_ready(serving, Exposition([with_tokens(fixture(AFTER_LOAD), round(estimate * 0.9))]).url)
         collect_all()
+        on_gpus(serving)
         report = api_report(world, serving)
         assert report["difference_pct"] == pytest.approx(-10.0, abs=0.1) and not report["far_off"]
         assert report["line"] == f"vLLM reports {round(estimate * 0.9):,} tokens (estimate {estimate:,}, −10 %)."
@@ -175,9 +184,24 @@ class TestPageAndApi:
         estimate = estimate_of(serving)
         make_ready(serving, Exposition([with_tokens(fixture(AFTER_LOAD), estimate * 2)]).url)
         collect_all()
+        on_gpus(serving)
         report = api_report(world, serving)
         assert report["line"].endswith("+100 %).") and report["why"] == ABOVE
         assert ABOVE in page_line(world, serving)
+
+    def test_on_the_local_engine_the_fixed_cache_is_the_estimate_and_a_gap_names_other_settings(
+        self, world, serving, settings
+    ):
+        # The fixture's engine ran with --num-gpu-blocks-override 24: 768 tokens. The estimate is
+        # the local engine's LOCAL_KVCACHE_GIB in 32-token blocks: 1 GiB / (131,072 × 32) = 256
+        # blocks = 8,192 tokens of Llama 3 8B, whatever the H100's memory.
+        settings.LOCAL_KVCACHE_GIB = 1
+        make_ready(serving, Exposition([fixture(AFTER_LOAD)]).url)
+        collect_all()
+        report = api_report(world, serving)
+        assert (report["estimate_tokens"], report["reported_tokens"]) == (8192, 768)
+        assert report["line"] == "vLLM reports 768 tokens (estimate 8,192, −91 %)." and report["why"] == FIXED
+        assert " ".join(page_line(world, serving).split()) == f"{report['line']} {FIXED}"
 
     def test_engines_that_differ_are_listed_and_the_smallest_compared(self, world, serving):
         make_ready(serving, Exposition([two_engines(fixture(AFTER_LOAD), (900, 700))]).url)

@@ -56,6 +56,9 @@ def load_settings(**overrides) -> subprocess.CompletedProcess:
         ("KARPENTER_ROOT_VOLUME_GIB", "5", "below the minimum"),
         # KServe v0.20.0's legacy names are not the portal's (runtime.manifests.kserve).
         ("KSERVE_DEPLOYMENT_MODE", "Serverless", "KSERVE_DEPLOYMENT_MODE='Serverless' must be one of"),
+        ("MODEL_IMPORT_S3_ENDPOINT_URL", "s3.example.com", "MODEL_IMPORT_S3_ENDPOINT_URL='s3.example.com' has scheme"),
+        ("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE", "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are set together"),
+        ("MODEL_IMPORT_S3_DEADLINE_SECONDS", "0", "MODEL_IMPORT_S3_DEADLINE_SECONDS=0.0 is below the minimum"),
     ],
 )
 def test_bad_values_stop_startup_naming_the_variable(name, value, message):

