@@ -9,7 +9,9 @@ import json
 from deployments.choices import State
 from deployments.models import DeploymentEvent, ModelDeployment
 from deployments.states import HAS_SERVING, REQUESTED, RUNNING, SERVING, STARTABLE, Action, Actor, allowed, who_may
+from runtime import tasks
 from runtime.backends import traits as backend_traits
+from runtime.tasks import task_facts
 
 # Why a deployment that does not run serves nothing, by state (the event that moved it there
 # adds who and when; its message, or the failure or decision reason, adds the detail).
@@ -25,13 +27,17 @@ NOT_SERVING = {
 # What the streaming snippets send, so that a token limit counts their tokens (the last event
 # before [DONE] carries the usage: runtime.manifests.gateway).
 STREAM_OPTIONS = {"include_usage": True}
-# The snippets the panel shows, in order: (key in `snippets()`, heading).
+# The snippets the panel shows, in order: (key in `snippets()`, heading); a task has those it has.
 SNIPPETS = (
     ("curl", "curl"),
     ("curl_stream", "curl, streaming"),
     ("python", "OpenAI client (Python)"),
     ("python_stream", "OpenAI client, streaming (Python)"),
+    ("python_http", "Python, plain HTTP"),
 )
+# What the score examples compare.
+SCORE_QUERY = "What runs models?"
+SCORE_DOCUMENTS = ("GPUs run models.", "Bread is baked in ovens.")
 
 
 def _entered(dep: ModelDeployment) -> DeploymentEvent | None:
@@ -92,48 +98,73 @@ def endpoint_context(dep: ModelDeployment, actor: Actor | None) -> dict:
         "snippets_apply": dep.state in REQUESTED | HAS_SERVING,
         "snippets": texts,
         "snippet_blocks": [
-            {"id": "snippet-" + key.replace("_", "-"), "title": title, "text": texts[key]} for key, title in SNIPPETS
+            {"id": "snippet-" + key.replace("_", "-"), "title": title, "text": texts[key]}
+            for key, title in SNIPPETS
+            if key in texts
         ],
+        "task": dep.task,
     }
 
 
 def snippets(dep: ModelDeployment) -> dict[str, str]:
-    """curl and OpenAI-client examples, each plain and streaming ("stream": true; curl -N so the
-    server-sent events print as they come), and the note on where the URL leads. The streaming
-    ones ask for usage (`stream_options`): a token limit counts a stream only when it ends with
-    its usage (runtime.manifests.gateway), and every engine here serves vLLM's OpenAI API, which
-    takes it (`StreamOptions.include_usage`)."""
+    """Client examples for the deployment's task (runtime.tasks: its path), and the note on where
+    the URL leads. Chat and completion get curl and OpenAI-client examples, each plain and streaming
+    ("stream": true; curl -N so the server-sent events print as they come); the streaming ones ask
+    for usage (`stream_options`): a token limit counts a stream only when it ends with its usage
+    (runtime.manifests.gateway), and every engine here serves vLLM's OpenAI API, which takes it
+    (`StreamOptions.include_usage`). Embedding and score answer in one piece: curl and Python."""
     base = dep.endpoint_url or "http://<endpoint>/v1"
     model = dep.served_model_name or dep.name
-    messages = [{"role": "user", "content": "Hello!"}]
+    path = task_facts(dep.task).path
     # The key comes from the environment ($API_KEY: minted on the API keys page), never the page.
     headers = "  -H 'Content-Type: application/json' \\\n  -H \"Authorization: Bearer $API_KEY\" \\\n"
-    curl = f"curl {base}/chat/completions \\\n{headers}  -d '{json.dumps({'model': model, 'messages': messages})}'"
-    body = json.dumps({"model": model, "messages": messages, "stream": True, "stream_options": STREAM_OPTIONS})
-    curl_stream = f"curl -N {base}/chat/completions \\\n{headers}  -d '{body}'"
     client = (
         f'import os\n\nfrom openai import OpenAI\n\nclient = OpenAI(base_url="{base}", api_key=os.environ["API_KEY"])\n'
     )
-    python = (
-        client + f'reply = client.chat.completions.create(model="{model}",\n'
-        '    messages=[{"role": "user", "content": "Hello!"}])\n'
-        "print(reply.choices[0].message.content)"
-    )
-    python_stream = (
-        client + f'stream = client.chat.completions.create(model="{model}",\n'
-        '    messages=[{"role": "user", "content": "Hello!"}], stream=True,\n'
-        '    stream_options={"include_usage": True})\n'
-        "for chunk in stream:\n"
-        "    if chunk.choices and chunk.choices[0].delta.content:\n"
-        '        print(chunk.choices[0].delta.content, end="", flush=True)\n'
-        "print()"
-    )
+    if dep.task == tasks.EMBEDDING:
+        texts = {
+            "curl": f"curl {base}{path} \\\n{headers}  -d '{json.dumps({'model': model, 'input': 'Hello!'})}'",
+            "python": client + f'reply = client.embeddings.create(model="{model}", input=["Hello!"])\n'
+            "print(len(reply.data[0].embedding))",
+        }
+    elif dep.task == tasks.SCORE:
+        body = {"model": model, "text_1": SCORE_QUERY, "text_2": list(SCORE_DOCUMENTS)}
+        texts = {
+            "curl": f"curl {base}{path} \\\n{headers}  -d '{json.dumps(body)}'",
+            # The OpenAI client has no scores call: plain HTTP.
+            "python_http": "import os\n\nimport requests\n\n"
+            f'reply = requests.post("{base}{path}", timeout=60,\n'
+            '    headers={"Authorization": f"Bearer {os.environ[\'API_KEY\']}"},\n'
+            f"    json={json.dumps(body)})\n"
+            'for item in reply.json()["data"]:\n    print(item["index"], item["score"])',
+        }
+    else:
+        texts = _generation_snippets(dep.task, base, model, path, headers, client)
+    return {**texts, "note": endpoint_note(dep)}
+
+
+def _generation_snippets(task: str, base: str, model: str, path: str, headers: str, client: str) -> dict[str, str]:
+    if task == tasks.COMPLETION:
+        request, call = {"prompt": "Hello!"}, "completions"
+        args, printed, delta = 'prompt="Hello!"', "reply.choices[0].text", "chunk.choices[0].text"
+    else:
+        request, call = {"messages": [{"role": "user", "content": "Hello!"}]}, "chat.completions"
+        args = 'messages=[{"role": "user", "content": "Hello!"}]'
+        printed, delta = "reply.choices[0].message.content", "chunk.choices[0].delta.content"
+    body = json.dumps({"model": model, **request})
+    stream_body = json.dumps({"model": model, **request, "stream": True, "stream_options": STREAM_OPTIONS})
     return {
-        "curl": curl,
-        "curl_stream": curl_stream,
-        "python": python,
-        "python_stream": python_stream,
-        "note": endpoint_note(dep),
+        "curl": f"curl {base}{path} \\\n{headers}  -d '{body}'",
+        "curl_stream": f"curl -N {base}{path} \\\n{headers}  -d '{stream_body}'",
+        "python": client + f'reply = client.{call}.create(model="{model}",\n    {args})\nprint({printed})',
+        "python_stream": (
+            client + f'stream = client.{call}.create(model="{model}",\n    {args}, stream=True,\n'
+            '    stream_options={"include_usage": True})\n'
+            "for chunk in stream:\n"
+            f"    if chunk.choices and {delta}:\n"
+            f'        print({delta}, end="", flush=True)\n'
+            "print()"
+        ),
     }
 
 

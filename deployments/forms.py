@@ -443,6 +443,8 @@ class TryForm(forms.Form):
 
     prompt = forms.CharField(max_length=2000, strip=True)
     max_tokens = forms.IntegerField(min_value=1, max_value=512, initial=32, required=False, label="Max tokens")
+    # A score deployment's documents, one per line (deployments.trying: the first DOCUMENTS_MAX).
+    documents = forms.CharField(max_length=4000, required=False, strip=True)
 
     def clean_max_tokens(self):
         return self.cleaned_data.get("max_tokens") or 32

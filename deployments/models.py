@@ -21,6 +21,7 @@ from deployments.choices import (
 from deployments.limits import LIMITS
 from quotas.models import GpuFlavor, Tenant, TenantOwnedQuerySet
 from quotas.validators import validate_dns1035_label
+from runtime.tasks import generates
 
 # The fields a request sets and a spec update may change (services, serializers and the API list).
 SPEC_FIELDS = (
@@ -195,6 +196,11 @@ class ModelDeployment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant.slug}/{self.name}"
+
+    @property
+    def generates(self) -> bool:
+        """Whether its task produces output tokens (runtime.tasks: not embedding or score)."""
+        return generates(self.task)
 
     @property
     def gpus_per_replica(self) -> int:

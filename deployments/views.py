@@ -113,7 +113,13 @@ def _take_card(request, form: DeploymentForm) -> None:
     name = request.GET.get("catalog_model", "")[:100]
     rows = allowed_rows(form.quota_tenant(), name=name) if name else []
     if rows:
-        form.initial |= {"catalog_model": name, "model_source": rows[0].source, "model_revision": rows[0].revision}
+        row = rows[0]
+        form.initial |= {
+            "catalog_model": name,
+            "model_source": row.source,
+            "model_revision": row.revision,
+            "task": row.task,
+        }
 
 
 def _picker(request, form: DeploymentForm) -> dict:

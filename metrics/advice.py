@@ -15,6 +15,7 @@ from deployments.profiles import scales_to_zero
 from metrics.advisor import Advice, Objectives, advise
 from metrics.models import AdvisorObjectives, MetricSample, Resolution
 from metrics.profile_hints import with_profile_hints
+from runtime.tasks import generates
 
 # The fields a deployment may set for itself (the rest of Objectives are the rules' constants).
 OBJECTIVE_FIELDS = ("ttft_p95_objective_s", "waiting_floor", "kv_cache_floor_pct", "breach_share_pct")
@@ -60,6 +61,7 @@ def advice_for(
         quota_headroom_gpus=fit.free_nominal + fit.borrowable,
         gpus_per_replica=deployment.gpus_per_replica,
         now=now,
+        generates=generates(deployment.task),
     )
     # Each piece of advice also names the serving-profile change that addresses it.
     found = with_profile_hints(

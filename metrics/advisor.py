@@ -31,6 +31,10 @@ burst gives one piece of advice, not two.
 
 Each :class:`Advice` names the chart (metrics.charts.CHARTS key) and carries its evidence: the
 series, the window, the breach share, the stretches in breach, the floor and the threshold.
+
+A deployment that generates nothing (embedding, score: vLLM's pooling runner, runtime.tasks) is
+judged by the rules that read what it reports (:data:`GENERATION_RULES` are skipped) and is idle
+when no prompt token was processed (it has no generated tokens to count).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["Advice", "Objectives", "Severity", "advise"]
+__all__ = ["GENERATION_RULES", "Advice", "Objectives", "Severity", "advise"]
 
 
 class Severity(StrEnum):
@@ -347,20 +351,19 @@ def _rule_ttft(pts: list[Point], now: float, ob: Objectives):
     )
 
 
-def _is_idle(p: Any) -> bool:
-    return (
-        _get(p, "running") == 0.0
-        and (_get(p, "waiting") or 0.0) == 0.0
-        and (_get(p, "generation_tokens_per_s") or 0.0) == 0.0
-    )
+def _is_idle(p: Any, tokens: str) -> bool:
+    return _get(p, "running") == 0.0 and (_get(p, "waiting") or 0.0) == 0.0 and (_get(p, tokens) or 0.0) == 0.0
 
 
-def _rule_idle(pts: list[Point], now: float, ob: Objectives):
+def _rule_idle(pts: list[Point], now: float, ob: Objectives, generates: bool):
     # The run of idle points that ends at the newest point: its span is how long it has been
     # idle, independent of the scrape interval.
+    # A pooling request runs for one engine step, so a scrape seldom sees it running: its prompt
+    # tokens per second (over the rate window) tell whether any came.
+    tokens = "generation_tokens_per_s" if generates else "prompt_tokens_per_s"
     run: list[Point] = []
     for point in reversed([x for x in pts if x[0] <= now]):
-        if not _is_idle(point[2]):
+        if not _is_idle(point[2], tokens):
             break
         run.insert(0, point)
     if len(run) < ob.min_points or now - run[-1][0] > ob.window_s:
@@ -374,12 +377,21 @@ def _rule_idle(pts: list[Point], now: float, ob: Objectives):
         severity=Severity.INFO,
         title="Idle: stop it to free the quota",
         message=(
-            f"No request ran and no token was generated for {span / 3600:.1f} h. "
+            f"No request ran{' and no token was generated' if generates else ''} for {span / 3600:.1f} h. "
             "Stopping the deployment returns its GPUs to your quota; start it again when needed."
         ),
         chart="tokens",
-        evidence=_evidence(j, "generation_tokens_per_s", 0.0, ob.idle_window_s, idle_s=span),
+        evidence=_evidence(j, tokens, 0.0, ob.idle_window_s, idle_s=span),
     )
+
+
+# Rules that judge what only a generating engine reports, skipped for a pooling deployment. The
+# first-token rule reads a "time to first token" that vLLM takes, for a pooling request, at the same
+# step as its end-to-end latency (metrics.charts.GENERATION_CHARTS has the citation), and its
+# remedies (smaller prefill chunks beside decodes, prefill/decode disaggregation) assume a decode
+# loop. The others apply: requests queue (scale_out), and a causal model whose long prompts are
+# prefilled in chunks holds KV blocks across steps and can be preempted (kv_cache_pressure).
+GENERATION_RULES = frozenset({"slow_first_token"})
 
 
 def advise(
@@ -389,20 +401,23 @@ def advise(
     quota_headroom_gpus: int | None,
     gpus_per_replica: int,
     now: float | datetime,
+    generates: bool = True,
 ) -> list[Advice]:
     """Every rule that fires on ``points``, most severe first.
 
     ``quota_headroom_gpus`` is what the tenant's quota still allows in this deployment's
-    flavor (None when unknown); the scale-out advice turns it into whole replicas.
+    flavor (None when unknown); the scale-out advice turns it into whole replicas. ``generates``
+    is False for a deployment that produces no output tokens (runtime.tasks.generates).
     """
     ob = objectives or Objectives()
     now_ts = _ts(now)
     pts = _points(points)
-    found = [
-        _rule_scale_out(pts, now_ts, ob, quota_headroom_gpus, gpus_per_replica),
-        _rule_kv_cache(pts, now_ts, ob),
-        _rule_ttft(pts, now_ts, ob),
-        _rule_idle(pts, now_ts, ob),
-    ]
+    rules = {
+        "scale_out": lambda: _rule_scale_out(pts, now_ts, ob, quota_headroom_gpus, gpus_per_replica),
+        "kv_cache_pressure": lambda: _rule_kv_cache(pts, now_ts, ob),
+        "slow_first_token": lambda: _rule_ttft(pts, now_ts, ob),
+        "idle": lambda: _rule_idle(pts, now_ts, ob, generates),
+    }
+    found = [rule() for code, rule in rules.items() if generates or code not in GENERATION_RULES]
     order = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
     return sorted((a for a in found if a is not None), key=lambda a: order[a.severity])

@@ -20,9 +20,14 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from runtime.tasks import CHAT, generates
+
 __all__ = [
     "CHARTS",
+    "GENERATION_CHARTS",
+    "GENERATION_SERIES",
     "QuotaRow",
+    "chart_names",
     "dashboard",
     "decode_chart",
     "e2e_chart",
@@ -32,12 +37,14 @@ __all__ = [
     "preemptions_chart",
     "prefill_chart",
     "prefix_cache_chart",
+    "prompt_tokens_chart",
     "queue_chart",
     "queue_time_chart",
     "quota_bars",
     "rejections_chart",
     "replicas_chart",
     "request_rate_chart",
+    "shown_series",
     "tokens_chart",
     "ttft_chart",
     "waiting_reasons_chart",
@@ -197,6 +204,20 @@ def tokens_chart(timestamps: Timestamps, series: Series, *, span: Span = None, w
             ("prompt_tokens_per_s", "prompt", "secondary"),
             ("generation_tokens_per_s", "generation", "primary"),
         ],
+        span=span,
+    )
+
+
+def prompt_tokens_chart(
+    timestamps: Timestamps, series: Series, *, span: Span = None, window_s: Window = None
+) -> go.Figure:
+    """Throughput of a deployment that generates nothing (embedding, score): prompt tokens per second."""
+    return _lines(
+        _over("Prompt throughput", window_s),
+        "tokens/s",
+        timestamps,
+        series,
+        [("prompt_tokens_per_s", "prompt", "secondary")],
         span=span,
     )
 
@@ -388,12 +409,55 @@ CHARTS = {
 }
 
 
+# What vLLM's pooling runner (embedding, score: runtime.tasks) never reports, read in vLLM 0.32
+# (vllm/v1/core/sched/scheduler.py, update_from_output: "Pooling stops as soon as there is output",
+# so a pooling request has one engine output, in its prefill step, and finishes with it;
+# vllm/v1/metrics/stats.py, IterationStats.update_from_output / update_from_finished_request;
+# vllm/v1/metrics/loggers.py, PrometheusStatLogger.record): no generated tokens (the counter grows
+# by 0); no inter-token latency (observed only for outputs after the prefill one); a decode time
+# and time per output token of 0 for every request (last token = first token); and a "time to
+# first token" taken at the same iteration as the end-to-end latency, so the same number. Prompt
+# tokens, queue and prefill times, end-to-end latency, the queue gauges, KV cache, prefix cache
+# (causal models with last-token pooling: ModelConfig.is_prefix_caching_supported) and
+# preemptions apply as for a generating model.
+GENERATION_CHARTS = frozenset({"ttft", "decode", "itl"})
+GENERATION_SERIES = frozenset(
+    {"generation_tokens_per_s", "ttft_p50", "ttft_p95", "itl_p50", "itl_p95", "decode_p50", "decode_p95"}
+)
+
+
+def _charts(task: str) -> dict[str, Any]:
+    """The dashboard's builders for a deployment serving `task`: all of :data:`CHARTS` for a
+    generating one; without the generation charts, and prompt tokens only, for a pooling one. The
+    keys stay those of :data:`CHARTS` (advice links to "#chart-tokens" on either)."""
+    if generates(task):
+        return CHARTS
+    pooling = {key: build for key, build in CHARTS.items() if key not in GENERATION_CHARTS}
+    return pooling | {"tokens": prompt_tokens_chart}
+
+
+def chart_names(task: str) -> list[str]:
+    """The chart keys a deployment serving `task` shows, in dashboard order."""
+    return list(_charts(task))
+
+
+def shown_series(task: str, series: Mapping[str, Any]) -> dict[str, Any]:
+    """`series` (or a summary's values) without what `task` never reports (:data:`GENERATION_SERIES`
+    for a pooling task), so the API says what the dashboard draws."""
+    return dict(series) if generates(task) else {k: v for k, v in series.items() if k not in GENERATION_SERIES}
+
+
 def dashboard(
-    timestamps: Timestamps, series: Series, *, span: Span = None, window_s: Window = None
+    timestamps: Timestamps,
+    series: Series,
+    *,
+    span: Span = None,
+    window_s: Window = None,
+    task: str = CHAT,
 ) -> dict[str, go.Figure]:
-    """Every deployment chart, keyed as in :data:`CHARTS`, over the time span `span`; each title
-    says the rate window `window_s` its rates and quantiles cover."""
-    return {key: build(timestamps, series, span=span, window_s=window_s) for key, build in CHARTS.items()}
+    """The deployment charts of a deployment serving `task`, keyed as in :data:`CHARTS`, over the
+    time span `span`; each title says the rate window `window_s` its rates and quantiles cover."""
+    return {key: build(timestamps, series, span=span, window_s=window_s) for key, build in _charts(task).items()}
 
 
 @dataclass(frozen=True)

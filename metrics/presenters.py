@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from deployments.models import ModelDeployment
 from metrics.advice import advice_dict, advice_for
-from metrics.charts import CHARTS
+from metrics.charts import chart_names
 from metrics.kv_report import kv_comparison
 from metrics.models import MetricSample, Resolution
 
@@ -59,10 +59,10 @@ def busiest(*, minutes: int = 5, limit: int = 10) -> list[Busy]:
 
 
 def detail_panel(request, dep: ModelDeployment) -> dict:
-    """The detail page's advice (in the status partial), chart windows and chart names, and the KV
-    cache vLLM reported beside the estimate (metrics.kv_report)."""
+    """The detail page's advice (in the status partial), chart windows and the charts its task has
+    (metrics.charts.chart_names), and the KV cache vLLM reported beside the estimate (metrics.kv_report)."""
     advice = [advice_dict(dep.pk, a) for a in advice_for(dep)]
-    return {"advice": advice, "ranges": RANGES, "chart_names": list(CHARTS), "kv_report": kv_comparison(dep)}
+    return {"advice": advice, "ranges": RANGES, "chart_names": chart_names(dep.task), "kv_report": kv_comparison(dep)}
 
 
 def list_panel(request, deployments) -> dict:

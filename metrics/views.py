@@ -26,6 +26,7 @@ def deployment_charts(request, pk: int):
         return HttpResponse("{" + meta + "}", content_type="application/json")
     # A rollup's point is the mean of its bucket's rates: it covers the bucket, not just the window.
     window_s = max(rate_window_s(), float(data["resolution_s"]))
-    figures = dashboard(data["timestamps"], data["series"], span=(data["start"], data["end"]), window_s=window_s)
+    span = (data["start"], data["end"])
+    figures = dashboard(data["timestamps"], data["series"], span=span, window_s=window_s, task=dep.task)
     body = "{" + ",".join(f'"{name}":{figure_json(fig)}' for name, fig in figures.items()) + "," + meta + "}"
     return HttpResponse(body, content_type="application/json")

@@ -38,6 +38,8 @@ from deployments.states import RUNNING, STOPPABLE_BY_POLICY
 from metrics.models import MetricSample, Resolution
 from quotas.models import Tenant
 from quotas.notify import notify_tenant_admins
+from runtime import tasks
+from runtime.tasks import generates
 
 IDLE_WARNING = "IdleWarning"
 IDLE_STOPPED = "IdleStopped"
@@ -73,17 +75,24 @@ def _serving_since(deployment_id: int) -> datetime | None:
     )
 
 
-def idle_clock(deployment_id: int, *, now: datetime) -> IdleClock:
+def activity_field(task: str) -> str:
+    """The rate that says a deployment did work: tokens generated, or for a pooling task (embedding,
+    score: runtime.tasks), which generates none, prompt tokens processed."""
+    return "generation_tokens_per_s" if generates(task) else "prompt_tokens_per_s"
+
+
+def idle_clock(deployment_id: int, *, now: datetime, task: str = tasks.CHAT) -> IdleClock:
     """Read the clock's three times and the freshness from the stored points (a few indexed
     queries per resolution, each stopping at its first row)."""
     serving_since = _serving_since(deployment_id)
-    rated = MetricSample.objects.filter(deployment_id=deployment_id, generation_tokens_per_s__isnull=False)
+    field = activity_field(task)
+    rated = MetricSample.objects.filter(deployment_id=deployment_id, **{f"{field}__isnull": False})
     last_token = watched = None
     for resolution in Resolution:
         rows = rated.filter(resolution=resolution)
         # A raw point's time ends its interval; a rollup's time starts its bucket.
         end = timedelta(seconds=0 if resolution == Resolution.RAW else int(resolution))
-        token = rows.filter(generation_tokens_per_s__gt=0).order_by("-ts").values_list("ts", flat=True).first()
+        token = rows.filter(**{f"{field}__gt": 0}).order_by("-ts").values_list("ts", flat=True).first()
         if token is not None and (last_token is None or token + end > last_token):
             last_token = token + end
         if serving_since is not None:
@@ -147,7 +156,7 @@ def plan_for(dep: ModelDeployment, *, now: datetime) -> IdlePlan:
     """The idle policy's plan for one deployment as things stand (no lock, no change)."""
     if dep.state not in STOPPABLE_BY_POLICY:
         return IdlePlan("none")
-    clock = idle_clock(dep.pk, now=now)
+    clock = idle_clock(dep.pk, now=now, task=dep.task)
     return idle_plan(dep.tenant, clock, warned_at=_warned_at(dep.pk, clock.idle_since), now=now)
 
 

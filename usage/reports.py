@@ -14,6 +14,7 @@ from datetime import date
 from decimal import Decimal
 
 from django.db.models import (
+    Case,
     Count,
     DecimalField,
     ExpressionWrapper,
@@ -25,13 +26,19 @@ from django.db.models import (
     Subquery,
     Sum,
     Value,
+    When,
 )
 from django.db.models.functions import Cast, NullIf
 from django.utils import timezone
 
 from quotas.models import Tenant
+from runtime.tasks import TASKS, pools
 from usage.ledger import cost_per_million
 from usage.models import UsageMonth
+
+# A deployment that generates nothing (embedding, score: runtime.tasks) is counted and priced by
+# its input (prompt) tokens; every other one by its output (generated) tokens.
+POOLING_TASKS = [task for task in TASKS if pools(task)]
 
 MONTH_RE = re.compile(r"^([0-9]{4})-(0[1-9]|1[0-2])$")  # ASCII digits only (\d takes any script's)
 # Sort keys offered to people (pages, API, CSV) → the column they order by.
@@ -41,7 +48,7 @@ SORTS = {
     "reserved": "reserved_gpu_hours",
     "serving": "serving_gpu_hours",
     "utilisation": "utilisation",
-    "tokens": "generation_tokens",
+    "tokens": "tokens",
     "cost": "cost",
     "cost_per_mtok": "cost_per_mtok",
 }
@@ -53,9 +60,9 @@ SORT_LABELS = {
     "reserved": "Reserved GPU-h",
     "serving": "Serving GPU-h",
     "utilisation": "Utilisation",
-    "tokens": "Output tokens",
+    "tokens": "Tokens",
     "cost": "Cost",
-    "cost_per_mtok": "$ / 1M output tokens",
+    "cost_per_mtok": "$ / 1M tokens",
 }
 SORT_CHOICES = [
     choice
@@ -126,12 +133,13 @@ def budget_status(tenant: Tenant, spent: Decimal | None) -> BudgetStatus:
 def _rows(tenant_ids: list[int], month: date) -> QuerySet:
     reserved = NullIf(F("reserved_gpu_hours"), Value(Decimal(0)))
     return UsageMonth.objects.filter(month=month, tenant_id__in=tenant_ids).annotate(
+        tokens=Case(When(deployment__task__in=POOLING_TASKS, then=F("prompt_tokens")), default=F("generation_tokens")),
         utilisation=ExpressionWrapper(
             Cast(F("serving_gpu_hours"), FloatField()) * 100.0 / Cast(reserved, FloatField()),
             output_field=FloatField(),
         ),
         cost_per_mtok=ExpressionWrapper(
-            F("cost") * Decimal(1_000_000) / NullIf(F("generation_tokens"), Value(0)),
+            F("cost") * Decimal(1_000_000) / NullIf(F("tokens"), Value(0)),
             output_field=DecimalField(max_digits=30, decimal_places=6),
         ),
     )
@@ -142,12 +150,14 @@ ROW_FIELDS = (
     "deployment__name",
     "deployment__state",
     "deployment__flavor__name",
+    "deployment__task",
     "tenant__slug",
     "reserved_gpu_hours",
     "serving_gpu_hours",
     "utilisation",
     "prompt_tokens",
     "generation_tokens",
+    "tokens",
     "cost",
     "cost_per_mtok",
     "unpriced_gpu_hours",
@@ -178,17 +188,23 @@ def _page(tenant_ids: list[int], month: date, sort: str, offset: int, limit: int
 
 
 def _row(values: dict) -> dict:
+    """One deployment's month. A pooling deployment has no output tokens (None, not 0): its tokens
+    and its cost per 1M tokens are its input tokens'."""
+    pooling = pools(values["deployment__task"])
     return {
         "deployment_id": values["deployment_id"],
         "deployment": values["deployment__name"],
         "state": values["deployment__state"],
         "flavor": values["deployment__flavor__name"],
+        "task": values["deployment__task"],
         "tenant": values["tenant__slug"],
         "reserved_gpu_hours": values["reserved_gpu_hours"],
         "serving_gpu_hours": values["serving_gpu_hours"],
         "utilisation_pct": None if values["utilisation"] is None else round(values["utilisation"], 1),
         "prompt_tokens": values["prompt_tokens"],
-        "generation_tokens": values["generation_tokens"],
+        "generation_tokens": None if pooling else values["generation_tokens"],
+        "tokens": values["tokens"],
+        "tokens_counted": "input" if pooling else "output",
         "cost": values["cost"],
         "cost_per_mtok": values["cost_per_mtok"],
         "unpriced_gpu_hours": values["unpriced_gpu_hours"],

@@ -383,13 +383,30 @@ class TrySerializer(serializers.Serializer):
     Try-it box; deployments.forms.TryForm has the same bounds)."""
 
     prompt = serializers.CharField(max_length=2000)
-    max_tokens = serializers.IntegerField(min_value=1, max_value=512, default=32)
+    max_tokens = serializers.IntegerField(
+        min_value=1, max_value=512, default=32, help_text="Chat and completion deployments only."
+    )
+    documents = serializers.CharField(
+        max_length=4000,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Score deployments: the texts scored against the prompt, one per line (the first 8).",
+    )
 
 
 class TryResultSerializer(serializers.Serializer):
-    text = serializers.CharField()
-    tokens = serializers.IntegerField(allow_null=True)
+    text = serializers.CharField(
+        help_text="The completion; an embedding's size and first values; the scores, best first."
+    )
+    tokens = serializers.IntegerField(
+        allow_null=True, help_text="Completion tokens (chat, completion); prompt tokens (embedding, score)."
+    )
     latency_ms = serializers.IntegerField()
+    dimensions = serializers.IntegerField(required=False, help_text="Embedding deployments: the vector's length.")
+    scores = serializers.ListField(
+        child=serializers.FloatField(), required=False, help_text="Score deployments: one per document, in order."
+    )
 
 
 class ManifestSerializer(serializers.Serializer):

@@ -16,6 +16,7 @@ from deployments.api.views import VisibleDeploymentsMixin
 from deployments.states import Action, actor_of, authorize
 from metrics import store
 from metrics.advice import OBJECTIVE_FIELDS, advice_dict, advice_for
+from metrics.charts import shown_series
 from metrics.kv_report import kv_comparison
 from metrics.models import AdvisorObjectives
 
@@ -45,11 +46,14 @@ class DeploymentMetricsViewSet(VisibleDeploymentsMixin, viewsets.GenericViewSet)
     @extend_schema(parameters=[MetricsQuerySerializer], responses={200: dict})
     @action(detail=True, methods=["get"])
     def metrics(self, request, pk=None):
-        """Series for the dashboard: timestamps plus one list per metric, at a window's resolution."""
+        """Series for the dashboard: timestamps plus one list per metric, at a window's resolution. An
+        embedding or score deployment has no generation series (no output tokens, inter-token latency,
+        decode time or time to first token), as its dashboard has no such chart."""
         dep = self.get_object()
         query = MetricsQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
-        return Response(store.series(dep, query.validated_data["window"]))
+        data = store.series(dep, query.validated_data["window"])
+        return Response({**data, "series": shown_series(dep.task, data["series"])})
 
     @extend_schema(responses={200: dict})
     @action(detail=True, methods=["get"])
@@ -58,9 +62,10 @@ class DeploymentMetricsViewSet(VisibleDeploymentsMixin, viewsets.GenericViewSet)
         the portal's estimate (the deployment page's "KV cache" line)."""
         dep = self.get_object()
         scrape = getattr(dep, "scrape_state", None) if hasattr(dep, "scrape_state") else None
+        latest = store.summary(dep)
         return Response(
             {
-                "latest": store.summary(dep),
+                "latest": None if latest is None else shown_series(dep.task, latest),
                 "scrape": None
                 if scrape is None
                 else {

@@ -131,7 +131,7 @@ def test_the_usage_sort_menu_is_in_words(portal, width):
     page = portal.page("member", width=width)
     page.goto("/usage/?sort=cost_per_mtok")
     menu = page.get_by_label("Sort by")
-    expect()(menu.locator("option:checked")).to_have_text("$ / 1M output tokens (low first)")
+    expect()(menu.locator("option:checked")).to_have_text("$ / 1M tokens (low first)")
     labels = menu.locator("option").all_inner_texts()
     assert len(labels) == 16 and not [label for label in labels if "_" in label], labels
     fits(page)

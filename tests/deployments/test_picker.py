@@ -312,7 +312,7 @@ class TestPickingWithoutScript:
         assert (form["model_source"].value(), form["model_revision"].value()) == (LLAMA70, COMMIT)
         html = page.content.decode()
         assert 'id="catalog-model-llama-70b" aria-describedby="catalog-fit-llama-70b"' in html
-        assert f'data-revision="{COMMIT}" checked>' in html
+        assert f'data-revision="{COMMIT}" data-task="chat" checked>' in html
         assert '<noscript><input type="hidden" name="catalog_model" value="llama-70b"></noscript>' in html
 
     def test_a_model_the_policy_does_not_allow_fills_nothing(self, world, llama, embedder):

@@ -31,9 +31,11 @@ def points(
     tokens_until: datetime | None = None,
     step: timedelta = timedelta(minutes=1),
     resolution: int = Resolution.RAW,
+    pooling: bool = False,
 ) -> None:
     """Points every `step` from `start` to `end` (inclusive), each with a rate over its step:
-    tokens generated up to `tokens_until`, none after."""
+    tokens generated up to `tokens_until`, none after; `pooling`: prompt tokens processed instead,
+    and never a generated one (an embedding or score engine's metrics)."""
     rows, ts = [], start
     while ts <= end:
         busy = tokens_until is not None and ts <= tokens_until
@@ -43,7 +45,8 @@ def points(
                 ts=ts,
                 resolution=resolution,
                 interval_s=step.total_seconds(),
-                generation_tokens_per_s=42.0 if busy else 0.0,
+                generation_tokens_per_s=0.0 if pooling else (42.0 if busy else 0.0),
+                prompt_tokens_per_s=(42.0 if busy else 0.0) if pooling else None,
                 running=1.0 if busy else 0.0,
                 waiting=0.0,
             )

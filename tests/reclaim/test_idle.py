@@ -113,6 +113,16 @@ class TestTheClock:
         assert idle_clock(dep.pk, now=now).idle_since == now - timedelta(minutes=30)
         assert idle_check(dep.pk, now=now) == "none"
 
+    def test_a_pooling_deployment_is_busy_while_it_processes_prompts(self, world, now):
+        """An embedding engine generates no token ever: prompt tokens are its work (runtime.tasks)."""
+        policy(world.alpha, warn=1, stop=2)
+        dep = serving(world, since=now - 12 * H, task="embedding")
+        points(dep, start=now - 12 * H, end=now, tokens_until=now - timedelta(minutes=30), pooling=True)
+        assert idle_clock(dep.pk, now=now, task="embedding").idle_since == now - timedelta(minutes=30)
+        assert idle_check(dep.pk, now=now) == "none"
+        points(dep, start=now + timedelta(minutes=1), end=now + 3 * H, pooling=True)
+        assert idle_check(dep.pk, now=now + 3 * H) == "warn"  # idle once they stop coming: warned first
+
     def test_a_deployment_never_scraped_is_never_stopped(self, world, now):
         policy(world.alpha, stop=1)
         dep = serving(world, since=now - 48 * H)

@@ -206,13 +206,14 @@ class TestPage:
         assert "Team Alpha" in text and "Team Beta" in text and "unknown" in text
 
     def test_the_sort_menu_and_the_states_are_in_words(self, world, rows):
-        """Issue 32: the menu says "$ / 1M output tokens (low first)", not "cost_per_mtok (low first)",
-        from the same labels as the table's headings; a deployment's state is its label."""
+        """Issue 32: the menu says "$ / 1M tokens (low first)", not "cost_per_mtok (low first)", from
+        the same labels as the table's headings (each row says whether its tokens are output or, for
+        embedding and score, input); a deployment's state is its label."""
         text = world.browser("member").get("/usage/", {"month": "2026-11", "sort": "cost_per_mtok"}).content.decode()
         menu = re.search(r'<select name="sort" id="id_sort">(.*?)</select>', text, re.S).group(1)
         options = re.findall(r'<option value="([^"]*)" ?(selected)?>([^<]*)</option>', menu)
         assert options[:2] == [("-tenant", "", "Tenant (high first)"), ("tenant", "", "Tenant (low first)")]
-        assert ("cost_per_mtok", "selected", "$ / 1M output tokens (low first)") in options
+        assert ("cost_per_mtok", "selected", "$ / 1M tokens (low first)") in options
         assert len(options) == 16 and not [label for *_, label in options if "_" in label]
         assert "h100-sxm5 · Pending approval" in text and "· pending_approval" not in text
 

@@ -65,7 +65,18 @@ class DeploymentUsageSerializer(_Figures):
     deployment = serializers.CharField()
     state = serializers.CharField()
     flavor = serializers.CharField()
+    task = serializers.CharField(help_text="chat, completion, embedding or score.")
     tenant = serializers.CharField()
+    generation_tokens = serializers.IntegerField(
+        allow_null=True, help_text="Null for an embedding or score deployment: it generates no tokens."
+    )
+    tokens = serializers.IntegerField(help_text="The tokens counted: output tokens, or input tokens (tokens_counted).")
+    tokens_counted = serializers.ChoiceField(
+        choices=["output", "input"], help_text="input for an embedding or score deployment, output otherwise."
+    )
+    cost_per_mtok = serializers.DecimalField(
+        max_digits=24, decimal_places=4, allow_null=True, help_text="$ per 1M tokens of the kind tokens_counted says."
+    )
     note = serializers.CharField(help_text="Why it cost what it did, when it never served or has no price.")
 
 
