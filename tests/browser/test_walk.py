@@ -211,9 +211,9 @@ def open_as(portal, who: str, width: int, walk: Walk):
     page.on("response", response)
     # What is in flight, for `settle`.
     state["inflight"] = inflight = set()
-    page.on("request", inflight.add)
-    page.on("requestfinished", inflight.discard)
-    page.on("requestfailed", inflight.discard)
+    page.on("request", lambda request: inflight.add(request))
+    page.on("requestfinished", lambda request: inflight.discard(request))
+    page.on("requestfailed", lambda request: inflight.discard(request))
     if who != "anonymous":
         page.goto("/accounts/login/")
         page.get_by_label("Username").fill(USERNAMES[who])
