@@ -188,6 +188,12 @@ class ModelDeployment(models.Model):
             models.UniqueConstraint(
                 fields=["tenant", "name"], condition=~Q(state="deleted"), name="unique_live_name_per_tenant"
             ),
+            # The tenant endpoint routes by served model name (issue 34): one deployment per name.
+            models.UniqueConstraint(
+                fields=["tenant", "served_model_name"],
+                condition=~Q(state="deleted"),
+                name="unique_served_name_per_tenant",
+            ),
             models.CheckConstraint(
                 condition=Q(min_replicas__lte=models.F("max_replicas")), name="min_replicas_lte_max"
             ),

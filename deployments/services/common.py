@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from core.exceptions import ConflictError, DomainError
-from deployments.choices import EventType
+from deployments.choices import EventType, State
 from deployments.models import SPEC_FIELDS, DeploymentEvent, ModelDeployment
 from deployments.states import HOLDS_GPUS, Action, Actor, actor_of, authorize, check_transition
 from quotas.models import GpuFlavor, Tenant
@@ -171,6 +171,23 @@ def policy_covers(tenant: Tenant, gpus: int, fit: str | None) -> bool:
 
 def policy_reason(tenant: Tenant) -> str:
     return f"Auto-approved by tenant policy (within nominal quota and ≤ {tenant.auto_approve_max_gpus} GPUs)."
+
+
+def served_name_holder(tenant: Tenant, served: str, *, exclude: int | None = None) -> ModelDeployment | None:
+    """The tenant's other deployment (not deleted) that serves `served` as its model name: the
+    tenant endpoint routes by that name (issue 34), so it is unique per tenant, as the database's
+    `unique_served_name_per_tenant` says."""
+    others = ModelDeployment.objects.filter(tenant=tenant, served_model_name=served).exclude(state=State.DELETED)
+    return others.exclude(pk=exclude).first() if exclude else others.first()
+
+
+def served_name_taken(tenant: Tenant, served: str, holder: ModelDeployment) -> DomainError:
+    return DomainError(
+        f"{holder.name} already serves the model name {served!r} in {tenant.slug}: clients pick a model by this "
+        "name on the tenant's endpoint, so choose another.",
+        field="served_model_name",
+        code="unique",
+    )
 
 
 def name_taken(tenant: Tenant, name: str) -> DomainError:

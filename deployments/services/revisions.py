@@ -31,6 +31,8 @@ from deployments.services.common import (
     name_taken,
     policy_covers,
     policy_reason,
+    served_name_holder,
+    served_name_taken,
     settle_gpus,
     spec_draft,
     spec_from_draft,
@@ -90,7 +92,13 @@ def _check(dep: ModelDeployment, spec: dict) -> object:
     check = check_draft(spec_draft(spec), tenant=dep.tenant, credit_gpus=dep.reserved_gpus)
     if check.errors:
         raise DraftInvalid(check.errors)
+    _served_name_free(dep.tenant, spec.get("served_model_name") or dep.name, exclude=dep.pk)
     return check
+
+
+def _served_name_free(tenant: Tenant, served: str, *, exclude: int | None = None) -> None:
+    if holder := served_name_holder(tenant, served, exclude=exclude):
+        raise served_name_taken(tenant, served, holder)
 
 
 def _new_revision(
@@ -121,6 +129,8 @@ def approve_locked(dep: ModelDeployment, rev: DeploymentRevision, *, approver, r
         transition(dep, State.APPROVED, actor=approver, reason="Approved", message=f"Revision {rev.number}: {reason}")
     else:
         event(dep, reason="RevisionApproved", actor=approver, message=f"Revision {rev.number}: {reason}")
+    # Another deployment may have taken the served name since this revision was proposed.
+    _served_name_free(dep.tenant, rev.spec.get("served_model_name") or dep.name, exclude=dep.pk)
     if apply_spec(dep, rev.spec) and not first:  # before the first approval the row holds it already
         dep.generation += 1
     settle_gpus(dep)  # raises QuotaExceeded / budget_stopped: the whole decision rolls back
@@ -251,10 +261,12 @@ def deployment_create(*, tenant: Tenant, user, data: dict) -> ModelDeployment:
     fields = {k: data[k] for k in SPEC_FIELDS if k in data and data[k] is not None}
     # An empty served name (the form's blank field) is the deployment's name, as when it is left out.
     fields["served_model_name"] = data.get("served_model_name") or data["name"]
+    _served_name_free(tenant, fields["served_model_name"])
     try:
         with transaction.atomic():  # a concurrent request for the same name loses here, cleanly
             dep = ModelDeployment.objects.create(tenant=tenant, name=data["name"], created_by=user, **fields)
     except IntegrityError:
+        _served_name_free(tenant, fields["served_model_name"])  # the served name's constraint, or the name's
         raise name_taken(tenant, data["name"]) from None
     if len(dep.resource_name) > 47:
         raise DomainError("The name is too long for the cluster object.", field="name")

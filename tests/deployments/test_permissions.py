@@ -111,7 +111,7 @@ def expected_status(role: str, state: str, action: Action, revision: str | None 
 def api_call(client, action: Action, dep: ModelDeployment):
     url = f"{API}/{dep.pk}/"
     if action == Action.UPDATE:
-        return client.patch(url, {"served_model_name": "renamed"}, format="json")
+        return client.patch(url, {"served_model_name": f"renamed-{dep.pk}"}, format="json")  # unique per tenant
     if action == Action.DELETE:
         return client.delete(url)
     body = {Action.SCALE: {"min_replicas": 0, "max_replicas": 1}}.get(action, {})

@@ -22,6 +22,9 @@ def draft(world, **overrides) -> dict:
         "backend": "kuberay",
     }
     data.update(overrides)
+    if overrides.get("name", "llama-chat") != "llama-chat" and "served_model_name" not in overrides:
+        # Served model names are unique per tenant (issue 34): another deployment serves its own name.
+        data["served_model_name"] = overrides["name"]
     return data
 
 
