@@ -1,10 +1,16 @@
-"""/api/v1/keys/ (included by portal/api_urls.py)."""
+"""/api/v1/keys/ and the tenant endpoint's /v1/models (included by portal/api_urls.py)."""
 
+from django.urls import path
 from rest_framework.routers import SimpleRouter
 
+from access.api.gateway_views import TenantModelsView
 from access.api.views import ApiKeyViewSet
 
 router = SimpleRouter()
 router.register("keys", ApiKeyViewSet, basename="apikey")
 
-urlpatterns = router.urls
+urlpatterns = [
+    *router.urls,
+    path("gateway/<slug:tenant>/models", TenantModelsView.as_view(), name="gateway-models"),
+    path("gateway/<slug:tenant>/models/<path:model>", TenantModelsView.as_view(), name="gateway-model"),
+]

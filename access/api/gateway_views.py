@@ -1,0 +1,59 @@
+"""GET /api/v1/gateway/<tenant>/models[/<model>]: the tenant endpoint's OpenAI `/v1/models`, which
+the platform Gateway routes to the portal (runtime.manifests.tenant_route). Authenticated by the
+API key the client presents (Authorization: Bearer), not by a portal session or token: a key of
+another tenant, a revoked or unknown one are all 401, in OpenAI's error shape, as the engines
+answer a bad key."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from access.models_listing import key_for_tenant, models_for_key
+
+KEY_MAX = 200  # far longer than a minted key; longer headers are refused before any lookup
+
+
+def _error(code: int, message: str, kind: str, error_code: str) -> Response:
+    return Response({"error": {"message": message, "type": kind, "param": None, "code": error_code}}, status=code)
+
+
+def _presented_key(request) -> str:
+    scheme, _, key = request.headers.get("Authorization", "").partition(" ")
+    key = key.strip()
+    return key if scheme.lower() == "bearer" and 0 < len(key) <= KEY_MAX else ""
+
+
+class TenantModelsView(APIView):
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        auth=[],
+        summary="The models an API key may call on its tenant's endpoint (OpenAI's GET /v1/models)",
+        responses={200: OpenApiResponse(description="OpenAI list of model objects"), 401: None, 404: None},
+    )
+    def get(self, request, tenant: str, model: str | None = None):
+        key = key_for_tenant(_presented_key(request), tenant)
+        if key is None:
+            return _error(
+                status.HTTP_401_UNAUTHORIZED,
+                "Incorrect API key provided: use a key minted for this tenant (Authorization: Bearer <key>).",
+                "invalid_request_error",
+                "invalid_api_key",
+            )
+        models = models_for_key(key)
+        if model is None:
+            return Response({"object": "list", "data": models})
+        for found in models:
+            if found["id"] == model:
+                return Response(found)
+        return _error(
+            status.HTTP_404_NOT_FOUND,
+            f"The model {model[:200]!r} does not exist or this key may not use it.",
+            "invalid_request_error",
+            "model_not_found",
+        )
