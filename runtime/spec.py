@@ -142,6 +142,62 @@ class GatewaySpec:
 
 
 @dataclass(frozen=True)
+class ModelPoolSpec:
+    """The pods of a deployment that each run one model server, for an InferencePool: their
+    labels and the port the engine serves on (the backend's answer; runtime.manifests.tenant_route)."""
+
+    selector: tuple[tuple[str, str], ...]  # sorted (key, value) pairs
+    target_port: int
+
+
+@dataclass(frozen=True)
+class EndpointPickerSpec:
+    """The platform's endpoint picker (the Inference Extension's EPP, now llm-d-router's), one per
+    pool as its inferencepool chart installs it: Service `<pool><service_suffix>`, gRPC `port`."""
+
+    service_suffix: str = "-epp"
+    port: int = 9002
+    failure_mode: str = "FailClose"  # FailClose | FailOpen
+
+
+@dataclass(frozen=True)
+class TenantModelSpec:
+    """One model on a tenant endpoint: the name clients send as `model`, and where it is served."""
+
+    served_name: str
+    deployment_id: int
+    deployment_name: str  # the deployment's resource name (its InferencePool's name)
+    service: str  # the backend Service (runtime.manifests.gateway.backend_service) ...
+    port: int  # ... and its port
+    pool: ModelPoolSpec | None = None  # None: no InferencePool, the route targets the Service
+
+
+@dataclass(frozen=True)
+class TenantRouteSpec:
+    """A tenant endpoint `<public_url>/<tenant_slug>/v1` routing by model (runtime.manifests.tenant_route).
+
+    `namespace` holds the route, its policies and every model's Service: the tenant's own namespace
+    for its own deployments, or the owner's for the models another tenant shares with it (one spec
+    per owner, `owner_slug` set). The portal's Service answers `/v1/models`."""
+
+    tenant_slug: str
+    namespace: str
+    gateway: GatewaySpec
+    models: tuple[TenantModelSpec, ...] = ()
+    owner_slug: str = ""  # set: these are `owner_slug`'s models shared with `tenant_slug`
+    portal_namespace: str = ""
+    portal_service: str = ""
+    portal_port: int = 80
+    # Per key, counted on each route (runtime.manifests.gateway): 0 = none.
+    tokens_per_minute: int = 0
+    requests_per_minute: int = 0
+    # One counter for every key on the route: a consumer's total for the models shared with it.
+    route_tokens_per_minute: int = 0
+    route_requests_per_minute: int = 0
+    endpoint_picker: EndpointPickerSpec | None = None  # None: routes target the Services
+
+
+@dataclass(frozen=True)
 class FlavorQuotaSpec:
     """One flavor's quota inside a tenant's ClusterQueue (GPUs; CPU/memory follow per GPU)."""
 

@@ -97,12 +97,22 @@ def _metadata(spec: DeploymentSpec) -> dict[str, Any]:
     return {"name": spec.name, "namespace": spec.namespace, "labels": deployment_labels(spec)}
 
 
-def _hostnames(gateway: GatewaySpec) -> list[str]:
+def route_hostnames(gateway: GatewaySpec) -> list[str]:
     """The public URL's host when it is a DNS name (the Gateway API takes no IP addresses)."""
     host = urlsplit(gateway.public_url).hostname or ""
     if not host or host.replace(".", "").isdigit() or ":" in host or "." not in host:
         return []
     return [host]
+
+
+def parent_ref(gateway: GatewaySpec) -> dict[str, str]:
+    """The platform Gateway as an HTTPRoute's parent (in its own namespace)."""
+    return {
+        "group": GATEWAY_GROUP,
+        "kind": "Gateway",
+        "name": gateway.gateway_name,
+        "namespace": gateway.gateway_namespace,
+    }
 
 
 def render_httproute(spec: DeploymentSpec, gateway: GatewaySpec, *, routed: bool = True) -> dict[str, Any]:
@@ -122,18 +132,8 @@ def render_httproute(spec: DeploymentSpec, gateway: GatewaySpec, *, routed: bool
             {"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}}}
         ]
         rule["backendRefs"] = [{"group": "", "kind": "Service", "name": service, "port": port}]
-    route: dict[str, Any] = {
-        "parentRefs": [
-            {
-                "group": GATEWAY_GROUP,
-                "kind": "Gateway",
-                "name": gateway.gateway_name,
-                "namespace": gateway.gateway_namespace,
-            }
-        ],
-        "rules": [rule],
-    }
-    hostnames = _hostnames(gateway)
+    route: dict[str, Any] = {"parentRefs": [parent_ref(gateway)], "rules": [rule]}
+    hostnames = route_hostnames(gateway)
     if hostnames:
         route["hostnames"] = hostnames
     return {"apiVersion": HTTPROUTE_API_VERSION, "kind": "HTTPRoute", "metadata": _metadata(spec), "spec": route}
@@ -162,27 +162,40 @@ def _selector_path(*keys: str) -> str:
 def render_authpolicy(spec: DeploymentSpec) -> dict[str, Any]:
     """API keys from labelled Secrets: the deployment's own keys, or its tenant's; the key's id
     published for the limit policies' per-key counter (`KEY_COUNTER`)."""
-    authentication = {
-        name: {
-            "apiKey": {"selector": {"matchLabels": key_selector(spec.tenant_slug, scope)}},
-            "credentials": {"authorizationHeader": {"prefix": "Bearer"}},  # what OpenAI clients send
-        }
-        for name, scope in (("deployment-keys", spec.deployment_id), ("tenant-keys", None))
-    }
-    key_id = {"selector": _selector_path("auth", "identity", "metadata", "annotations", ANNOTATION_USER_ID)}
-    published = {IDENTITY_FILTER: {"json": {"properties": {IDENTITY_KEY_ID: key_id}}}}
     return {
         "apiVersion": AUTHPOLICY_API_VERSION,
         "kind": "AuthPolicy",
         "metadata": _metadata(spec),
-        "spec": {
-            "targetRef": _target(spec),
-            "rules": {"authentication": authentication, "response": {"success": {"filters": published}}},
-        },
+        "spec": {"targetRef": _target(spec), "rules": key_rules(spec.tenant_slug, spec.deployment_id)},
     }
 
 
-def _per_key(per_minute: int) -> dict[str, Any]:
+def api_key_identity(selector: dict[str, str]) -> dict[str, Any]:
+    """An Authorino API-key identity: the Secrets carrying `selector`'s labels, read from the
+    `Authorization: Bearer` header (what OpenAI clients send)."""
+    return {
+        "apiKey": {"selector": {"matchLabels": selector}},
+        "credentials": {"authorizationHeader": {"prefix": "Bearer"}},
+    }
+
+
+def key_rules(tenant_slug: str, deployment_id: int) -> dict[str, Any]:
+    """An AuthPolicy's `rules` for one deployment: its own keys or its tenant's, and the key's id
+    published for the limit policies' per-key counter (`KEY_COUNTER`)."""
+    authentication = {
+        name: api_key_identity(key_selector(tenant_slug, scope))
+        for name, scope in (("deployment-keys", deployment_id), ("tenant-keys", None))
+    }
+    return {"authentication": authentication, "response": {"success": {"filters": published_key_id()}}}
+
+
+def published_key_id() -> dict[str, Any]:
+    """`response.success.filters` publishing the key's id (its Secret's user-id annotation)."""
+    key_id = {"selector": _selector_path("auth", "identity", "metadata", "annotations", ANNOTATION_USER_ID)}
+    return {IDENTITY_FILTER: {"json": {"properties": {IDENTITY_KEY_ID: key_id}}}}
+
+
+def per_key_limit(per_minute: int) -> dict[str, Any]:
     """One limit counted per key (on this route): `per_minute` for each key's own counter."""
     return {"rates": [{"limit": per_minute, "window": "1m"}], "counters": [{"expression": KEY_COUNTER}]}
 
@@ -196,7 +209,7 @@ def render_tokenratelimitpolicy(spec: DeploymentSpec) -> dict[str, Any] | None:
         "apiVersion": TOKENRATELIMITPOLICY_API_VERSION,
         "kind": "TokenRateLimitPolicy",
         "metadata": _metadata(spec),
-        "spec": {"targetRef": _target(spec), "limits": {TOKENS_LIMIT: _per_key(spec.tokens_per_minute)}},
+        "spec": {"targetRef": _target(spec), "limits": {TOKENS_LIMIT: per_key_limit(spec.tokens_per_minute)}},
     }
 
 
@@ -210,7 +223,7 @@ def render_ratelimitpolicy(spec: DeploymentSpec) -> dict[str, Any] | None:
         "apiVersion": RATELIMITPOLICY_API_VERSION,
         "kind": "RateLimitPolicy",
         "metadata": _metadata(spec),
-        "spec": {"targetRef": _target(spec), "limits": {REQUESTS_LIMIT: _per_key(spec.requests_per_minute)}},
+        "spec": {"targetRef": _target(spec), "limits": {REQUESTS_LIMIT: per_key_limit(spec.requests_per_minute)}},
     }
 
 
