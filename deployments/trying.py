@@ -24,6 +24,13 @@ def documents_of(text: str) -> list[str]:
     return [line.strip() for line in (text or "").splitlines() if line.strip()]
 
 
+def input_problem(dep: ModelDeployment, documents: str) -> str | None:
+    """Why this input cannot be tried on `dep` (a field error on `documents`), or None."""
+    if dep.task == tasks.SCORE and not documents_of(documents):
+        return "A score deployment compares the prompt with documents: give one or more, one per line."
+    return None
+
+
 def _request(dep: ModelDeployment, *, prompt: str, max_tokens: int, documents: list[str]) -> tuple[str, dict]:
     """The path under /v1 and the body for `dep`'s task."""
     model = dep.served_model_name or dep.name
@@ -58,9 +65,9 @@ def try_prompt(
     latency, or an error."""
     if not dep.endpoint_url:
         return {"error": "This deployment has no endpoint yet."}
+    if problem := input_problem(dep, documents):
+        return {"error": problem}
     lines = documents_of(documents)
-    if dep.task == tasks.SCORE and not lines:
-        return {"error": "A score deployment compares the prompt with documents: give one or more, one per line."}
     path, payload = _request(dep, prompt=prompt, max_tokens=max_tokens, documents=lines[:DOCUMENTS_MAX])
     started = time.perf_counter()
     try:

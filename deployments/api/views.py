@@ -11,6 +11,7 @@ from django.db.models import F, OuterRef, Subquery
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from core.throttles import WriteThrottle
@@ -221,16 +222,19 @@ class DeploymentViewSet(
 
         return Response(rendered_manifest(self.get_object()))
 
-    @extend_schema(request=TrySerializer, responses={200: TryResultSerializer, 409: dict, 502: dict})
+    @extend_schema(request=TrySerializer, responses={200: TryResultSerializer, 400: dict, 409: dict, 502: dict})
     @action(detail=True, methods=["post"], url_path="try", url_name="try-prompt")
     def try_prompt(self, request, pk=None):
         """Send one prompt through the portal and get the completion and its latency (the detail
-        page's Try-it box). 409 while the deployment has no endpoint; 502 when the endpoint fails."""
-        from deployments.trying import try_prompt
+        page's Try-it box). 400 on `documents` when a score deployment gets none; 409 while the
+        deployment has no endpoint; 502 when the endpoint fails."""
+        from deployments.trying import input_problem, try_prompt
 
         dep = self.get_object()
         body = TrySerializer(data=request.data)
         body.is_valid(raise_exception=True)
+        if problem := input_problem(dep, body.validated_data["documents"]):
+            raise ValidationError({"documents": [problem]})
         if not dep.endpoint_url:
             return Response({"detail": "This deployment has no endpoint yet."}, status=status.HTTP_409_CONFLICT)
         result = try_prompt(dep, **body.validated_data)

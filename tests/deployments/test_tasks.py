@@ -192,7 +192,22 @@ class TestTryIt:
         api = world.client("member").post(f"{D}/{running.pk}/try/", {"prompt": "q"}, format="json")
         server.shutdown()
         assert 'data-try="error"' in page and "documents" in page and seen == {}
-        assert api.status_code == 502 and "one per line" in api.json()["detail"]
+        assert api.status_code == 400 and "one per line" in api.json()["documents"][0]
+
+    def test_only_the_first_documents_are_sent_and_a_long_field_is_refused(self, world, running):
+        answer = {"data": [{"index": i, "score": i / 10} for i in range(8)], "usage": {"prompt_tokens": 9}}
+        server, seen = stand_in(answer)
+        self.ready(running, server, "score")
+        lines = "\n".join(f"doc {i}" for i in range(12))
+        api = world.client("member").post(f"{D}/{running.pk}/try/", {"prompt": "q", "documents": lines}, format="json")
+        sent = seen.pop("body")
+        seen.clear()  # what the later requests send, if any
+        long = world.client("member").post(f"{D}/{running.pk}/try/", {"prompt": "q", "documents": "x" * 4001})
+        page = world.browser("member").post(f"/deployments/{running.pk}/try/", {"prompt": "q", "documents": "x" * 4001})
+        server.shutdown()
+        assert api.status_code == 200 and sent["text_2"] == [f"doc {i}" for i in range(8)]
+        assert long.status_code == 400 and "documents" in long.json() and seen == {}
+        assert 'data-try="error"' in page.content.decode() and "4000" in page.content.decode()
 
     def test_an_answer_of_the_wrong_shape_is_a_readable_error(self, world, running):
         server, _ = stand_in({"choices": [{"text": "hi"}]})
