@@ -35,6 +35,14 @@ URL users copied keeps working. Only when another process listens there at start
 Warning event, EndpointMoved, says so; the portal shows the new URL). Key changes never restart
 the engine: it re-reads its key file (`keys.EngineKeyCheck`).
 
+Gateway (`LocalBackend(gateway=True)`, what `instance()` builds when settings.LOCAL_GATEWAY is
+on; off by default): one local gateway process (`runtime.gateway_local`, started by `gateway.LocalGateway` with
+the first engine) fronts every engine. A deployment's endpoint URL is then the gateway's port for
+it (the port the deployment's engine had before, so that URL keeps working), each tenant gets a
+port that routes by `model`, keys are checked there against digests, and a key change rewrites
+the gateway's routing file only. The engine moves to a port of its own that accepts only the
+gateway's key.
+
 Isolation: the engine runs code that ships with a model, so its environment is an allow-list
 (`engine.engine_environment`: no SECRET_KEY, database, broker or cloud credentials), and it is only
 ever pointed at a local path that resolves, symlinks included, inside LOCAL_MODEL_ROOT
@@ -45,5 +53,6 @@ ray-serve` is the Ray launcher and imports Ray only when run.
 
 Modules: `engine` (the app config, the engine's environment, the two ways to run it), `paths`
 (what the engine may open), `processes` (detached sessions), `ports`, `keys` (the API keys vLLM
-checks, handed over outside its arguments), `backend` (LocalBackend), `launcher` (the Ray launcher).
+checks, handed over outside its arguments), `gateway` (the local gateway's routing file, ports and
+process), `backend` (LocalBackend), `launcher` (the Ray launcher).
 """

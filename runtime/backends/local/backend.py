@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from runtime.backends.base import digest
 from runtime.backends.local.engine import ENGINES, READY_FILE, Engine, VllmServer, engine_environment, local_llm_config
+from runtime.backends.local.gateway import ENGINE_OWNER, LocalGateway, port_open, upstream_key
 from runtime.backends.local.insight import engine_logs, engine_markers
 from runtime.backends.local.keys import ENGINE_KEY_CHECK, ENGINE_KEYS_ENV, keys_for, write_engine_keys
 from runtime.backends.local.paths import engine_model_source
@@ -55,6 +56,8 @@ class EngineState:
     log_path: str
     started_at: float
     argv: list[str] = field(default_factory=list)
+    tenant_slug: str = ""  # the gateway's routing table is built from these two
+    model: str = ""
 
 
 class LocalBackend:
@@ -75,6 +78,7 @@ class LocalBackend:
         stop_timeout: float = 20.0,
         model_root: Path | None = None,
         key_seed: str = "",
+        gateway: bool = False,
     ):
         self.root = Path(root)
         self.key_seed = key_seed  # derives the portal's Try-it key per deployment (runtime.keys)
@@ -88,6 +92,9 @@ class LocalBackend:
         self._lock = threading.Lock()  # one ensure/remove at a time per process (Celery threads)
         self._children: dict[int, subprocess.Popen] = {}
         self._installed = False
+        # The local gateway in front of the engines (runtime.backends.local.gateway); without it
+        # each engine is its own endpoint and checks the keys itself.
+        self.gateway = LocalGateway(self.root, seed=key_seed) if gateway else None
 
     @classmethod
     def instance(cls) -> LocalBackend:
@@ -105,6 +112,7 @@ class LocalBackend:
                     stop_timeout=settings.LOCAL_STOP_TIMEOUT_SECONDS,
                     model_root=settings.LOCAL_MODEL_ROOT,
                     key_seed=settings.SECRET_KEY,
+                    gateway=settings.LOCAL_GATEWAY,
                 )
             return cls._instance
 
@@ -131,7 +139,8 @@ class LocalBackend:
         keys: the engine re-reads them from its key file (`refresh_keys`), so minting or revoking
         one never restarts it, and its port, in the endpoint URL users copied, stays."""
         checks = {"key_check": True} if self._checks_keys() else {}
-        return digest({"engine": self.engine.kind, "config": self.engine.config(spec), **checks})
+        behind = {"gateway": True} if self.gateway else {}
+        return digest({"engine": self.engine.kind, "config": self.engine.config(spec), **checks, **behind})
 
     def _checks_keys(self) -> bool:
         """Only vLLM's server checks keys itself (the Ray app has no `--middleware`)."""
@@ -143,9 +152,12 @@ class LocalBackend:
 
     def _keys(self, tenant_slug: str, deployment_id: int) -> list[str]:
         """The portal's Try-it key and the tenant's kept keys for this deployment
-        (runtime.backends.local.keys); none when the engine checks no keys."""
+        (runtime.backends.local.keys); behind the gateway, only the gateway's upstream key (the
+        gateway checks the others); none when the engine checks no keys."""
         if not self._checks_keys():
             return []
+        if self.gateway:
+            return [upstream_key(self.key_seed, deployment_id)]
         return [portal_key(self.key_seed, deployment_id), *keys_for(self.root, tenant_slug, deployment_id)]
 
     def refresh_keys(self, *, tenant_slug: str, deployment_id: int) -> bool:
@@ -153,7 +165,11 @@ class LocalBackend:
         file is rewritten (atomically, 0600) and `EngineKeyCheck` reads it on the next request; no
         restart. Under the deployment's lock, so a start that read the key store before the change
         cannot write the old set after this. True when an engine was there to tell (one that is
-        not running reads its keys when it starts)."""
+        not running reads its keys when it starts). Behind the gateway, only the routing file is
+        rewritten: the engines' keys (the gateway's own) never change."""
+        if self.gateway:
+            self._write_routes()
+            return self.load_state(deployment_id) is not None
         if not self._checks_keys():
             return False
         with self._deployment_lock(deployment_id):
@@ -226,7 +242,11 @@ class LocalBackend:
                 state = None  # stopped by a reboot, not by a fault
             if state is None:
                 # The ports it had (its endpoint URL), unless another process took one meanwhile.
-                ports, moved_from = self.ports.assign(spec.deployment_id, self.engine.port_count, previous=previous)
+                if self.gateway:  # the engine's ports are the gateway's business: no URL of users' moves
+                    owner = ENGINE_OWNER.format(spec.deployment_id)
+                    ports, moved_from = self.ports.assign(owner, self.engine.port_count)[0], None
+                else:
+                    ports, moved_from = self.ports.assign(spec.deployment_id, self.engine.port_count, previous=previous)
                 state = self._start(spec, want, ports)
                 if not events:
                     events.append(("Normal", "Created", f"Local {self.engine.kind} engine started (pid {state.pid})."))
@@ -235,6 +255,9 @@ class LocalBackend:
             elif self._checks_keys():
                 # Level-triggered: whatever a lost refresh_keys missed, the next reconcile hands over.
                 write_engine_keys(self.run_dir(spec.deployment_id), self.api_keys(spec))
+            if self.gateway:
+                self._write_routes()
+                self.gateway.ensure_running(self._write_routes)
             obs = self._observe(spec, state)
             obs.events = events + obs.events
             return obs
@@ -252,10 +275,14 @@ class LocalBackend:
             if state is not None:
                 self._stop(state)
             shutil.rmtree(self.run_dir(spec.deployment_id), ignore_errors=True)
+            if self.gateway:
+                self._write_routes()  # the gateway closes its port; the port stays assigned to it
             return True
 
     def stop_all(self) -> int:
-        """Stop every engine recorded under the runtime dir (the demo's shutdown); returns how many."""
+        """Stop every engine recorded under the runtime dir, and the gateway (the demo's shutdown);
+        returns how many engines."""
+        (self.gateway or LocalGateway(self.root)).stop()
         stopped = 0
         for path in sorted(self.root.glob(f"*/{STATE_FILE}")):
             if path.parent.name.isdigit():
@@ -265,6 +292,21 @@ class LocalBackend:
                         self._stop(state)
                     stopped += 1
         return stopped
+
+    def tenant_endpoint(self, tenant_slug: str) -> str | None:
+        """The tenant's OpenAI base URL on the local gateway (routes by `model`; stable for good,
+        served while one of its deployments runs); None without the gateway."""
+        return self.gateway.tenant_endpoint(tenant_slug) if self.gateway else None
+
+    def _engines(self) -> list[EngineState]:
+        paths = sorted(self.root.glob(f"*/{STATE_FILE}"))
+        found = (self.load_state(int(path.parent.name)) for path in paths if path.parent.name.isdigit())
+        return [state for state in found if state is not None]
+
+    def _write_routes(self) -> None:
+        """Hand the gateway the current engines and keys (runtime.backends.local.gateway)."""
+        assert self.gateway is not None
+        self.gateway.write(self._engines(), lambda state: self.engine.urls(state.ports)[0].removesuffix("/v1"))
 
     def list_owned(self, namespace: str) -> dict[int, dict[str, Any]]:
         """Every engine recorded under the runtime dir for `namespace`, by deployment id."""
@@ -336,6 +378,8 @@ class LocalBackend:
             log_path=str(log_path),
             started_at=time.time(),
             argv=argv,
+            tenant_slug=spec.tenant_slug,
+            model=spec.served_model_name,
         )
         self._save_state(state)
         return state
@@ -349,6 +393,9 @@ class LocalBackend:
 
     def _observe(self, spec: DeploymentSpec, state: EngineState) -> Observation:
         endpoint, metrics = self.engine.urls(state.ports)
+        public = self.gateway.deployment_port(state.deployment_id) if self.gateway else None
+        if public is not None:
+            endpoint = self.gateway.deployment_endpoint(state.deployment_id)
         converged = state.spec_hash == self.spec_hash(spec)
         run_dir = self.run_dir(spec.deployment_id)
         if not self._alive(state):
@@ -362,7 +409,7 @@ class LocalBackend:
             tail = log_tail(Path(state.log_path))
             exited = "exited" if code is None else f"exited with code {code}"
             return _failed("EngineExited", f"The local engine {exited}.\n{tail}".strip(), converged=converged)
-        if self.engine.ready(state.ports, run_dir):
+        if self.engine.ready(state.ports, run_dir) and (public is None or port_open(public)):
             state_name, reason, message = "ready", "Ready", f"Serving on {endpoint}."
         else:
             waited = int(time.time() - state.started_at)

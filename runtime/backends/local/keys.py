@@ -16,6 +16,10 @@ tenant. The keys go to a 0600 JSON file whose path is in the engine's environmen
 it inside the engine as vLLM's `--api-key` check does, and re-reads it when it changes: minting or
 revoking a key rewrites that file (`LocalBackend.refresh_keys`), never restarts the engine, so its
 port and endpoint URL stay as they are.
+
+Behind the local gateway (runtime.backends.local.gateway) the engine's file holds one key, the
+gateway's, and never changes; the keys kept here reach the gateway as SHA-256 digests
+(`stored_keys`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import json
 import os
 import re
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +79,22 @@ def keys_for(root: Path, tenant_slug: str, deployment_id: int) -> list[str]:
         if record.get("deployment_id") in (None, deployment_id) and isinstance(record.get("api_key"), str):
             found.append(record["api_key"])
     return found
+
+
+def stored_keys(root: Path) -> Iterator[tuple[str, int, int | None, str]]:
+    """Every kept key as (tenant slug, key id, deployment id or None, key): what the local gateway's
+    routing table is built from (as digests, `runtime.backends.local.gateway`)."""
+    base = Path(root) / KEYS_DIR
+    for path in sorted(base.glob("*/*.json")) if base.is_dir() else []:
+        if not (_SLUG.match(path.parent.name) and path.stem.isdigit()):
+            continue
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        scope, key = record.get("deployment_id"), record.get("api_key")
+        if isinstance(key, str) and key and (scope is None or isinstance(scope, int)):
+            yield path.parent.name, int(path.stem), scope, key
 
 
 def write_engine_keys(run_dir: Path, keys: list[str]) -> Path:

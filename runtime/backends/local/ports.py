@@ -76,7 +76,7 @@ class PortAllocator:
             if isinstance(ports, list) and all(isinstance(port, int) for port in ports)
         }
 
-    def _in_state_files(self, *, but: int | None = None) -> set[int]:
+    def _in_state_files(self, *, but: int | str | None = None) -> set[int]:
         ports: set[int] = set()
         for path in self.root.glob(f"*/{STATE_FILE}"):
             if path.parent.name != str(but):
@@ -84,7 +84,7 @@ class PortAllocator:
                     ports.update(json.loads(path.read_text())["ports"])
         return ports
 
-    def _taken(self, *, but: int | None = None) -> set[int]:
+    def _taken(self, *, but: int | str | None = None) -> set[int]:
         """Every port another engine (all but deployment `but`'s) holds, will bind or keeps."""
         assigned = {p for owner, ports in self._assignments().items() if owner != str(but) for p in ports}
         return {int(p) for p in self._reservations()} | self._in_state_files(but=but) | assigned
@@ -119,7 +119,7 @@ class PortAllocator:
             self._write(self.reservations_path, reservations)
 
     def assign(
-        self, deployment_id: int, count: int, *, previous: list[int] | None = None
+        self, deployment_id: int | str, count: int, *, previous: list[int] | None = None
     ) -> tuple[list[int], list[int] | None]:
         """The ports deployment `deployment_id`'s engine binds: the ones it was given at its first
         start (or, for an engine started before assignments were kept, the `previous` ones it ran
@@ -137,6 +137,18 @@ class PortAllocator:
                 assignments[str(deployment_id)] = ports
                 self._write(self.assignments_path, assignments)
             return ports, (had if ports[: len(had)] != had else None)
+
+    def keep(self, owner: str, count: int = 1) -> list[int]:
+        """The ports `owner` (the local gateway's "tenant-<slug>" or deployment id) was given, or
+        new ones, kept from here on. Unlike `assign` it does not check that they are free: the
+        gateway listening there is their rightful holder (it re-`assign`s them when it starts)."""
+        with self._locked():
+            assignments = self._assignments()
+            if len(assignments.get(owner) or []) >= count:
+                return assignments[owner][:count]
+            assignments[owner] = self._pick(count, self._taken(but=owner))
+            self._write(self.assignments_path, assignments)
+            return assignments[owner]
 
     def _write(self, path: Path, data: dict) -> None:
         tmp = path.with_suffix(".tmp")
