@@ -25,7 +25,6 @@ in each deployment's ScrapeState.history. Every stored point stands for its own 
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Iterable
 
 from django.conf import settings
@@ -84,18 +83,12 @@ def _prometheus_many(deps: list[ModelDeployment], *, at: float | None = None) ->
     except ScrapeError as error:
         return {pk: error for pk in keys}
     labels = ", ".join(DEPLOYMENT_LABELS)
-    owners = Counter(keys.values())
-    out: dict[int, MetricPoint | ScrapeError] = {}
-    for pk, key in keys.items():
-        if owners[key] > 1:
-            # Two live deployments of a tenant serving one model name: their series carry the
-            # same labels, so no query can tell them apart. A gap says so; a sum would mislead.
-            out[pk] = ScrapeError(
-                f"{owners[key]} deployments serve ({labels}) = {key}: Prometheus cannot tell them apart"
-            )
-        else:
-            out[pk] = points.get(key) or ScrapeError(f"Prometheus has no vLLM series with ({labels}) = {key}")
-    return out
+    # One deployment per key: a tenant's live deployments serve distinct model names (the
+    # database's unique_served_name_per_tenant), and the namespace is the tenant's.
+    return {
+        pk: points.get(key) or ScrapeError(f"Prometheus has no vLLM series with ({labels}) = {key}")
+        for pk, key in keys.items()
+    }
 
 
 def pod_metrics_url(pod: dict) -> str | None:

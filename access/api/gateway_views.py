@@ -33,10 +33,14 @@ class TenantModelsView(APIView):
 
     @extend_schema(
         auth=[],
+        operation_id="gateway_models_list",
         summary="The models an API key may call on its tenant's endpoint (OpenAI's GET /v1/models)",
-        responses={200: OpenApiResponse(description="OpenAI list of model objects"), 401: None, 404: None},
+        responses={200: OpenApiResponse(description="OpenAI list of model objects"), 401: None},
     )
-    def get(self, request, tenant: str, model: str | None = None):
+    def get(self, request, tenant: str):
+        return self.answer(request, tenant, None)
+
+    def answer(self, request, tenant: str, model: str | None):
         key = key_for_tenant(_presented_key(request), tenant)
         if key is None:
             return _error(
@@ -57,3 +61,14 @@ class TenantModelsView(APIView):
             "invalid_request_error",
             "model_not_found",
         )
+
+
+class TenantModelView(TenantModelsView):
+    @extend_schema(
+        auth=[],
+        operation_id="gateway_models_retrieve",
+        summary="One model an API key may call on its tenant's endpoint (OpenAI's GET /v1/models/{model})",
+        responses={200: OpenApiResponse(description="OpenAI model object"), 401: None, 404: None},
+    )
+    def get(self, request, tenant: str, model: str):
+        return self.answer(request, tenant, model)

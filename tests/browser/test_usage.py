@@ -27,7 +27,7 @@ def seed(world) -> None:
         [(world.alpha, world.h100, "390"), (world.alpha, world.h100, "60"), (world.beta, world.a100, None)]
     ):
         dep = ModelDeployment.objects.create(
-            tenant=tenant, name=f"model-{k}", model_source="m", served_model_name="m", flavor=flavor
+            tenant=tenant, name=f"model-{k}", model_source="m", served_model_name=f"model-{k}", flavor=flavor
         )
         for month in {NOV, timezone.localdate().replace(day=1)}:
             UsageMonth.objects.create(

@@ -277,26 +277,6 @@ class TestAgainstARealPrometheus:
         assert "no vLLM series" in state.last_error and state.last_success is None
         assert not MetricSample.objects.filter(deployment=lost).exists()
 
-    def test_two_deployments_serving_one_model_name_in_a_namespace_get_a_gap_not_a_sum(
-        self, prometheus, world, settings
-    ):
-        from deployments import services
-
-        settings.PROMETHEUS_URL = prometheus.url
-        model = TARGETS["series"][0]
-        twins = [
-            services.deployment_create(
-                tenant=world.alpha,
-                user=world.users["member"],
-                data=draft(world, backend="kserve", name=f"twin-{i}", served_model_name=model),
-            )
-            for i in range(2)
-        ]
-        type(twins[0]).objects.filter(pk__in=[d.pk for d in twins]).update(state="ready")
-        assert collect() == 0
-        for dep in twins:
-            assert "cannot tell them apart" in ScrapeState.objects.get(deployment=dep).last_error
-
     def test_an_unreachable_prometheus_leaves_a_gap_for_every_deployment(self, world, settings):
         from deployments import services
 

@@ -41,7 +41,7 @@ def small_model(name: str, replicas: int = 1, flavor: str = "l4", tenant: str = 
         "tenant": tenant,
         "name": name,
         "model_source": "Qwen/Qwen2.5-1.5B-Instruct",
-        "served_model_name": "qwen-small",
+        "served_model_name": name,
         "flavor": flavor,
         "tensor_parallel_size": 1,
         "min_replicas": 1,

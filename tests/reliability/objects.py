@@ -31,7 +31,7 @@ def fresh_dep(world, state: str = "pending") -> ModelDeployment:
         )
     if state == "stopped":
         deployment_services.deployment_stop(deployment_id=dep.pk, user=member)
-    change = {"changed": {"max_model_len": 4096}, "renamed": {"served_model_name": "renamed"}}.get(state)
+    change = {"changed": {"max_model_len": 4096}, "renamed": {"served_model_name": f"renamed-{dep.pk}"}}.get(state)
     if change:
         deployment_services.deployment_update(deployment_id=dep.pk, user=member, data=change)
     return dep

@@ -47,6 +47,7 @@ READ_ALL = expect(other_member=200)  # lists and global reads: filtered, never r
 ALPHA_READ = expect()  # an alpha object: 404 for the other tenant
 MEMBER_WRITE = expect(viewer=403)
 ADMIN_ONLY = expect(viewer=403, member=403, tenant_admin=403)
+NO_PORTAL_CREDENTIALS = expect(viewer=401, member=401, tenant_admin=401, platform_admin=401, other_member=401)
 NO_SUCH_ORPHAN = {"backend": "kuberay", "namespace": "alpha", "name": "x"}
 
 D = "/api/v1/deployments"
@@ -334,6 +335,13 @@ MATRIX = {
     ("api-deployment-revision-withdraw", "post"): (
         lambda w, c: c.post(f"{D}/{fresh_dep(w, 'changed').pk}/revisions/2/withdraw/"),
         MEMBER_WRITE,
+    ),
+    # The tenant endpoint's /v1/models takes an API key, never a portal session or token: every
+    # role's portal credentials are refused (tests/access/test_gateway_models.py has the keys).
+    ("gateway-models", "get"): (lambda w, c: c.get("/api/v1/gateway/alpha/models"), NO_PORTAL_CREDENTIALS),
+    ("gateway-model", "get"): (
+        lambda w, c: c.get(f"/api/v1/gateway/alpha/models/{fresh_dep(w, 'approved').served_model_name}"),
+        NO_PORTAL_CREDENTIALS,
     ),
     ("api-deployment-revision-rollback", "post"): (
         lambda w, c: c.post(f"{D}/{fresh_dep(w, 'renamed').pk}/revisions/1/rollback/"),

@@ -82,6 +82,12 @@ def usage_rows(world: dict[str, Any]) -> list[tuple]:
             for r in read_usage(world["dir"] / USAGE_FILE)]  # fmt: skip
 
 
+def streamed_usage_rows(world: dict[str, Any]) -> list[tuple]:
+    """The usage rows once the gateway has logged the stream: it appends the row after the last
+    event went out, so a client that read `[DONE]` may look before it is there."""
+    return wait_for(lambda: usage_rows(world), timeout=5, interval=0.02, what="the stream's usage row")
+
+
 class TestTenantEndpoint:
     def test_it_routes_by_model_and_sends_the_engines_key_not_the_users(self, world):
         alpha = client(world["ports"][0], ALPHA)
@@ -157,7 +163,7 @@ class TestStreaming:
         assert len(rest) == 10 and rest[-1] == b"data: [DONE]"  # 9 more tokens, no usage event: not asked
         # The engine was asked for the usage event, and the gateway counted it.
         assert world["seen"][1][0]["json"]["stream_options"] == {"include_usage": True}
-        assert usage_rows(world) == [(11, "alpha", 1, "llama", 2, 10, 200)]
+        assert streamed_usage_rows(world) == [(11, "alpha", 1, "llama", 2, 10, 200)]
 
     def test_a_client_that_asks_for_usage_gets_it_through_the_openai_client(self, world):
         stream = client(world["ports"][0], ALPHA).chat.completions.create(
@@ -171,7 +177,7 @@ class TestStreaming:
 
         assert "".join(c.choices[0].delta.content for c in chunks if c.choices) == "t0 t1 t2 "
         assert (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (2, 3)
-        assert usage_rows(world) == [(11, "alpha", 2, "qwen", 2, 3, 200)]
+        assert streamed_usage_rows(world) == [(11, "alpha", 2, "qwen", 2, 3, 200)]
 
 
 class TestDeploymentEndpoint:
