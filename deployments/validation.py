@@ -29,6 +29,7 @@ from runtime.backends import traits as backend_traits
 from runtime.manifests.common import DNS1035_LABEL, placement_error
 from runtime.manifests.rayservice import RAYSERVICE_NAME_MAX
 from runtime.manifests.syntax import dns1123_subdomain_problem
+from runtime.manifests.tenant_route import TENANT_SEGMENT
 
 NAME_MAX = 40  # "<name>-<id>" must stay within RAYSERVICE_NAME_MAX for ids below 10^6
 SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
@@ -75,6 +76,8 @@ def _name_errors(name: str) -> str | None:
         # KubeRay and KServe need a DNS-1035 label (runtime/manifests/common.py): a name the API
         # server takes and the operator then refuses for good is refused here instead.
         return "Use lowercase letters, digits and '-', starting with a letter and ending with a letter or digit."
+    if name == TENANT_SEGMENT:
+        return f"{name!r} is the path of the tenant's endpoint (/<tenant>/{TENANT_SEGMENT}): choose another name."
     return None
 
 

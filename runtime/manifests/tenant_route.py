@@ -89,9 +89,14 @@ ROUTE_REQUESTS_LIMIT = "requests-per-route"
 EPP_FAILURE_MODES = ("FailClose", "FailOpen")
 
 
+# The segment after the tenant in the tenant endpoint's path: a deployment's own route is
+# `/<tenant>/<name>` (gateway.route_prefix), so no deployment may be named this.
+TENANT_SEGMENT = "v1"
+
+
 def tenant_prefix(tenant_slug: str) -> str:
     """The tenant endpoint's path on the Gateway."""
-    return f"/{tenant_slug}/v1"
+    return f"/{tenant_slug}/{TENANT_SEGMENT}"
 
 
 def tenant_endpoint(spec: TenantRouteSpec) -> str:

@@ -38,6 +38,7 @@ class TestCreate:
             ({"name": "Bad_Name"}, "name"),
             ({"name": "x" * 41}, "name"),
             ({"name": "7b-chat"}, "name"),  # DNS-1123 but not DNS-1035: KubeRay refuses it later
+            ({"name": "v1"}, "name"),  # the tenant endpoint's path segment (/<tenant>/v1)
             ({"tensor_parallel_size": 16}, "tensor_parallel_size"),
             ({"tensor_parallel_size": 3}, "tensor_parallel_size"),
             ({"max_replicas": 13}, "max_replicas"),
