@@ -5,7 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import models
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Subquery, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from quotas.models import Membership, TenantOwnedQuerySet, platform_admins_q
@@ -15,6 +16,17 @@ class ApiKeyQuerySet(TenantOwnedQuerySet):
     def active(self):
         """Keys that authenticate now: not revoked and not expired."""
         return self.filter(revoked_at__isnull=True, expires_at__gt=timezone.now())
+
+    def with_month_usage(self):
+        """Each key annotated with this month's `month_requests`, `month_prompt_tokens` and
+        `month_completion_tokens` (KeyUsageDay, counted by access.key_usage; 0 without rows)."""
+        first = timezone.localdate().replace(day=1)
+        rows = KeyUsageDay.objects.filter(key=OuterRef("pk"), day__gte=first).values("key")
+        figures = {
+            f"month_{field}": Coalesce(Subquery(rows.annotate(total=Sum(field)).values("total")), 0)
+            for field in ("requests", "prompt_tokens", "completion_tokens")
+        }
+        return self.annotate(**figures)
 
     def unentitled(self):
         """Keys whose maker may no longer mint them: the maker is deleted or deactivated, or is
@@ -56,7 +68,8 @@ class ApiKey(models.Model):
     )
     # Where the key was published: the gateway Secret's state ("" = not exposed on a Gateway).
     gateway_state = models.CharField(max_length=20, blank=True, default="")
-    last_used = models.DateTimeField(null=True, blank=True)  # not provided by the gateway (docs/install.md, step 8)
+    # The last request the local gateway logged for it (access.key_usage); the cluster Gateway does not say.
+    last_used = models.DateTimeField(null=True, blank=True)
 
     objects = ApiKeyQuerySet.as_manager()
 
@@ -78,3 +91,39 @@ class ApiKey(models.Model):
         if self.expires_at <= timezone.now():
             return "expired"
         return "active"
+
+
+class KeyUsageDay(models.Model):
+    """Requests and tokens one API key sent to one deployment on one local day, as the local
+    gateway logged them (access.key_usage). `key` None: the portal's own Try-it key."""
+
+    key = models.ForeignKey(ApiKey, null=True, on_delete=models.CASCADE, related_name="usage_days")
+    tenant = models.ForeignKey("quotas.Tenant", on_delete=models.CASCADE, related_name="+")
+    deployment = models.ForeignKey("deployments.ModelDeployment", on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    requests = models.BigIntegerField(default=0)
+    failed = models.BigIntegerField(default=0)  # answered with a status of 400 or more
+    prompt_tokens = models.BigIntegerField(default=0)
+    completion_tokens = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["key", "deployment", "day"], nulls_distinct=False, name="key_usage_one_row_per_key_day"
+            )
+        ]
+        indexes = [models.Index(fields=["tenant", "day"])]
+
+    def __str__(self) -> str:
+        return f"key {self.key_id} → {self.deployment_id} on {self.day}"
+
+
+class UsageLogCursor(models.Model):
+    """How far a usage log has been read: the time of the last record counted (access.key_usage)."""
+
+    source = models.CharField(max_length=40, unique=True)
+    position = models.FloatField(default=0.0)
+    updated = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.source} read to {self.position}"

@@ -55,3 +55,12 @@ def expire_keys_task() -> list[int]:
     from access.services import keys_expire, keys_revoke_unentitled
 
     return keys_expire() + keys_revoke_unentitled()
+
+
+@shared_task(acks_late=True)
+def count_key_usage_task() -> int:
+    """Count what the local gateway logged since the last run into the per-key usage rows
+    (access.key_usage); nothing to do where no local gateway runs."""
+    from access.key_usage import count_gateway_log
+
+    return count_gateway_log()

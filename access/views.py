@@ -22,9 +22,9 @@ from deployments.states import actor_of
 def key_list(request):
     """The keys of the tenants you belong to, newest first, filtered like the API."""
     keys = list(
-        filter_keys(ApiKey.objects.visible_to(request.user), request.GET).select_related(
-            "tenant", "deployment", "created_by"
-        )[:500]
+        filter_keys(ApiKey.objects.visible_to(request.user), request.GET)
+        .select_related("tenant", "deployment", "created_by")
+        .with_month_usage()[:500]
     )
     rows = [{"key": k, "can_revoke": k.revoked_at is None and may_revoke(request.user, k)} for k in keys]
     context = {

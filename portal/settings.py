@@ -374,6 +374,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "usage.tasks.refresh_usage_task",
         "schedule": 300.0,
     },
+    "access-key-usage": {  # requests and tokens per API key from the local gateway's log (access.key_usage)
+        "task": "access.tasks.count_key_usage_task",
+        "schedule": 60.0,
+    },
     "access-expire-keys": {
         "task": "access.tasks.expire_keys_task",
         "schedule": 60.0,

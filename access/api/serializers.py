@@ -17,6 +17,12 @@ class ApiKeySerializer(serializers.ModelSerializer):
     scope = serializers.CharField(read_only=True, help_text='"deployment" or "tenant".')
     status = serializers.CharField(read_only=True, help_text='"active", "expired" or "revoked".')
     can_revoke = serializers.SerializerMethodField()
+    # This month's use through the local gateway (access.key_usage); the cluster Gateway does not report per key.
+    month_requests = serializers.SerializerMethodField(help_text="Requests this month (local gateway).")
+    month_prompt_tokens = serializers.SerializerMethodField(help_text="Prompt tokens this month (local gateway).")
+    month_completion_tokens = serializers.SerializerMethodField(
+        help_text="Completion tokens this month (local gateway)."
+    )
     gateway_state = serializers.CharField(
         read_only=True,
         help_text='Where the key is published: "pending", "published" (gateway Secret), "local" (local engines '
@@ -40,9 +46,21 @@ class ApiKeySerializer(serializers.ModelSerializer):
             "revoked_at",
             "gateway_state",
             "last_used",
+            "month_requests",
+            "month_prompt_tokens",
+            "month_completion_tokens",
             "can_revoke",
         ]
         read_only_fields = fields
+
+    def get_month_requests(self, key: ApiKey) -> int:
+        return getattr(key, "month_requests", 0)
+
+    def get_month_prompt_tokens(self, key: ApiKey) -> int:
+        return getattr(key, "month_prompt_tokens", 0)
+
+    def get_month_completion_tokens(self, key: ApiKey) -> int:
+        return getattr(key, "month_completion_tokens", 0)
 
     def get_can_revoke(self, key: ApiKey) -> bool:
         request = self.context.get("request")

@@ -36,7 +36,8 @@ class ApiKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation: no user
             return ApiKey.objects.none()
-        return ApiKey.objects.visible_to(self.request.user).select_related("tenant", "deployment", "created_by")
+        keys = ApiKey.objects.visible_to(self.request.user).select_related("tenant", "deployment", "created_by")
+        return keys.with_month_usage()
 
     def filter_queryset(self, queryset):
         return filter_keys(queryset, self.request.query_params)
