@@ -13,6 +13,7 @@ from django.http import Http404
 from core.exports import Echo, csv_cell
 from quotas.models import Tenant
 from usage.budgets import banner
+from usage.keys import key_rows
 from usage.reports import BudgetStatus, monthly_report, parse_month, report_rows, tenant_totals
 
 CSV_COLUMNS = (
@@ -54,11 +55,13 @@ def budget_dict(tenant: Tenant, status: BudgetStatus) -> dict:
 
 
 def report(tenants: QuerySet[Tenant], *, month: date, sort: str, limit: int, offset: int) -> dict:
-    """The report with each tenant's budget as plain values and its banner."""
+    """The report with each tenant's budget as plain values and its banner, and the month's use
+    per API key."""
     data = monthly_report(tenants, month=month, sort=sort, limit=limit, offset=offset)
     for row in data["tenants"]:
         row["budget"] = budget_dict(row.pop("object"), row["budget"])
     data["month"] = f"{month:%Y-%m}"
+    data["keys"] = key_rows(tenants, month=month)
     return data
 
 

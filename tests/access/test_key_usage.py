@@ -142,3 +142,26 @@ def test_two_workers_counting_the_same_log_count_it_once(tx_world):
         thread.join()
     assert sorted(counted) == [0, 50]
     assert rows() == [(key.pk, chat.pk, 50, 0, 50, 50)]
+
+
+def test_the_usage_report_lists_the_month_per_key_to_whom_may_see_it(world, keyed):
+    k = keyed
+    count_usage(
+        [
+            record(NOW - 4, k["wide"], k["chat"], prompt=10, completion=20),
+            record(NOW - 3, k["wide"], k["chat"], prompt=1, completion=1, status=500),
+            record(NOW - 2, None, k["embed"], prompt=3, completion=0),
+            record(NOW - 1, k["foreign"], k["other"], prompt=100, completion=100, tenant="beta"),
+        ]
+    )
+    body = world.client("member").get("/api/v1/usage/").json()
+    page = world.browser("member").get("/usage/").content.decode()
+    admin = world.client("platform_admin").get("/api/v1/usage/").json()
+    fields = ("key", "deployment", "requests", "failed", "prompt_tokens", "completion_tokens")
+    listed = [tuple(row[f] for f in fields) for row in body["keys"]]
+    assert listed == [("k", "chat", 2, 1, 11, 21), ("the portal's Try-it", "embed", 1, 0, 3, 0)]
+    assert body["keys"][0]["key_id"] == k["wide"].pk and body["keys"][1]["key_id"] is None
+    assert 'id="key-usage"' in page and "beta-chat" not in page
+    assert [r["tenant"] for r in admin["keys"]] == ["beta", "alpha", "alpha"]
+    last_month = world.client("member").get("/api/v1/usage/", {"month": "2020-01"}).json()
+    assert last_month["keys"] == []

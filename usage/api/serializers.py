@@ -80,6 +80,19 @@ class DeploymentUsageSerializer(_Figures):
     note = serializers.CharField(help_text="Why it cost what it did, when it never served or has no price.")
 
 
+class KeyUsageSerializer(serializers.Serializer):
+    key_id = serializers.IntegerField(allow_null=True, help_text="Null: the portal's own Try-it key.")
+    key = serializers.CharField(help_text="The key's name.")
+    prefix = serializers.CharField(help_text="The key's first characters.")
+    tenant = serializers.CharField()
+    deployment_id = serializers.IntegerField()
+    deployment = serializers.CharField()
+    requests = serializers.IntegerField()
+    failed = serializers.IntegerField(help_text="Requests answered with a status of 400 or more.")
+    prompt_tokens = serializers.IntegerField()
+    completion_tokens = serializers.IntegerField()
+
+
 class UsageReportSerializer(serializers.Serializer):
     month = serializers.CharField()
     sort = serializers.CharField()
@@ -88,6 +101,11 @@ class UsageReportSerializer(serializers.Serializer):
     limit = serializers.IntegerField()
     offset = serializers.IntegerField()
     results = DeploymentUsageSerializer(many=True)
+    keys = KeyUsageSerializer(
+        many=True,
+        help_text="Use per API key and deployment, most tokens first, as the local gateway reports it (the cluster's "
+        "Gateway does not report per key).",
+    )
 
 
 class TenantBudgetSerializer(BudgetSerializer):

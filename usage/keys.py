@@ -1,0 +1,46 @@
+"""The month's use per API key (access.KeyUsageDay, counted from the local gateway's log by
+access.key_usage), for the usage page and the API's report alike: one row per key and deployment,
+most tokens first. The cluster's Gateway does not report per key, so there the list is empty."""
+
+from __future__ import annotations
+
+from datetime import date
+
+from django.db.models import F, QuerySet, Sum
+
+from access.models import KeyUsageDay
+from quotas.models import Tenant
+
+KEY_ROWS_MAX = 500
+TRY_IT = "the portal's Try-it"  # the rows of the portal's own key (no ApiKey row)
+
+
+def _next_month(month: date) -> date:
+    return date(month.year + month.month // 12, month.month % 12 + 1, 1)
+
+
+def key_rows(tenants: QuerySet[Tenant], *, month: date) -> list[dict]:
+    """Requests, failed requests and tokens per key and deployment in `month` (its first day)."""
+    days = KeyUsageDay.objects.filter(tenant__in=tenants, day__gte=month, day__lt=_next_month(month))
+    grouped = days.values("key_id", "key__name", "key__prefix", "tenant__slug", "deployment_id", "deployment__name")
+    totals = grouped.annotate(
+        requests_=Sum("requests"),
+        failed_=Sum("failed"),
+        prompt=Sum("prompt_tokens"),
+        completion=Sum("completion_tokens"),
+    ).order_by(-(F("prompt") + F("completion")), "tenant__slug", "key__name", "deployment__name")
+    return [
+        {
+            "key_id": row["key_id"],
+            "key": row["key__name"] if row["key_id"] else TRY_IT,
+            "prefix": row["key__prefix"] or "",
+            "tenant": row["tenant__slug"],
+            "deployment_id": row["deployment_id"],
+            "deployment": row["deployment__name"],
+            "requests": row["requests_"],
+            "failed": row["failed_"],
+            "prompt_tokens": row["prompt"],
+            "completion_tokens": row["completion"],
+        }
+        for row in totals[:KEY_ROWS_MAX]
+    ]
