@@ -43,6 +43,25 @@ def _day(ts: float) -> date:
     return timezone.localdate(datetime.fromtimestamp(ts, tz=UTC))
 
 
+def _well_formed(record: UsageRecord) -> bool:
+    """Whether each field has its type (the log is the gateway's; a line someone edited is skipped,
+    not a task that fails on it for ever)."""
+
+    def count(value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    return (
+        isinstance(record.ts, (int, float))
+        and not isinstance(record.ts, bool)
+        and (record.key_id is None or count(record.key_id))
+        and count(record.deployment_id)
+        and isinstance(record.tenant, str)
+        and count(record.prompt_tokens)
+        and count(record.completion_tokens)
+        and count(record.status)
+    )
+
+
 def _trusted(records: list[UsageRecord]) -> tuple[list[UsageRecord], dict[int, int]]:
     """The records whose deployment, tenant and key agree with the database, and the tenant id of
     each of their deployments."""
@@ -73,7 +92,7 @@ def count_usage(records: Iterable[UsageRecord], *, source: str = LOCAL_GATEWAY) 
     with transaction.atomic():
         UsageLogCursor.objects.get_or_create(source=source)
         cursor = UsageLogCursor.objects.select_for_update().get(source=source)
-        fresh = [r for r in records if r.ts > cursor.position]
+        fresh = [r for r in records if _well_formed(r) and r.ts > cursor.position]
         if not fresh:
             return 0
         totals: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0, 0])

@@ -6,6 +6,7 @@ month's figures."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import UTC, datetime
@@ -102,6 +103,25 @@ def test_the_log_the_gateway_writes_is_read_from_the_runtime_dir(world, keyed, s
         log.append(record(NOW + n, keyed["wide"], keyed["chat"], prompt=n, completion=1))
     assert count_gateway_log() == 3
     assert rows() == [(keyed["wide"].pk, keyed["chat"].pk, 3, 0, 3, 3)]
+
+
+def test_lines_of_the_wrong_shape_are_skipped_and_the_rest_counted(world, keyed, settings, tmp_path):
+    settings.LOCAL_RUNTIME_DIR = tmp_path
+    path = gateway_log()
+    good = record(NOW, keyed["wide"], keyed["chat"])
+    UsageLog(path).append(good)
+    bad = [
+        {"ts": "soon"},
+        {**good.__dict__, "ts": "1"},
+        {**good.__dict__, "prompt_tokens": -5},
+        {**good.__dict__, "deployment_id": "1"},
+        {**good.__dict__, "key_id": True},
+        {**good.__dict__, "status": None},
+    ]
+    with path.open("a") as log:
+        log.write("".join(json.dumps(line) + "\n" for line in bad) + "not json\n")
+    assert count_gateway_log() == 1
+    assert rows() == [(keyed["wide"].pk, keyed["chat"].pk, 1, 0, 3, 5)]
 
 
 def test_no_log_counts_nothing(world, settings, tmp_path):
