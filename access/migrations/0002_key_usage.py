@@ -8,7 +8,10 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('access', '0001_initial'),
-        ('deployments', '0014_served_name_unique'),
+        # The deployments model as 0001 had it is enough for a foreign key; depending on a later one
+        # would tie this app to the revisions migrations (tests/deployments/test_migrations.py goes back
+        # to before them with every other app at its latest).
+        ('deployments', '0005_modeldeployment_serving_profile'),
         ('quotas', '0009_tenant_model_allowlist'),
     ]
 
