@@ -55,7 +55,16 @@ def start_to_ready(b: Backend, world) -> tuple[list[tuple[str, str]], dict, dict
         onboard(b.kube, world.h100)
         dep = request_and_approve(world, flavor=world.h100)
         converge(b.kube, dep, note, what="ready")
-        return shown, b.kube.get(k8s.RAYSERVICE, dep.resource_name, "alpha"), workload_of(b.kube, dep)
+        # KubeRay's RayService reconcile copies the RayCluster's status into
+        # activeServiceStatus.rayClusterStatus when it runs, and counts serve endpoints from the
+        # Endpoints itself: under load it may say Ready one reconcile before that copy carries the
+        # RayCluster controller's `state: ready` (seen in a CI run). The shape is read once it has.
+        service = b.kube.wait(
+            lambda: cluster_status_copied(b.kube.get(k8s.RAYSERVICE, dep.resource_name, "alpha")),
+            timeout=60,
+            what="the RayCluster's status copied into the RayService's",
+        )
+        return shown, service, workload_of(b.kube, dep)
 
     from quotas.kueue import sync_kueue
 
@@ -73,6 +82,12 @@ def start_to_ready(b: Backend, world) -> tuple[list[tuple[str, str]], dict, dict
     note(_run(dep))
     workload = next(w for w in api.list_objects(k8s.WORKLOAD, ns))
     return shown, api.get_object(k8s.RAYSERVICE, dep.resource_name, ns), workload
+
+
+def cluster_status_copied(service: dict) -> dict | None:
+    """The RayService once its active cluster's status (state, ready workers) is in its own."""
+    active = (service.get("status") or {}).get("activeServiceStatus") or {}
+    return service if (active.get("rayClusterStatus") or {}).get("state") else None
 
 
 def read_shape(service: dict, workload: dict) -> dict:
