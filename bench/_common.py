@@ -246,7 +246,7 @@ def create_deployments(tenants, members, flavor, count: int, prefix: str) -> lis
         data = {
             "name": f"{prefix}-{k:04d}",
             "model_source": "meta-llama/Meta-Llama-3-8B-Instruct",
-            "served_model_name": "llama3-8b",
+            "served_model_name": f"{prefix}-{k:04d}",  # unique per tenant (the tenant endpoint routes by it)
             "flavor": flavor,
             "tensor_parallel_size": 1,
             "pipeline_parallel_size": 1,
