@@ -128,4 +128,4 @@ def count_usage(records: Iterable[UsageRecord], *, source: str = LOCAL_GATEWAY) 
 
 def count_gateway_log() -> int:
     """Count what the local gateway logged since the last run (the beat task)."""
-    return count_usage(read_usage(gateway_log()))
+    return count_usage(list(read_usage(gateway_log())))  # read before the transaction takes the cursor's lock
