@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -89,17 +91,53 @@ class Portal:
             context.close()
 
 
+class InFlight:
+    """Requests the live server is still answering. A closed browser context stops sending, but a
+    request it sent last (htmx loading a fragment after the test's final click) runs on in a server
+    thread; a database flush racing it deadlocked once under CI load and left the next test's rows
+    behind. Teardown waits for the count to reach zero before `transactional_db` flushes."""
+
+    def __init__(self):
+        self.count, self.lock = 0, threading.Lock()
+
+    def started(self, **_kwargs) -> None:
+        with self.lock:
+            self.count += 1
+
+    def finished(self, **_kwargs) -> None:
+        with self.lock:
+            self.count -= 1
+
+    def wait(self, timeout: float = 30.0) -> int:
+        """Wait until no request is in flight; the number still running when the time ran out."""
+        deadline = time.monotonic() + timeout
+        while self.count > 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.count
+
+
 @pytest.fixture
 def portal(live_server, transactional_db, chromium, monkeypatch):
     """A fresh world behind the live server. Reconciles run eagerly in the server thread (with no
     cluster configured they record that on the deployment) instead of going to a shared broker
     where another checkout's worker could pick them up."""
+    from django.core.signals import request_finished, request_started
+
     from portal.celery import app
 
     monkeypatch.setitem(app.conf, "task_always_eager", True)
+    in_flight = InFlight()
+    request_started.connect(in_flight.started, weak=False, dispatch_uid="browser-in-flight-started")
+    request_finished.connect(in_flight.finished, weak=False, dispatch_uid="browser-in-flight-finished")
     portal = Portal(live_server.url, build_world(), chromium)
-    yield portal
-    portal.close()
+    try:
+        yield portal
+    finally:
+        portal.close()
+        still_running = in_flight.wait()
+        request_started.disconnect(dispatch_uid="browser-in-flight-started")
+        request_finished.disconnect(dispatch_uid="browser-in-flight-finished")
+        assert still_running <= 0, f"the live server still answers {still_running} request(s) after 30 s"
 
 
 def screenshot(page, name: str) -> Path:
