@@ -7,7 +7,8 @@ The log is read from the cursor on: the time of the last record counted, kept in
 counted once however many workers run the task and wherever one of them stops. The log is the
 gateway's, written from the portal's own routing file, but a record is still checked against the
 database before it counts: its deployment must exist in the tenant it names, and its key must be
-that tenant's and, if scoped, to that deployment. Anything else is skipped.
+that tenant's and, if scoped, to that deployment; or, for a shared model, a tenant-wide key of the
+consumer it names, which has (or had) a subscription to it. Anything else is skipped.
 
 The cluster's Gateway does not report per key (Kuadrant's Limitador counts per limit): there the
 rows stay empty and the key page says so.
@@ -29,6 +30,7 @@ from access.models import ApiKey, KeyUsageDay, UsageLogCursor
 from deployments.models import ModelDeployment
 from runtime.backends.local.gateway import GATEWAY_DIR
 from runtime.gateway_local.usage import USAGE_FILE, UsageRecord, read_usage
+from sharing.models import Subscription
 
 LOCAL_GATEWAY = "local-gateway"
 FAILED_STATUS = 400
@@ -56,6 +58,7 @@ def _well_formed(record: UsageRecord) -> bool:
         and (record.key_id is None or count(record.key_id))
         and count(record.deployment_id)
         and isinstance(record.tenant, str)
+        and isinstance(record.consumer, str)
         and count(record.prompt_tokens)
         and count(record.completion_tokens)
         and count(record.status)
@@ -75,13 +78,23 @@ def _trusted(records: list[UsageRecord]) -> tuple[list[UsageRecord], dict[int, i
             "pk", "tenant__slug", "deployment_id"
         )
     }
+    shared = {r.deployment_id for r in records if r.consumer and r.consumer != r.tenant}
+    subscribed = set(
+        Subscription.objects.filter(publication__deployment_id__in=shared).values_list(
+            "publication__deployment_id", "consumer__slug"
+        )
+    )
     kept = []
     for record in records:
         if deployments.get(record.deployment_id) != record.tenant:
             continue
+        consumer = record.consumer or record.tenant
+        if consumer != record.tenant and (record.key_id is None or (record.deployment_id, consumer) not in subscribed):
+            continue
         if record.key_id is not None:
             slug, scope = keys.get(record.key_id, (None, None))
-            if slug != record.tenant or scope not in (None, record.deployment_id):
+            allowed_scopes = (None, record.deployment_id) if consumer == record.tenant else (None,)
+            if slug != consumer or scope not in allowed_scopes:
                 continue
         kept.append(record)
     return kept, tenants

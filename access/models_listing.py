@@ -12,6 +12,7 @@ from access.models import ApiKey
 from access.services import key_lookup
 from deployments.models import ModelDeployment
 from deployments.states import RUNNING
+from sharing.services import running_shared_with
 
 
 def key_for_tenant(plaintext: str, tenant_slug: str) -> ApiKey | None:
@@ -28,8 +29,16 @@ def models_for_key(key: ApiKey) -> list[dict]:
     deployments = ModelDeployment.objects.filter(tenant_id=key.tenant_id, state__in=RUNNING)
     if key.deployment_id:
         deployments = deployments.filter(pk=key.deployment_id)
-    rows = deployments.order_by("served_model_name").values_list("served_model_name", "name", "created")
-    return [
-        {"id": served or name, "object": "model", "created": int(created.timestamp()), "owned_by": key.tenant.slug}
-        for served, name, created in rows
-    ]
+    fields = ("served_model_name", "name", "created", "tenant__slug")
+    rows = list(deployments.values_list(*fields))
+    if not key.deployment_id:
+        own = {served or name for served, name, _, _ in rows}
+        shared = running_shared_with(key.tenant).order_by("pk").values_list(*fields)
+        rows += [row for row in shared if (row[0] or row[1]) not in own]
+    cards = {}
+    for served, name, created, owner in rows:  # one card per name; the tenant's own come first
+        cards.setdefault(
+            served or name,
+            {"id": served or name, "object": "model", "created": int(created.timestamp()), "owned_by": owner},
+        )
+    return [cards[name] for name in sorted(cards)]

@@ -63,4 +63,5 @@ urlpatterns = [
     path("", include("deployments.api.revision_urls")),  # deployments/<id>/revisions/…
     path("", include("usage.api.urls")),  # usage/, usage/csv/, usage/budgets/
     path("", include("access.api.urls")),  # keys/: API keys for deployment endpoints
+    path("", include("sharing.api.urls")),  # publications/, subscriptions/: shared models
 ]

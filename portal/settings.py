@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "catalog",
     "quotas",
     "deployments",
+    "sharing",
     "metrics",
     "access",
     "usage",

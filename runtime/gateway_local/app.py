@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from runtime.gateway_local.routes import ROUTES_FILE, Grant, Route, Table, TableFile
+from runtime.gateway_local.routes import ROUTES_FILE, Grant, Limits, Route, Table, TableFile
 from runtime.gateway_local.usage import USAGE_FILE, SseUsage, UsageLog, UsageRecord, from_json, with_usage
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -45,6 +45,41 @@ def bearer(request: web.Request) -> str | None:
     return token.strip() or None if scheme.lower() == "bearer" else None
 
 
+class Meter:
+    """Per-minute counters for a consumer's use of a shared deployment, in fixed windows from the
+    first request, as Kuadrant's Limitador keeps a limit's counter (`seconds: 60`): a request is
+    counted when let through, its tokens when the answer reports them (a TokenRateLimitPolicy
+    counts `usage.total_tokens` from the response too), so the request that crosses a token limit
+    completes and the next one is refused until the window ends."""
+
+    WINDOW = 60.0
+
+    def __init__(self, clock=time.monotonic):
+        self.clock = clock
+        self.windows: dict[tuple[str, int], list[float]] = {}  # (consumer, deployment) -> [start, requests, tokens]
+
+    def _window(self, key: tuple[str, int]) -> list[float]:
+        now = self.clock()
+        window = self.windows.get(key)
+        if window is None or now - window[0] >= self.WINDOW:
+            window = self.windows[key] = [now, 0, 0]
+        return window
+
+    def admit(self, key: tuple[str, int], limits: Limits) -> tuple[str, int] | None:
+        """None when the request may go (and it is counted); else (which limit, seconds to wait)."""
+        window = self._window(key)
+        wait = max(1, int(window[0] + self.WINDOW - self.clock() + 0.999))
+        if limits.requests_per_minute is not None and window[1] >= limits.requests_per_minute:
+            return "requests", wait
+        if limits.tokens_per_minute is not None and window[2] >= limits.tokens_per_minute:
+            return "tokens", wait
+        window[1] += 1
+        return None
+
+    def spend(self, key: tuple[str, int], tokens: int) -> None:
+        self._window(key)[2] += tokens
+
+
 class Gateway:
     """The routing file's table served on its ports; usage appended to the usage log."""
 
@@ -58,6 +93,7 @@ class Gateway:
         self.runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         self.sites: dict[int, web.TCPSite] = {}
         self.session: aiohttp.ClientSession | None = None
+        self.meter = Meter()
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -145,6 +181,12 @@ class Gateway:
         if route is None:
             message = f"The model `{str(payload.get('model'))[:200]}` does not exist or your key cannot use it."
             return error(404, message, code="model_not_found")
+        limits = table.limits(tenant, route)
+        if limits is not None:
+            over = self.meter.admit((tenant, route.deployment_id), limits)
+            if over is not None:
+                self.record(route, grant, route.model, (0, 0), 429)
+                return limited(*over)
         return await self.forward(request, route, grant, body, payload)
 
     async def _body(self, request: web.Request) -> bytes | web.Response:
@@ -200,6 +242,8 @@ class Gateway:
         finally:
             if grant is not None:
                 self.record(route, grant, model or route.model, usage, status)
+                if grant.tenant != route.tenant:
+                    self.meter.spend((grant.tenant, route.deployment_id), sum(usage))
 
     async def _stream(
         self, request: web.Request, upstream: aiohttp.ClientResponse, headers: dict[str, str], keep_usage: bool
@@ -229,10 +273,24 @@ class Gateway:
                     prompt_tokens=usage[0],
                     completion_tokens=usage[1],
                     status=status,
+                    consumer="" if grant.tenant == route.tenant else grant.tenant,
                 )
             )
         except OSError as failed:  # a full disk must not fail the answer already sent
             log.error("cannot append to the usage log: %s", failed)
+
+
+def limited(which: str, wait: int) -> web.Response:
+    """A 429 in OpenAI's shape, with the seconds until the window ends (the OpenAI clients retry
+    after Retry-After)."""
+    answer = error(
+        429,
+        f"Your tenant's {which}-per-minute limit on this shared model is used up; try again in {wait} s.",
+        kind="rate_limit_error",
+        code="rate_limit_exceeded",
+    )
+    answer.headers["Retry-After"] = str(wait)
+    return answer
 
 
 def model_card(route: Route) -> dict[str, Any]:

@@ -4,12 +4,16 @@ open which models. Written by the local backend, read by the gateway; one JSON f
     {"tenants": {"<slug>": {"port": 8301}},
      "deployments": {"<id>": {"port": 8302, "tenant": "<slug>", "model": "<served name>",
                               "upstream": "http://127.0.0.1:8303", "upstream_key": "<key or null>"}},
-     "keys": {"<sha256 hex of a key>": {"key_id": 12, "tenant": "<slug>", "deployment_id": null}}}
+     "keys": {"<sha256 hex of a key>": {"key_id": 12, "tenant": "<slug>", "deployment_id": null}},
+     "shares": {"<consumer slug>": {"<id>": {"tokens_per_minute": 1000, "requests_per_minute": null}}}}
 
 A key entry with `deployment_id` null opens every deployment of its tenant; with an id, that one
-only. `key_id` null marks the portal's own Try-it key. `upstream_key` is the one key the engine
-behind a route accepts (the gateway's own, derived per deployment by the backend), so an engine
-reached directly on its loopback port refuses a caller that skipped the gateway.
+only. A share puts another tenant's deployment on a consumer's tenant port, for the consumer's
+tenant-wide keys, under the consumer's own limits (null: none); the consumer's own served name
+wins where the two are the same. `key_id` null marks the portal's own Try-it key. `upstream_key`
+is the one key the engine behind a route accepts (the gateway's own, derived per deployment by
+the backend), so an engine reached directly on its loopback port refuses a caller that skipped
+the gateway.
 """
 
 from __future__ import annotations
@@ -51,10 +55,24 @@ class Grant:
 
 
 @dataclass(frozen=True)
+class Limits:
+    """A consumer's limits on one shared deployment, per minute (None: no limit)."""
+
+    tokens_per_minute: int | None = None
+    requests_per_minute: int | None = None
+
+    def __post_init__(self):
+        for value in (self.tokens_per_minute, self.requests_per_minute):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise ValueError(f"a limit is a whole number of at least 0 or null, not {value!r}")
+
+
+@dataclass(frozen=True)
 class Table:
     tenants: dict[str, int] = field(default_factory=dict)  # slug -> port
     routes: dict[int, Route] = field(default_factory=dict)  # deployment id -> route
     keys: dict[bytes, Grant] = field(default_factory=dict)  # sha256 digest -> grant
+    shares: dict[str, dict[int, Limits]] = field(default_factory=dict)  # consumer slug -> deployment id -> limits
 
     @cached_property
     def ports(self) -> dict[int, tuple[str, str | int]]:
@@ -76,10 +94,22 @@ class Table:
         return found
 
     def models(self, tenant: str, grant: Grant) -> list[Route]:
-        """The routes `grant` may use on `tenant`'s port, by model name."""
+        """The routes `grant` may use on `tenant`'s port, by model name: the tenant's own, and for
+        a tenant-wide key the deployments shared with the tenant whose names it does not serve."""
         if grant.tenant != tenant:
             return []
-        return sorted((r for r in self.routes.values() if grant.allows(r)), key=lambda r: r.model)
+        own = [r for r in self.routes.values() if grant.allows(r)]
+        if grant.deployment_id is None:
+            names = {r.model for r in own}
+            for dep_id in self.shares.get(tenant, {}):
+                route = self.routes.get(dep_id)
+                if route is not None and route.tenant != tenant and route.model not in names:
+                    own.append(route)
+        return sorted(own, key=lambda r: (r.model, r.deployment_id))
+
+    def limits(self, tenant: str, route: Route) -> Limits | None:
+        """The consumer `tenant`'s limits on `route` when it is another tenant's, shared with it."""
+        return None if route.tenant == tenant else self.shares.get(tenant, {}).get(route.deployment_id, Limits())
 
     def route(self, tenant: str, model: object, grant: Grant) -> Route | None:
         """The route for `model` on `tenant`'s port if `grant` may use it (served names are unique
@@ -100,6 +130,10 @@ def dump(table: Table) -> str:
                 for dep_id, route in sorted(table.routes.items())
             },
             "keys": {digest.hex(): asdict(grant) for digest, grant in sorted(table.keys.items())},
+            "shares": {
+                slug: {str(dep_id): asdict(limits) for dep_id, limits in sorted(shared.items())}
+                for slug, shared in sorted(table.shares.items())
+            },
         },
         indent=1,
     )
@@ -113,6 +147,10 @@ def parse(text: str | bytes) -> Table:
             tenants={str(slug): int(entry["port"]) for slug, entry in data["tenants"].items()},
             routes={int(i): Route(deployment_id=int(i), **entry) for i, entry in data["deployments"].items()},
             keys={bytes.fromhex(digest): Grant(**grant) for digest, grant in data["keys"].items()},
+            shares={
+                str(slug): {int(i): Limits(**limits) for i, limits in shared.items()}
+                for slug, shared in data.get("shares", {}).items()
+            },
         )
     except (ValueError, TypeError, KeyError, AttributeError) as error:
         raise ValueError(f"not a routing table: {error}") from None

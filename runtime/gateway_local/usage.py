@@ -39,6 +39,7 @@ class UsageRecord:
     prompt_tokens: int
     completion_tokens: int
     status: int
+    consumer: str = ""  # the key's tenant where it is not `tenant` (a shared model); "" otherwise
 
 
 def tokens(usage: Any) -> tuple[int, int]:

@@ -90,3 +90,38 @@ def fresh_key(world):
     from access.services import key_mint
 
     return key_mint(user=world.users["member"], tenant=world.alpha, name=f"k{next(names)}")[0]
+
+
+def fresh_publication(world):
+    """A fresh alpha deployment published to beta (approval by the owner)."""
+    from sharing.services import publish
+
+    dep = fresh_dep(world, "approved")
+    return publish(user=world.users["platform_admin"], deployment_id=dep.pk, tenants=["beta"])
+
+
+def fresh_subscription(world):
+    """Beta asks for a fresh alpha publication: a requested subscription."""
+    from django.contrib.auth.models import User
+
+    from quotas.models import Membership
+    from sharing.services import subscribe
+
+    admin, made = User.objects.get_or_create(username="beta-admin")
+    if made:
+        Membership.objects.create(user=admin, tenant=world.beta, role="tenant_admin")
+    return subscribe(user=admin, consumer=world.beta, deployment_id=fresh_publication(world).deployment_id)
+
+
+def fresh_beta_offer(world) -> int:
+    """A fresh beta deployment shared with every tenant, approved by policy: its id."""
+    from deployments import services as deployment_services
+    from sharing.services import publish
+
+    dep = deployment_services.deployment_create(
+        tenant=world.beta,
+        user=world.users["other_member"],
+        data=model_draft(world, name=f"b{next(names)}", served_model_name=f"b{next(names)}", max_replicas=1),
+    )
+    publish(user=world.users["platform_admin"], deployment_id=dep.pk, to_all=True, auto_approve=True)
+    return dep.pk

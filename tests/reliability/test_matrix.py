@@ -14,11 +14,14 @@ from tests.reliability.objects import (
     alpha_audit,
     alpha_quota,
     flavor_body,
+    fresh_beta_offer,
     fresh_dep,
     fresh_flavor,
     fresh_key,
     fresh_person,
+    fresh_publication,
     fresh_quota_request,
+    fresh_subscription,
     names,
 )
 from tests.support.factories import draft as model_draft
@@ -52,6 +55,12 @@ NO_SUCH_ORPHAN = {"backend": "kuberay", "namespace": "alpha", "name": "x"}
 
 D = "/api/v1/deployments"
 CAT = "/api/v1/catalog/models/"
+
+
+def _active(world):
+    from sharing.services import approve
+
+    return approve(user=world.users["platform_admin"], subscription_id=fresh_subscription(world).pk)
 
 
 def fresh_catalog_model() -> CatalogModel:
@@ -363,6 +372,50 @@ MATRIX = {
     ),
     ("apikey-detail", "get"): (lambda w, c: c.get(f"/api/v1/keys/{fresh_key(w).pk}/"), ALPHA_READ),
     ("apikey-revoke", "post"): (lambda w, c: c.post(f"/api/v1/keys/{fresh_key(w).pk}/revoke/"), MEMBER_WRITE),
+    # Shared models (issue 34): alpha's side acts on its publications and the subscriptions to them
+    # (tenant admins), beta's on its own subscriptions; members and viewers read (sharing.permissions).
+    ("publication-list", "get"): (lambda w, c: c.get("/api/v1/publications/"), READ_ALL),
+    ("publication-list", "post"): (
+        lambda w, c: c.post(
+            "/api/v1/publications/", {"deployment": fresh_dep(w, "approved").pk, "tenants": ["beta"]}, format="json"
+        ),
+        expect(viewer=403, member=403, other_member=400),
+    ),
+    ("publication-detail", "get"): (
+        lambda w, c: c.get(f"/api/v1/publications/{fresh_publication(w).pk}/"),
+        READ_ALL,  # offered to beta: its member reads it
+    ),
+    ("publication-unpublish", "post"): (
+        lambda w, c: c.post(f"/api/v1/publications/{fresh_publication(w).pk}/unpublish/"),
+        expect(viewer=403, member=403, other_member=403),
+    ),
+    ("subscription-list", "get"): (lambda w, c: c.get("/api/v1/subscriptions/"), READ_ALL),
+    ("subscription-list", "post"): (
+        lambda w, c: c.post(
+            "/api/v1/subscriptions/", {"tenant": "alpha", "deployment": fresh_beta_offer(w)}, format="json"
+        ),
+        expect(viewer=403, member=403, tenant_admin=201, platform_admin=201, other_member=400),
+    ),
+    ("subscription-detail", "get"): (
+        lambda w, c: c.get(f"/api/v1/subscriptions/{fresh_subscription(w).pk}/"),
+        READ_ALL,
+    ),
+    **{
+        ("subscription-" + verb, "post"): (
+            lambda w, c, verb=verb: c.post(f"/api/v1/subscriptions/{fresh_subscription(w).pk}/{verb}/"),
+            expect(viewer=403, member=403, other_member=403),
+        )
+        for verb in ("approve", "refuse", "limits")
+    },
+    # Ending needs an active subscription; cancelling is the consumer's (beta's admin), not alpha's.
+    ("subscription-end", "post"): (
+        lambda w, c: c.post(f"/api/v1/subscriptions/{_active(w).pk}/end/"),
+        expect(viewer=403, member=403, other_member=403),
+    ),
+    ("subscription-cancel", "post"): (
+        lambda w, c: c.post(f"/api/v1/subscriptions/{fresh_subscription(w).pk}/cancel/"),
+        expect(viewer=403, member=403, tenant_admin=403, other_member=403),
+    ),
     # The model catalog (issue 33): every signed-in user reads the active rows; platform admins write.
     ("catalog-model-list", "get"): (lambda w, c: c.get(CAT), READ_ALL),
     ("catalog-model-list", "post"): (

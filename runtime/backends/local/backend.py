@@ -298,6 +298,15 @@ class LocalBackend:
         served while one of its deployments runs); None without the gateway."""
         return self.gateway.tenant_endpoint(tenant_slug) if self.gateway else None
 
+    def share(self, shares: dict[str, dict[int, Any]]) -> bool:
+        """Hand the gateway the portal's active subscriptions (consumer slug -> deployment id ->
+        routes.Limits) and rewrite its table when they changed; False without the gateway."""
+        if not self.gateway:
+            return False
+        if self.gateway.write_shares(shares):
+            self._write_routes()
+        return True
+
     def _engines(self) -> list[EngineState]:
         paths = sorted(self.root.glob(f"*/{STATE_FILE}"))
         found = (self.load_state(int(path.parent.name)) for path in paths if path.parent.name.isdigit())

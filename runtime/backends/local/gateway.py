@@ -31,6 +31,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ from runtime.gateway_local import routes
 from runtime.keys import MINTED_KEY_PREFIX, portal_key
 
 GATEWAY_DIR = "gateway"
+SHARES_FILE = "shares.json"  # the portal's active subscriptions, in routes.Table's `shares` shape
 PROCESS_FILE = "process.json"
 LOG_FILE = "gateway.log"
 GATEWAY_MODULE = "runtime.gateway_local"
@@ -133,8 +135,41 @@ class LocalGateway:
             for route in routed.values():
                 try_it = routes.key_digest(portal_key(self.seed, route.deployment_id))
                 keys[try_it] = routes.Grant(key_id=None, tenant=route.tenant, deployment_id=route.deployment_id)
-        tenants = {route.tenant: self.tenant_port(route.tenant) for route in routed.values()}
-        return routes.Table(tenants=tenants, routes=routed, keys=keys)
+        shares = {
+            consumer: {dep_id: limits for dep_id, limits in shared.items() if dep_id in routed}
+            for consumer, shared in self._shares().items()
+        }
+        shares = {consumer: shared for consumer, shared in shares.items() if shared}
+        tenants = {slug: self.tenant_port(slug) for slug in {r.tenant for r in routed.values()} | set(shares)}
+        return routes.Table(tenants=tenants, routes=routed, keys=keys, shares=shares)
+
+    def _shares(self) -> dict[str, dict[int, routes.Limits]]:
+        """The shares the portal last wrote (`write_shares`); none when the file is missing or bad."""
+        try:
+            data = json.loads((self.directory / SHARES_FILE).read_text())
+            return {
+                str(consumer): {int(dep_id): routes.Limits(**limits) for dep_id, limits in shared.items()}
+                for consumer, shared in data.items()
+            }
+        except (OSError, ValueError, TypeError, AttributeError):
+            return {}
+
+    def write_shares(self, shares: dict[str, dict[int, routes.Limits]]) -> bool:
+        """Keep the portal's active subscriptions (consumer slug -> deployment id -> limits) for the
+        next table; True when they changed. The caller rewrites the table (`write`)."""
+        text = json.dumps(
+            {c: {str(i): asdict(limits) for i, limits in sorted(s.items())} for c, s in sorted(shares.items())},
+            indent=1,
+        )
+        with self._locked():
+            path = self.directory / SHARES_FILE
+            with contextlib.suppress(OSError):
+                if path.read_text() == text:
+                    return False
+            tmp = path.with_name(SHARES_FILE + ".tmp")
+            tmp.write_text(text)
+            tmp.replace(path)
+            return True
 
     def write(self, engines: Iterable[Any], upstream_of: Callable[[Any], str]) -> routes.Table:
         """Rebuild and write the routing file (under the lock: a writer that read older state
