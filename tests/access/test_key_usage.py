@@ -185,3 +185,21 @@ def test_the_usage_report_lists_the_month_per_key_to_whom_may_see_it(world, keye
     assert [r["tenant"] for r in admin["keys"]] == ["beta", "alpha", "alpha"]
     last_month = world.client("member").get("/api/v1/usage/", {"month": "2020-01"}).json()
     assert last_month["keys"] == []
+
+
+def test_a_consumers_use_of_a_shared_model_counts_only_with_a_subscription_and_a_tenant_wide_key(world, keyed):
+    from sharing.models import Publication, Subscription
+
+    k = keyed
+    beta_scoped = mint(world, world.beta, k["other"])
+
+    def shared(ts, key):
+        return UsageRecord(ts, key.pk, "alpha", k["chat"].pk, "chat", 2, 4, 200, consumer="beta")
+
+    assert count_usage([shared(NOW, k["foreign"])]) == 0  # no subscription: not counted
+    publication = Publication.objects.create(deployment=k["chat"], to_all=True)
+    Subscription.objects.create(publication=publication, consumer=world.beta, state="active")
+    counted = count_usage([shared(NOW + 1, k["foreign"]), shared(NOW + 2, beta_scoped), shared(NOW + 3, k["wide"])])
+    assert counted == 1  # beta's tenant-wide key only: not beta's scoped key, not alpha's key named as beta's
+    assert rows() == [(k["foreign"].pk, k["chat"].pk, 1, 0, 2, 4)]
+    assert KeyUsageDay.objects.get().tenant == world.alpha  # the deployment's owner; the key says who consumed
