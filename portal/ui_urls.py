@@ -18,6 +18,7 @@ urlpatterns = [
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<str:key>/revoke/", views.token_revoke_view, name="token-revoke"),
     path("", include("access.urls")),  # keys/, keys/new/, keys/<id>/revoke/
+    path("", include("sharing.urls")),  # shared/: publish, subscribe, decide
     path("deployments/", deployment_views.deployment_list, name="deployment-list"),
     path("deployments/new/", deployment_views.deployment_new, name="deployment-new"),
     path("deployments/preview/", deployment_views.deployment_preview, name="deployment-preview"),
