@@ -26,7 +26,11 @@ def _query(request) -> tuple[dict, dict]:
     else:
         errors = {field: " ".join(str(e) for e in msgs) for field, msgs in query.errors.items()}
         good = UsageQuerySerializer(data={k: v for k, v in request.GET.items() if k not in errors})
-        data = dict(good.validated_data) if good.is_valid() else {"sort": DEFAULT_SORT, "limit": PAGE_SIZE, "offset": 0}
+        data = (
+            dict(good.validated_data)
+            if good.is_valid()
+            else {"sort": DEFAULT_SORT, "limit": PAGE_SIZE, "offset": 0, "rows": "deployments"}
+        )
     data.setdefault("month", parse_month(None))
     return data, errors
 
@@ -71,6 +75,8 @@ def usage_report(request):
         "sorts": SORT_CHOICES,
         "tenant_choices": list(Tenant.objects.visible_to(request.user).values_list("slug", "display_name")),
         "csv_href": reverse("usage-csv-download") + _link(params),
+        "keys_csv_href": reverse("usage-csv-download") + _link(params, rows="keys"),
+        "shared_csv_href": reverse("usage-csv-download") + _link(params, rows="shared"),
         "api_href": reverse("usage-report") + _link(params),
     }
     return render(request, "usage/report.html", context, status=400 if errors else 200)
@@ -83,6 +89,9 @@ def usage_csv(request):
     if errors:
         return usage_report(request)  # the page with the field errors (400)
     tenants = covered_tenants(request.user, q.get("tenant"))
-    response = StreamingHttpResponse(csv_lines(tenants, month=q["month"], sort=q["sort"]), content_type="text/csv")
-    response["Content-Disposition"] = f'attachment; filename="usage-{q["month"]:%Y-%m}.csv"'
+    response = StreamingHttpResponse(
+        csv_lines(tenants, month=q["month"], sort=q["sort"], rows=q["rows"]), content_type="text/csv"
+    )
+    suffix = "" if q["rows"] == "deployments" else f"-{q['rows']}"
+    response["Content-Disposition"] = f'attachment; filename="usage-{q["month"]:%Y-%m}{suffix}.csv"'
     return response

@@ -15,6 +15,12 @@ class UsageQuerySerializer(serializers.Serializer):
     sort = serializers.ChoiceField(choices=SORT_CHOICES, required=False, default=DEFAULT_SORT)
     limit = serializers.IntegerField(required=False, min_value=1, max_value=500, default=PAGE_SIZE)
     offset = serializers.IntegerField(required=False, min_value=0, max_value=10**6, default=0)
+    rows = serializers.ChoiceField(
+        choices=["deployments", "keys", "shared"],
+        required=False,
+        default="deployments",
+        help_text="CSV only: the deployment rows, the per-key rows or the shared-model chargeback rows.",
+    )
 
     def validate_month(self, value: str):
         try:
@@ -58,6 +64,15 @@ class TenantUsageSerializer(_Figures):
     display_name = serializers.CharField()
     deployments = serializers.IntegerField()
     budget = BudgetSerializer()
+    shared_owes = serializers.DecimalField(
+        max_digits=18, decimal_places=2, help_text="Its share of other tenants' shared deployments it used."
+    )
+    shared_owed = serializers.DecimalField(
+        max_digits=18, decimal_places=2, help_text="Other tenants' shares of its shared deployments."
+    )
+    net_cost = serializers.DecimalField(
+        max_digits=18, decimal_places=2, allow_null=True, help_text="cost - shared_owed + shared_owes."
+    )
 
 
 class DeploymentUsageSerializer(_Figures):
@@ -84,13 +99,24 @@ class KeyUsageSerializer(serializers.Serializer):
     key_id = serializers.IntegerField(allow_null=True, help_text="Null: the portal's own Try-it key.")
     key = serializers.CharField(help_text="The key's name.")
     prefix = serializers.CharField(help_text="The key's first characters.")
-    tenant = serializers.CharField()
+    tenant = serializers.CharField(help_text="The key's tenant (for Try-it: the deployment's).")
+    owner = serializers.CharField(help_text="The deployment's tenant (another one for a shared model).")
     deployment_id = serializers.IntegerField()
     deployment = serializers.CharField()
     requests = serializers.IntegerField()
     failed = serializers.IntegerField(help_text="Requests answered with a status of 400 or more.")
     prompt_tokens = serializers.IntegerField()
     completion_tokens = serializers.IntegerField()
+
+
+class ChargeSerializer(serializers.Serializer):
+    deployment_id = serializers.IntegerField()
+    deployment = serializers.CharField()
+    owner = serializers.CharField(help_text="The shared deployment's tenant.")
+    consumer = serializers.CharField(help_text="The tenant that used it.")
+    tokens = serializers.IntegerField(help_text="The consumer's tokens in and out.")
+    share_tokens = serializers.IntegerField(help_text="Every tenant's tokens on the priced days.")
+    cost = serializers.DecimalField(max_digits=18, decimal_places=2, help_text="What the consumer owes the owner.")
 
 
 class UsageReportSerializer(serializers.Serializer):
@@ -105,6 +131,10 @@ class UsageReportSerializer(serializers.Serializer):
         many=True,
         help_text="Use per API key and deployment, most tokens first, as the local gateway reports it (the cluster's "
         "Gateway does not report per key).",
+    )
+    shared = ChargeSerializer(
+        many=True,
+        help_text="Shared deployments' cost split by tokens, day by day; the owner keeps the rest (usage.chargeback).",
     )
 
 

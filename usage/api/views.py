@@ -50,8 +50,11 @@ class UsageCsvView(APIView):
     def get(self, request):
         q = _query(request)
         tenants = covered_tenants(request.user, q.get("tenant"))
-        response = StreamingHttpResponse(csv_lines(tenants, month=q["month"], sort=q["sort"]), content_type="text/csv")
-        response["Content-Disposition"] = f'attachment; filename="usage-{q["month"]:%Y-%m}.csv"'
+        response = StreamingHttpResponse(
+            csv_lines(tenants, month=q["month"], sort=q["sort"], rows=q["rows"]), content_type="text/csv"
+        )
+        suffix = "" if q["rows"] == "deployments" else f"-{q['rows']}"
+        response["Content-Disposition"] = f'attachment; filename="usage-{q["month"]:%Y-%m}{suffix}.csv"'
         return response
 
 
