@@ -170,6 +170,10 @@ class TenantModelSpec:
     service: str  # the backend Service (runtime.manifests.gateway.backend_service) ...
     port: int  # ... and its port
     pool: ModelPoolSpec | None = None  # None: no InferencePool, the route targets the Service
+    # A consumer's limits on this shared model, one counter for the rule (its route is the
+    # consumer's): 0 = none. Its own deployments have none here (the tenant's per-key limits apply).
+    tokens_per_minute: int = 0
+    requests_per_minute: int = 0
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,10 @@ MODELS_ROUTE_NAME = "llm-portal-models"
 INFERENCE_GROUP = "inference.networking.k8s.io"
 INFERENCEPOOL_API_VERSION = f"{INFERENCE_GROUP}/v1"
 LABEL_OWNER = "llm-portal.io/owner"  # on a shared route: the tenant whose models it reaches
+# On every object of a tenant endpoint (not a deployment's own route): what the portal lists to
+# delete those no longer wanted (runtime.backends.tenant_exposure).
+LABEL_ENDPOINT = "llm-portal.io/endpoint"
+ENDPOINT_TENANT = "tenant"
 ROUTE_TOKENS_LIMIT = "tokens-per-route"
 ROUTE_REQUESTS_LIMIT = "requests-per-route"
 EPP_FAILURE_MODES = ("FailClose", "FailOpen")
@@ -136,7 +140,7 @@ def chunks(spec: TenantRouteSpec) -> list[tuple[str, tuple[TenantModelSpec, ...]
 
 
 def _labels(spec: TenantRouteSpec, model: TenantModelSpec | None = None) -> dict[str, str]:
-    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TENANT: spec.tenant_slug}
+    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TENANT: spec.tenant_slug, LABEL_ENDPOINT: ENDPOINT_TENANT}
     if spec.owner_slug:
         labels[LABEL_OWNER] = spec.owner_slug
     if model is not None:
@@ -261,8 +265,16 @@ def _limits(per_key: int, per_route: int, key_name: str, route_name: str) -> dic
     return limits
 
 
+def _limit_policy(kind: str, version: str, meta: dict, target: dict, limits: dict) -> dict[str, Any]:
+    return {"apiVersion": version, "kind": kind, "metadata": meta, "spec": {"targetRef": target, "limits": limits}}
+
+
 def render_tenant_limit_policies(spec: TenantRouteSpec) -> list[dict[str, Any]]:
-    """Per route: a TokenRateLimitPolicy and a RateLimitPolicy, each with what the spec sets."""
+    """Per route: a TokenRateLimitPolicy and a RateLimitPolicy, each with what the spec sets; and
+    per shared model with a consumer's limits, the same aimed at its rule (`sectionName`), one
+    counter each: the route is that consumer's, so the counter is the consumer's use of that model.
+    Kuadrant applies the most specific policy of a kind to a rule's requests (doc/overviews/
+    rate-limiting.md, "Targeting a HTTPRouteRule"), so the rule's limits replace the route's there."""
     token_limits = _limits(spec.tokens_per_minute, spec.route_tokens_per_minute, TOKENS_LIMIT, ROUTE_TOKENS_LIMIT)
     request_limits = _limits(
         spec.requests_per_minute, spec.route_requests_per_minute, REQUESTS_LIMIT, ROUTE_REQUESTS_LIMIT
@@ -275,15 +287,20 @@ def render_tenant_limit_policies(spec: TenantRouteSpec) -> list[dict[str, Any]]:
             ("RateLimitPolicy", RATELIMITPOLICY_API_VERSION, request_limits),
         ):
             if limits:
-                meta = _metadata(route, spec.namespace, _labels(spec))
                 policies.append(
-                    {
-                        "apiVersion": version,
-                        "kind": kind,
-                        "metadata": meta,
-                        "spec": {"targetRef": target, "limits": limits},
-                    }
+                    _limit_policy(kind, version, _metadata(route, spec.namespace, _labels(spec)), target, limits)
                 )
+    for route, models in chunks(spec):
+        for model in models:
+            target = {"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": route, "sectionName": rule_name(model)}
+            meta = _metadata(f"{route}-{model.deployment_id}", spec.namespace, _labels(spec, model))
+            for kind, version, per_minute, name in (
+                ("TokenRateLimitPolicy", TOKENRATELIMITPOLICY_API_VERSION, model.tokens_per_minute, ROUTE_TOKENS_LIMIT),
+                ("RateLimitPolicy", RATELIMITPOLICY_API_VERSION, model.requests_per_minute, ROUTE_REQUESTS_LIMIT),
+            ):
+                if per_minute > 0:
+                    limits = {name: {"rates": [{"limit": per_minute, "window": "1m"}]}}
+                    policies.append(_limit_policy(kind, version, dict(meta), target, limits))
     return policies
 
 
@@ -362,6 +379,9 @@ def _model_problem(spec: TenantRouteSpec, model: TenantModelSpec) -> str | None:
             return f"{value!r} is not a DNS-1123 label"
     if model.deployment_id < 1 or not 1 <= model.port <= 65535:
         return "deployment id and port must be positive (a port at most 65535)"
+    for limit in (model.tokens_per_minute, model.requests_per_minute):
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit <= 2**31 - 1:
+            return "a per-minute limit is a whole number from 0 (none) to 2147483647"
     if _pooled(spec, model):
         return _pool_problem(spec, model.deployment_name, model.pool)  # type: ignore[arg-type]
     return None

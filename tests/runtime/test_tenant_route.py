@@ -58,12 +58,14 @@ def shared(**changes) -> TenantRouteSpec:
     """Models of tenant `globex` shared with `acme`: rendered in globex's namespace."""
     return tenant(
         model(20, "globex/llama"),
-        namespace="tenant-globex",
-        owner_slug="globex",
-        tokens_per_minute=1000,
-        route_tokens_per_minute=50_000,
-        route_requests_per_minute=300,
-        **changes,
+        **{
+            "namespace": "tenant-globex",
+            "owner_slug": "globex",
+            "tokens_per_minute": 1000,
+            "route_tokens_per_minute": 50_000,
+            "route_requests_per_minute": 300,
+            **changes,
+        },
     )
 
 
@@ -83,7 +85,11 @@ class TestShape:
             "metadata": {
                 "name": "llm-portal-v1",
                 "namespace": "tenant-acme",
-                "labels": {"app.kubernetes.io/managed-by": "llm-portal", "llm-portal.io/tenant": "acme"},
+                "labels": {
+                    "app.kubernetes.io/managed-by": "llm-portal",
+                    "llm-portal.io/tenant": "acme",
+                    "llm-portal.io/endpoint": "tenant",
+                },
             },
             "spec": {
                 "parentRefs": [
@@ -163,6 +169,7 @@ class TestShape:
                 "labels": {
                     "app.kubernetes.io/managed-by": "llm-portal",
                     "llm-portal.io/tenant": "acme",
+                    "llm-portal.io/endpoint": "tenant",
                     "llm-portal.io/deployment-id": "7",
                 },
             },
@@ -202,6 +209,9 @@ SCHEMA_CASES = {
     "pooled": lambda: tenant_route_objects(pooled()),
     "parked": lambda: tenant_route_objects(two_models(), parked={7, 8}),
     "shared": lambda: tenant_route_objects(shared()),
+    "shared_model_limits": lambda: tenant_route_objects(
+        shared(models=(model(20, "globex/llama", tokens_per_minute=900, requests_per_minute=30), model(21)))
+    ),
     "seventeen": lambda: tenant_route_objects(tenant(*(model(i) for i in range(1, 18)), requests_per_minute=5)),
     "longest_served_name": lambda: tenant_route_objects(tenant(model(1, "a" * 200))),
     "on_an_ip_address": lambda: tenant_route_objects(
@@ -348,6 +358,32 @@ class TestLimits:
             "kind": "HTTPRoute",
             "name": "llm-portal-v1-acme",
         }
+
+    def test_a_consumers_limits_on_one_shared_model_aim_at_its_rule(self) -> None:
+        spec = shared(
+            models=(model(20, "globex/llama", tokens_per_minute=900, requests_per_minute=30), model(21)),
+            tokens_per_minute=0,
+            route_tokens_per_minute=0,
+            route_requests_per_minute=0,
+        )
+        tokens, requests = render_tenant_limit_policies(spec)
+        assert (tokens["metadata"]["name"], requests["metadata"]["name"]) == ("llm-portal-v1-acme-20",) * 2
+        assert tokens["spec"] == {
+            "targetRef": {
+                "group": "gateway.networking.k8s.io",
+                "kind": "HTTPRoute",
+                "name": "llm-portal-v1-acme",
+                "sectionName": "deployment-20",
+            },
+            "limits": {"tokens-per-route": {"rates": [{"limit": 900, "window": "1m"}]}},  # one counter: acme's
+        }
+        assert requests["spec"]["limits"] == {"requests-per-route": {"rates": [{"limit": 30, "window": "1m"}]}}
+        assert tokens["metadata"]["labels"]["llm-portal.io/deployment-id"] == "20"
+
+    @pytest.mark.parametrize("bad", [-1, 2**31, True, 1.5])
+    def test_a_limit_that_is_not_a_whole_count_is_refused(self, bad) -> None:
+        with pytest.raises(RenderError, match="per-minute limit"):
+            render_tenant_limit_policies(shared(models=(model(20, tokens_per_minute=bad),)))
 
     def test_no_limit_set_renders_no_limit_policy(self) -> None:
         assert render_tenant_limit_policies(two_models()) == []
