@@ -64,3 +64,11 @@ def count_key_usage_task() -> int:
     from access.key_usage import count_gateway_log
 
     return count_gateway_log()
+
+
+@shared_task(acks_late=True)
+def apply_tenant_endpoints_task() -> dict:
+    """Every tenant's endpoint on the Gateway (access.tenant_endpoint)."""
+    from access.tenant_endpoint import apply_tenant_endpoints
+
+    return apply_tenant_endpoints()

@@ -375,6 +375,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "usage.tasks.refresh_usage_task",
         "schedule": 300.0,
     },
+    "access-tenant-endpoints": {  # each tenant's endpoint on the Gateway (access.tenant_endpoint)
+        "task": "access.tasks.apply_tenant_endpoints_task",
+        "schedule": 30.0,
+    },
     "access-key-usage": {  # requests and tokens per API key from the local gateway's log (access.key_usage)
         "task": "access.tasks.count_key_usage_task",
         "schedule": 60.0,
@@ -498,6 +502,11 @@ GATEWAY_API = env_bool("GATEWAY_API", False)
 GATEWAY_NAME = env_str("GATEWAY_NAME", "llm-gateway")
 GATEWAY_NAMESPACE = env_str("GATEWAY_NAMESPACE", "gateway-system")
 GATEWAY_PUBLIC_URL = env_url("GATEWAY_PUBLIC_URL", None, schemes={"http", "https"})
+# The portal's own Service: a tenant endpoint's `/v1/models` is routed to it (access.tenant_endpoint).
+# Unset: tenant endpoints route models only, and `/v1/models` is not served on the Gateway.
+PORTAL_SERVICE_NAME = env_str("PORTAL_SERVICE_NAME", "")
+PORTAL_SERVICE_NAMESPACE = env_str("PORTAL_SERVICE_NAMESPACE", "")
+PORTAL_SERVICE_PORT = env_int("PORTAL_SERVICE_PORT", 80, minimum=1)
 API_KEY_NAMESPACE = env_str("API_KEY_NAMESPACE", "kuadrant-system")
 if GATEWAY_PUBLIC_URL and KSERVE_DEPLOYMENT_MODE == "Knative" and "kserve" in RUNTIME_BACKENDS:
     # runtime.manifests.kserve.predictor_service: no stable Service for a route (docs/install.md, "KServe").

@@ -127,6 +127,10 @@ GATEWAY_NAMESPACE: {{ $v.gateway.namespace | quote }}
 GATEWAY_PUBLIC_URL: {{ . | quote }}
 {{- end }}
 API_KEY_NAMESPACE: {{ $v.gateway.apiKeyNamespace | quote }}
+# The tenant endpoints' `/v1/models` route goes to this Service (access.tenant_endpoint).
+PORTAL_SERVICE_NAME: {{ printf "%s-web" (include "llm-portal.fullname" .) | quote }}
+PORTAL_SERVICE_NAMESPACE: {{ .Release.Namespace | quote }}
+PORTAL_SERVICE_PORT: {{ $v.web.service.port | int | toString | quote }}
 {{- if $v.oidc.enabled }}
 {{- with $v.oidc.issuer }}
 OIDC_OP_DISCOVERY_ISSUER: {{ . | quote }}
