@@ -25,9 +25,9 @@ from deployments.models import ModelDeployment
 from deployments.specs import deployment_spec
 from deployments.states import RUNNING
 from quotas.models import Tenant
-from runtime.backends import cluster_configured, get_cluster, names
+from runtime.backends import cluster_configured, enabled, get_cluster, names
 from runtime.backends.tenant_exposure import TenantExposure, expose_tenant
-from runtime.manifests.tenant_route import tenant_endpoint, tenant_model
+from runtime.manifests.tenant_route import tenant_endpoint, tenant_model, tenant_prefix
 from runtime.platform import gateway_spec
 from runtime.spec import RenderError, TenantModelSpec, TenantRouteSpec
 from sharing.models import Subscription
@@ -96,6 +96,26 @@ def endpoint_url(tenant: Tenant) -> str | None:
     """The tenant's OpenAI base URL on the Gateway (None without one)."""
     specs = tenant_specs(tenant) if gateway_spec() is not None else []
     return tenant_endpoint(specs[0]) if specs else None
+
+
+def endpoints(tenants) -> list[dict]:
+    """Each tenant's OpenAI base URLs: on the Gateway (`gateway`) and on the local gateway
+    (`local`, its port kept for good once given), None where there is none."""
+    gateway = gateway_spec()
+    local = None
+    if settings.LOCAL_GATEWAY and "local" in enabled(on_cluster=False):
+        from runtime.backends.local.backend import LocalBackend
+
+        local = LocalBackend.instance()
+    return [
+        {
+            "tenant": t.slug,
+            "gateway": f"{gateway.public_url}{tenant_prefix(t.slug)}" if gateway else None,
+            "local": local.tenant_endpoint(t.slug) if local else None,
+        }
+        for t in tenants
+        if not t.archived
+    ]
 
 
 def _digest(specs: list[TenantRouteSpec]) -> str:

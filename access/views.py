@@ -14,8 +14,10 @@ from access.forms import MintForm
 from access.models import ApiKey
 from access.permissions import KeyAction, allowed, may_revoke, mint_note, mint_tenants, revoke_note
 from access.services import key_mint, key_revoke
+from access.tenant_endpoint import endpoints
 from core.exceptions import DomainError
 from deployments.states import actor_of
+from quotas.models import Tenant
 
 
 @login_required
@@ -29,6 +31,9 @@ def key_list(request):
     rows = [{"key": k, "can_revoke": k.revoked_at is None and may_revoke(request.user, k)} for k in keys]
     context = {
         "rows": rows,
+        "endpoints": [
+            e for e in endpoints(Tenant.objects.visible_to(request.user).order_by("slug")) if e["gateway"] or e["local"]
+        ],
         "gateway_url": settings.GATEWAY_PUBLIC_URL,
         "can_mint": mint_tenants(request.user).exists(),
         "mint_note": mint_note(),

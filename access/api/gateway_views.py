@@ -72,3 +72,19 @@ class TenantModelView(TenantModelsView):
     )
     def get(self, request, tenant: str, model: str):
         return self.answer(request, tenant, model)
+
+
+class TenantEndpointsView(APIView):
+    """The OpenAI base URL of each tenant you belong to: one per tenant, routing by `model` to its
+    deployments and to the models shared with it (`gateway`: on the cluster Gateway; `local`: on
+    the portal machine's local gateway; null where there is none)."""
+
+    @extend_schema(
+        operation_id="tenant_endpoints_list",
+        responses={200: OpenApiResponse(description='[{"tenant", "gateway", "local"}, ...]')},
+    )
+    def get(self, request):
+        from access.tenant_endpoint import endpoints
+        from quotas.models import Tenant
+
+        return Response(endpoints(Tenant.objects.visible_to(request.user).order_by("slug")))

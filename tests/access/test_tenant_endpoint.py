@@ -121,3 +121,18 @@ def test_an_own_model_wins_a_shared_name_and_without_a_gateway_nothing_is_called
     assert cluster_api.get_object(k8s.HTTPROUTE, "llm-portal-v1-alpha", "beta") is None
     settings.GATEWAY_PUBLIC_URL = None
     assert apply_tenant_endpoint(world.alpha) is None and endpoint_url(world.alpha) is None
+
+
+def test_each_member_reads_the_base_urls_of_their_tenants_over_the_api_and_on_the_keys_page(world, gateway):
+    assert world.client("member").get("/api/v1/tenant-endpoints/").json() == [
+        {"tenant": "alpha", "gateway": "https://llm.example.com/alpha/v1", "local": None}
+    ]
+    assert [e["tenant"] for e in world.client("platform_admin").get("/api/v1/tenant-endpoints/").json()] == [
+        "alpha",
+        "beta",
+    ]
+    assert world.client("anonymous").get("/api/v1/tenant-endpoints/").status_code == 401
+    page = world.browser("viewer").get("/keys/").content.decode()
+    assert 'id="tenant-endpoints"' in page and "<code>https://llm.example.com/alpha/v1</code>" in page
+    gateway.GATEWAY_PUBLIC_URL = None
+    assert 'id="tenant-endpoints"' not in world.browser("viewer").get("/keys/").content.decode()

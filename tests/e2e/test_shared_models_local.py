@@ -32,6 +32,7 @@ from runtime.spec import DeploymentSpec, EngineOptions, FlavorSpec
 from sharing import services as sharing
 from sharing.local import active_shares
 from tests.support.factories import draft
+from tests.support.processes import wait_for
 
 pytestmark = [
     pytest.mark.slow,
@@ -42,6 +43,15 @@ pytestmark = [
 ]
 CPU = FlavorSpec(name="cpu", gpu_model="CPU", accelerator_type="", gpu_memory_gib=0, gpus_per_node=1)
 TOKEN_LIMIT = 20  # beta's tokens per minute on the shared model: the second call crosses it
+
+
+def _records(root: Path) -> list:
+    return list(read_usage(root / GATEWAY_DIR / USAGE_FILE))
+
+
+def _streamed(root: Path, name: str) -> list:
+    """The usage rows of `name`'s five-token answers (the gateway logs a stream after its last event)."""
+    return [r for r in _records(root) if r.model == name and r.completion_tokens == 5]
 
 
 def spec(dep, model: Path) -> DeploymentSpec:
@@ -78,8 +88,8 @@ def test_one_base_url_three_models_a_foreign_key_a_limit_and_exact_usage(world, 
             tenant=tenant, user=user, data=draft(world, name=name, served_model_name=f"tiny-{name}", backend="local")
         )
         made[name] = dep
-    beta_admin = world.users["other_member"]
-    Membership.objects.filter(user=beta_admin).update(role="tenant_admin")
+    Membership.objects.filter(user=world.users["other_member"]).update(role="tenant_admin")
+    beta_admin = type(world.users["other_member"]).objects.get(pk=world.users["other_member"].pk)  # roles re-read
     sharing.publish(
         user=world.users["tenant_admin"], deployment_id=made["shared"].pk, tenants=["beta"],
         auto_approve=True, tokens_per_minute=TOKEN_LIMIT,
@@ -125,17 +135,21 @@ def test_one_base_url_three_models_a_foreign_key_a_limit_and_exact_usage(world, 
             assert answer.model == name and answer.usage.completion_tokens == 6
             sent[name][0] += answer.usage.prompt_tokens
             sent[name][1] += answer.usage.completion_tokens
-        for name in ("tiny-two", "tiny-shared"):  # streamed, asking for the usage event
+        for name, asked in (("tiny-two", False), ("tiny-shared", True)):  # streamed, with and without usage
             chunks = list(
                 beta.chat.completions.create(
                     model=name, messages=[{"role": "user", "content": "Hi"}], max_tokens=5, stream=True,
-                    stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
+                    extra_body={"ignore_eos": True}, **({"stream_options": {"include_usage": True}} if asked else {}),
                 )
             )  # fmt: skip
-            usage = chunks[-1].usage
-            assert len([c for c in chunks if c.choices]) >= 5 and usage.completion_tokens == 5
-            sent[name][0] += usage.prompt_tokens
-            sent[name][1] += usage.completion_tokens
+            assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            if asked:
+                assert chunks[-1].usage.completion_tokens == 5
+            else:  # not asked: the gateway asked the engine for it, counted it, and left it out
+                assert all(c.usage is None for c in chunks)
+            logged = wait_for(lambda n=name: _streamed(local_runtime, n), timeout=10, what="the stream's usage row")
+            sent[name][0] += logged[-1].prompt_tokens
+            sent[name][1] += logged[-1].completion_tokens
         assert sum(sent["tiny-shared"]) >= TOKEN_LIMIT  # so the limit is used up now
         with pytest.raises(RateLimitError):
             beta.completions.create(model="tiny-shared", prompt="x", max_tokens=1)
@@ -146,7 +160,7 @@ def test_one_base_url_three_models_a_foreign_key_a_limit_and_exact_usage(world, 
         with pytest.raises(AuthenticationError):
             alpha.completions.create(model="tiny-one", prompt="x")
 
-        records = list(read_usage(local_runtime / GATEWAY_DIR / USAGE_FILE))
+        records = _records(local_runtime)
         settings.LOCAL_RUNTIME_DIR = local_runtime
         assert count_gateway_log() == len(records)
         rows = {

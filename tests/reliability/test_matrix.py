@@ -348,6 +348,7 @@ MATRIX = {
     # The tenant endpoint's /v1/models takes an API key, never a portal session or token: every
     # role's portal credentials are refused (tests/access/test_gateway_models.py has the keys).
     ("gateway-models", "get"): (lambda w, c: c.get("/api/v1/gateway/alpha/models"), NO_PORTAL_CREDENTIALS),
+    ("tenant-endpoints", "get"): (lambda w, c: c.get("/api/v1/tenant-endpoints/"), READ_ALL),
     ("gateway-model", "get"): (
         lambda w, c: c.get(f"/api/v1/gateway/alpha/models/{fresh_dep(w, 'approved').served_model_name}"),
         NO_PORTAL_CREDENTIALS,
