@@ -551,8 +551,9 @@ LOCAL_KVCACHE_GIB = env_int("LOCAL_KVCACHE_GIB", 1, minimum=1)  # VLLM_CPU_KVCAC
 LOCAL_ENGINE_THREADS = env_int("LOCAL_ENGINE_THREADS", 2, minimum=1)  # OMP threads per engine
 LOCAL_STOP_TIMEOUT_SECONDS = env_float("LOCAL_STOP_TIMEOUT_SECONDS", 20.0, minimum=0.1)
 # The local gateway (runtime.gateway_local) in front of the engines: keys checked there, one port per
-# tenant routing by `model`, usage per key. Off by default until the portal reads its usage log and
-# shows the tenant endpoint (issue 34); tests/e2e/test_gateway_local_engine.py runs it on the engine.
+# tenant routing by `model`, shared models under their limits, usage per key (issue 34). Off by
+# default: the demo's engines answer on their own ports; tests/e2e/test_shared_models_local.py
+# runs it on the engine.
 LOCAL_GATEWAY = env_bool("LOCAL_GATEWAY", default=False)
 # How often a starting local engine is checked (one loopback request): the delay between the
 # engine serving and the portal showing Ready (bench/b8_startup.py).

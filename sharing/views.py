@@ -4,6 +4,8 @@ sharing.permissions, and the services check again."""
 
 from __future__ import annotations
 
+import re
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, redirect, render
@@ -17,6 +19,7 @@ from sharing.forms import LimitsForm, PublishForm, publishable
 from sharing.permissions import PUBLISHED, UNPUBLISHED, ShareAction, Side, actions_for, allowed
 from sharing.queries import visible_publications, visible_subscriptions
 
+SLUG = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 DECISIONS = {
     ShareAction.APPROVE: services.approve,
     ShareAction.REFUSE: services.refuse,
@@ -110,7 +113,8 @@ def unpublish_view(request, pk: int):
 @login_required
 @require_POST
 def subscribe_view(request):
-    tenant = Tenant.objects.visible_to(request.user).filter(slug=str(request.POST.get("tenant", ""))[:63]).first()
+    slug = str(request.POST.get("tenant", ""))
+    tenant = Tenant.objects.visible_to(request.user).filter(slug=slug).first() if SLUG.fullmatch(slug) else None
     try:
         deployment_id = int(request.POST.get("deployment", ""))
     except ValueError:

@@ -223,6 +223,7 @@ class Gateway:
         assert self.session is not None
         model = payload.get("model") if isinstance(payload, dict) and isinstance(payload.get("model"), str) else ""
         usage, status = (0, 0), 502
+        sse = SseUsage(keep_usage_event=keep_usage)
         try:
             async with self.session.request(
                 request.method, route.upstream + request.path_qs, data=body or None, headers=headers
@@ -230,8 +231,7 @@ class Gateway:
                 status = upstream.status
                 back = {name: upstream.headers[name] for name in PASSED_BACK if name in upstream.headers}
                 if upstream.headers.get("Content-Type", "").startswith("text/event-stream"):
-                    answer, usage = await self._stream(request, upstream, back, keep_usage)
-                    return answer
+                    return await self._stream(request, upstream, back, sse)
                 data = await upstream.read()
                 if back.get("Content-Type", "").startswith("application/json"):
                     usage = from_json(data)
@@ -240,26 +240,35 @@ class Gateway:
             log.warning("engine of deployment %s did not answer: %s", route.deployment_id, failed)
             return error(502, "The model's engine did not answer; it may be starting or stopped.", kind="server_error")
         finally:
+            usage = sse.usage if sse.usage != (0, 0) else usage  # a stream's, however it ended
             if grant is not None:
                 self.record(route, grant, model or route.model, usage, status)
                 if grant.tenant != route.tenant:
                     self.meter.spend((grant.tenant, route.deployment_id), sum(usage))
 
     async def _stream(
-        self, request: web.Request, upstream: aiohttp.ClientResponse, headers: dict[str, str], keep_usage: bool
-    ) -> tuple[web.StreamResponse, tuple[int, int]]:
+        self, request: web.Request, upstream: aiohttp.ClientResponse, headers: dict[str, str], sse: SseUsage
+    ) -> web.StreamResponse:
+        """Pass the engine's events on as they complete; `sse` notes the usage event on the way.
+        A client that goes away (the OpenAI clients close the connection on `data: [DONE]`, which
+        can be before the last bytes are written) ends the forwarding, not the count: the usage
+        event came before `[DONE]`, and a write to a closed connection is not the engine failing."""
         answer = web.StreamResponse(status=upstream.status, headers=headers)
         await answer.prepare(request)
-        sse = SseUsage(keep_usage_event=keep_usage)
-        async for chunk in upstream.content.iter_any():
-            out = sse.feed(chunk)
-            if out:
-                await answer.write(out)
-        rest = sse.flush()
-        if rest:
-            await answer.write(rest)
-        await answer.write_eof()
-        return answer, sse.usage
+        try:
+            async for chunk in upstream.content.iter_any():
+                out = sse.feed(chunk)
+                if out:
+                    await answer.write(out)
+            rest = sse.flush()
+            if rest:
+                await answer.write(rest)
+            await answer.write_eof()
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError) as gone:
+            if not (request.transport is None or request.transport.is_closing()):
+                raise  # the client is still there: the engine's side failed
+            log.info("client left a stream of %s before its end: %s", request.path, gone)
+        return answer
 
     def record(self, route: Route, grant: Grant, model: str, usage: tuple[int, int], status: int) -> None:
         try:

@@ -23,6 +23,7 @@ from sharing.api.serializers import (
 )
 from sharing.models import Publication, Subscription, SubscriptionState
 from sharing.queries import visible_publications, visible_subscriptions
+from sharing.views import SLUG
 
 
 class PublicationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -87,8 +88,8 @@ class SubscriptionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, view
         if state:
             queryset = queryset.filter(state=state) if state in SubscriptionState.values else queryset.none()
         tenant = str(params.get("tenant") or "")
-        if tenant:
-            queryset = queryset.filter(consumer__slug=tenant[:63])
+        if tenant:  # a slug or nothing matches (a NUL or an overlong value never reaches the database)
+            queryset = queryset.filter(consumer__slug=tenant) if SLUG.fullmatch(tenant) else queryset.none()
         return queryset
 
     @extend_schema(request=SubscribeSerializer, responses={201: SubscriptionSerializer})

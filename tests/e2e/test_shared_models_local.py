@@ -147,6 +147,12 @@ def test_one_base_url_three_models_a_foreign_key_a_limit_and_exact_usage(world, 
                 assert chunks[-1].usage.completion_tokens == 5
             else:  # not asked: the gateway asked the engine for it, counted it, and left it out
                 assert all(c.usage is None for c in chunks)
+            print(
+                "DEBUG",
+                name,
+                [(r.model, r.prompt_tokens, r.completion_tokens, r.status) for r in _records(local_runtime)],
+                flush=True,
+            )
             logged = wait_for(lambda n=name: _streamed(local_runtime, n), timeout=10, what="the stream's usage row")
             sent[name][0] += logged[-1].prompt_tokens
             sent[name][1] += logged[-1].completion_tokens

@@ -179,6 +179,14 @@ class TestStreaming:
         assert (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (2, 3)
         assert streamed_usage_rows(world) == [(11, "alpha", 2, "qwen", 2, 3, 200)]
 
+    def test_a_client_that_leaves_on_done_still_has_its_tokens_counted(self, world, monkeypatch):
+        monkeypatch.setattr(openai_stub, "TRAILER", b": still here\n\n")  # the engine writes on after [DONE]
+        stream = client(world["ports"][0], ALPHA).completions.create(
+            model="llama", prompt="a b c", max_tokens=4, stream=True
+        )
+        assert "".join(c.choices[0].text for c in stream) == "t0 t1 t2 t3 "  # the client closes on [DONE]
+        assert streamed_usage_rows(world) == [(11, "alpha", 1, "llama", 3, 4, 200)]
+
 
 class TestDeploymentEndpoint:
     def test_everything_goes_to_its_deployment_for_a_key_scoped_to_it(self, world):

@@ -96,3 +96,15 @@ def test_bad_limits_and_unknown_verbs_change_nothing(world, beta_admin):
     assert (sub.state, sub.tokens_per_minute) == ("active", None)
     assert beta_admin.post("/shared/subscribe/", {"tenant": "beta", "deployment": "x"}).status_code == 302
     assert Subscription.objects.count() == 1
+
+
+@pytest.mark.parametrize("tenant", ["be\x00ta", "x" * 5000, "BETA", ""])
+def test_a_hostile_tenant_value_is_a_message_not_an_error(world, beta_admin, tenant):
+    chat = running(world, world.alpha, "chat", "llama3-8b")
+    Publication.objects.create(deployment=chat, to_all=True)
+    answer = beta_admin.post("/shared/subscribe/", {"tenant": tenant, "deployment": chat.pk}, follow=True)
+    assert answer.status_code == 200
+    assert [str(m) for m in answer.context["messages"]] == ["Choose a tenant of yours and a shared model."]
+    listed = beta_admin.get("/api/v1/subscriptions/", {"tenant": tenant})
+    assert (listed.status_code, listed.json()["results"]) == (200, [])
+    assert not Subscription.objects.exists()

@@ -22,6 +22,10 @@ from pathlib import Path
 from typing import Any
 
 STEP_SECONDS = 0.05
+# Sent this long after `data: [DONE]` when set (an SSE comment): the engine's last bytes reaching a
+# gateway whose client already left on [DONE] (tests/runtime/test_gateway_local.py).
+TRAILER: bytes = b""
+TRAILER_DELAY = 0.3
 
 
 def _usage(prompt: Any, completion: int) -> dict[str, int]:
@@ -94,6 +98,10 @@ def handler(model: str, seen: list[dict[str, Any]], key: Any = None, record: Pat
                 self.wfile.write(f"data: {json.dumps(last)}\n\n".encode())
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
+            if TRAILER:
+                time.sleep(TRAILER_DELAY)
+                self.wfile.write(TRAILER)
+                self.wfile.flush()
 
         do_GET = do_POST = _answer  # noqa: N815 (http.server's naming)
 
