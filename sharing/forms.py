@@ -32,7 +32,7 @@ def publishable(user):
 
 
 class PublishForm(forms.Form):
-    deployment = forms.ModelChoiceField(queryset=ModelDeployment.objects.none())
+    deployment = forms.ModelChoiceField(queryset=ModelDeployment.objects.none(), empty_label="Choose a deployment")
     to_all = forms.BooleanField(label="Every tenant", required=False)
     tenants = forms.ModelMultipleChoiceField(
         queryset=Tenant.objects.none(),
@@ -49,7 +49,11 @@ class PublishForm(forms.Form):
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["deployment"].queryset = publishable(user)
+        deployments = publishable(user)
+        self.fields["deployment"].queryset = deployments
+        if len(deployments) == 1:  # nothing to choose: the one deployment, preselected, no empty choice
+            self.fields["deployment"].empty_label = None
+            self.fields["deployment"].initial = deployments[0].pk
         self.fields["deployment"].label_from_instance = lambda d: (
             f"{d.tenant.slug} / {d.name} ({d.served_model_name or d.name})"
         )
