@@ -45,6 +45,13 @@ COMMON: tuple[tuple[str, str, str], ...] = (
         for verb in ("create", "patch", "delete")
     ),
     ("get", "kuadrant.io", "authpolicies"),  # enforced yet? the route stays parked until it is
+    # Tenant endpoints (runtime.backends.tenant_exposure): found again by label across namespaces,
+    # to delete what a tenant no longer routes.
+    ("list", "gateway.networking.k8s.io", "httproutes"),
+    *(
+        ("list", "kuadrant.io", resource)
+        for resource in ("authpolicies", "tokenratelimitpolicies", "ratelimitpolicies")
+    ),
     # Tenant storage and credentials (quotas.model_cache, quotas.tenant_secrets): the model-cache
     # claim is read, created when absent and its size raised; the tenant's Hugging Face and S3
     # Secrets are written (apply), created and deleted, and never read or listed.
@@ -93,7 +100,6 @@ READINESS: tuple[tuple[str, str, str], ...] = (
     ("get", "apiextensions.k8s.io", "customresourcedefinitions"),  # KubeRay's and KServe's versions
     ("list", "kueue.x-k8s.io", "clusterqueues"),  # GPU quota against node capacity
     ("list", "kueue.x-k8s.io", "resourceflavors"),
-    ("list", "kuadrant.io", "authpolicies"),  # the Gateway's deny-all and the deployments' policies
-    ("list", "kuadrant.io", "tokenratelimitpolicies"),  # the deployments' limits, enforced or not
-    ("list", "kuadrant.io", "ratelimitpolicies"),
+    # Kuadrant's policies (the Gateway's deny-all, the deployments' and the tenant endpoints'): listed
+    # under the portal's own grant (COMMON), which the tenant endpoints need.
 )

@@ -187,6 +187,9 @@ def test_the_cluster_role_grants_exactly_what_the_runtime_calls(
     exercise(world, cluster_api)
     keep_storage_and_credentials(world, cluster_api, settings)
     mint_and_revoke_a_key(world, django_capture_on_commit_callbacks)
+    from access.tenant_endpoint import apply_tenant_endpoint
+
+    assert apply_tenant_endpoint(world.alpha) is not None  # the tenant endpoint: its objects listed by label
     requests = cluster_api.proxied_requests()
     secrets = {(m, p) for m, p in requests if p.startswith("/api/v1/namespaces/kuadrant-system/secrets")}
     # API-key Secrets: only in the key namespace, only what its Role grants (the chart's api-keys Role).
@@ -207,6 +210,7 @@ def test_the_cluster_role_grants_exactly_what_the_runtime_calls(
     assert ("create", "gateway.networking.k8s.io", "httproutes") in used
     assert ("delete", "kuadrant.io", "tokenratelimitpolicies") in used
     assert ("get", "kuadrant.io", "authpolicies") in used  # enforced yet? (the route waits for it)
+    assert ("list", "kuadrant.io", "ratelimitpolicies") in used  # the tenant endpoint's leftovers
     assert ("create", "ray.io", "rayservices") in used and ("list", "kueue.x-k8s.io", "workloads") in used
     assert ("list", "", "pods") in used
     assert ("get", "visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads") in used
