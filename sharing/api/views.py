@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.generics import get_object_or_404  # a malformed id is a 404, never a ValueError
 from rest_framework.response import Response
 
 from core.exceptions import DomainError
@@ -31,6 +31,7 @@ class PublicationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
 
     serializer_class = PublicationSerializer
     throttle_classes = [WriteThrottle]
+    lookup_value_regex = r"[0-9]+"  # anything else is a 404 from the router, never a lookup
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
@@ -73,6 +74,7 @@ class SubscriptionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, view
 
     serializer_class = SubscriptionSerializer
     throttle_classes = [WriteThrottle]
+    lookup_value_regex = r"[0-9]+"
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):

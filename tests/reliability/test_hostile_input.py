@@ -309,6 +309,10 @@ def body_targets(world):
     quota = TenantQuota.objects.get(tenant=world.alpha, flavor=world.h100)
     key, _ = key_mint(user=world.users["member"], tenant=world.alpha, name="hostile bodies")
     catalog = CatalogModel.objects.create(name="hostile-cat", display_name="Cat", source="org/cat", revision="main")
+    from sharing.models import Publication, Subscription
+
+    shared = Publication.objects.create(deployment=dep, to_all=True)
+    asked = Subscription.objects.create(publication=shared, consumer=world.beta)
     return [
         ("member", "POST", "/api/v1/deployments/"),
         ("member", "PATCH", f"/api/v1/deployments/{dep.pk}/"),
@@ -348,10 +352,14 @@ def body_targets(world):
         ("platform_admin", "PATCH", f"/api/v1/catalog/models/{catalog.name}/"),
         ("platform_admin", "POST", f"/api/v1/catalog/models/{catalog.name}/deactivate/"),
         ("platform_admin", "POST", f"/api/v1/catalog/models/{catalog.name}/import-facts/"),
+        ("tenant_admin", "POST", "/api/v1/publications/"),
+        ("member", "POST", "/api/v1/subscriptions/"),
+        ("tenant_admin", "POST", f"/api/v1/subscriptions/{asked.pk}/approve/"),
+        ("tenant_admin", "POST", f"/api/v1/subscriptions/{asked.pk}/limits/"),
     ]
 
 
-BODY_TARGETS = 38  # len(body_targets): the test below holds the two together
+BODY_TARGETS = 42  # len(body_targets): the test below holds the two together
 
 
 def _template(path: str) -> str:

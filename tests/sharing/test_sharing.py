@@ -214,3 +214,9 @@ def test_the_consumer_cancels_and_asks_again_the_owner_refuses_and_ends(world, c
     gamma_member = User.objects.create_user("gamma-member")
     assert client(gamma_member).post(f"{S}{sub.pk}/approve/").status_code == 404
     assert client(gamma_member).get(S).json()["results"] == []
+
+
+@pytest.mark.parametrize("path", [f"{S}false/approve/", f"{S}%C3%A8/limits/", f"{P}1e3/unpublish/", f"{S}-1/"])
+def test_an_id_that_is_not_a_number_is_a_404(world, path):
+    response = world.client("platform_admin").post(path, {}, format="json")
+    assert response.status_code == 404
