@@ -10,6 +10,7 @@ deployment would win the route: runtime.gateway_local.routes.Table.models).
 from __future__ import annotations
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from core.exceptions import DomainError
@@ -131,16 +132,21 @@ def unpublish(*, user, deployment_id: int) -> Publication:
     return publication
 
 
+def _serves(name: str, prefix: str = "") -> Q:
+    """Rows whose deployment (at `prefix`) serves `name`: its served name, or its name when that is empty."""
+    return Q(**{f"{prefix}served_model_name": name}) | Q(**{f"{prefix}served_model_name": "", f"{prefix}name": name})
+
+
 def _name_taken(consumer: Tenant, publication: Publication) -> str | None:
     """Why `consumer` cannot have this model under its name, or None."""
     name = _served_name(publication.deployment)
     own = ModelDeployment.objects.filter(tenant=consumer).exclude(state__in=DELETED_OR_DELETING)
-    if any(_served_name(d) == name for d in own.only("served_model_name", "name")):
+    if own.filter(_serves(name)).exists():
         return f"Your tenant serves a model named {name} already."
     others = Subscription.objects.filter(consumer=consumer, state__in=OPEN, publication__active=True).exclude(
         publication=publication
     )
-    if any(_served_name(s.publication.deployment) == name for s in others.select_related("publication__deployment")):
+    if others.filter(_serves(name, "publication__deployment__")).exists():
         return f"Your tenant has a shared model named {name} already."
     return None
 

@@ -220,3 +220,15 @@ def test_the_consumer_cancels_and_asks_again_the_owner_refuses_and_ends(world, c
 def test_an_id_that_is_not_a_number_is_a_404(world, path):
     response = world.client("platform_admin").post(path, {}, format="json")
     assert response.status_code == 404
+
+
+def test_a_name_the_consumer_already_has_from_another_share_is_refused(world, chat, beta_admin):
+    gamma = world.alpha.__class__.objects.create(slug="gamma", display_name="Gamma")
+    other = running(world, world.alpha, "other", "other-name")
+    ModelDeployment.objects.filter(pk=other.pk).update(tenant=gamma, served_model_name="", name="llama3-8b")
+    publish(world, chat, to_all=True, auto_approve=True)
+    services.publish(user=world.users["platform_admin"], deployment_id=other.pk, to_all=True, auto_approve=True)
+    services.subscribe(user=beta_admin, consumer=world.beta, deployment_id=chat.pk)
+    refused = client(beta_admin).post(S, {"tenant": "beta", "deployment": other.pk}, format="json")
+    assert refused.status_code == 400
+    assert refused.json()["deployment"] == ["Your tenant has a shared model named llama3-8b already."]
