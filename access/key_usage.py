@@ -10,8 +10,8 @@ database before it counts: its deployment must exist in the tenant it names, and
 that tenant's and, if scoped, to that deployment; or, for a shared model, a tenant-wide key of the
 consumer it names, which has (or had) a subscription to it. Anything else is skipped.
 
-The cluster's Gateway does not report per key (Kuadrant's Limitador counts per limit): there the
-rows stay empty and the key page says so.
+On the cluster the same rows are counted from the Gateway's metrics (access.gateway_usage), by the
+same trust rule (`trusted`).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def _well_formed(record: UsageRecord) -> bool:
     )
 
 
-def _trusted(records: list[UsageRecord]) -> tuple[list[UsageRecord], dict[int, int]]:
+def trusted(records: list[UsageRecord]) -> tuple[list[UsageRecord], dict[int, int]]:
     """The records whose deployment, tenant and key agree with the database, and the tenant id of
     each of their deployments."""
     found = ModelDeployment.objects.filter(pk__in={r.deployment_id for r in records})
@@ -110,8 +110,8 @@ def count_usage(records: Iterable[UsageRecord], *, source: str = LOCAL_GATEWAY) 
             return 0
         totals: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
         last_used: dict[int, float] = {}
-        trusted, tenants = _trusted(fresh)
-        for record in trusted:
+        trusted_records, tenants = trusted(fresh)
+        for record in trusted_records:
             row = totals[(record.key_id, record.deployment_id, _day(record.ts))]
             row[0] += 1
             row[1] += record.status >= FAILED_STATUS
@@ -136,7 +136,7 @@ def count_usage(records: Iterable[UsageRecord], *, source: str = LOCAL_GATEWAY) 
             )
         cursor.position = max(r.ts for r in fresh)
         cursor.save(update_fields=["position", "updated"])
-        return len(trusted)
+        return len(trusted_records)
 
 
 def count_gateway_log() -> int:

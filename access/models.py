@@ -18,13 +18,14 @@ class ApiKeyQuerySet(TenantOwnedQuerySet):
         return self.filter(revoked_at__isnull=True, expires_at__gt=timezone.now())
 
     def with_month_usage(self):
-        """Each key annotated with this month's `month_requests`, `month_prompt_tokens` and
-        `month_completion_tokens` (KeyUsageDay, counted by access.key_usage; 0 without rows)."""
+        """Each key annotated with this month's `month_requests`, `month_prompt_tokens`,
+        `month_completion_tokens` and `month_unsplit_tokens` (KeyUsageDay, counted by
+        access.key_usage and access.gateway_usage; 0 without rows)."""
         first = timezone.localdate().replace(day=1)
         rows = KeyUsageDay.objects.filter(key=OuterRef("pk"), day__gte=first).values("key")
         figures = {
             f"month_{field}": Coalesce(Subquery(rows.annotate(total=Sum(field)).values("total")), 0)
-            for field in ("requests", "prompt_tokens", "completion_tokens")
+            for field in ("requests", "prompt_tokens", "completion_tokens", "unsplit_tokens")
         }
         return self.annotate(**figures)
 
@@ -95,7 +96,8 @@ class ApiKey(models.Model):
 
 class KeyUsageDay(models.Model):
     """Requests and tokens one API key sent to one deployment on one local day, as the local
-    gateway logged them (access.key_usage). `key` None: the portal's own Try-it key."""
+    gateway logged them (access.key_usage) or the cluster Gateway's Limitador counted them
+    (access.gateway_usage). `key` None: the portal's own Try-it key."""
 
     key = models.ForeignKey(ApiKey, null=True, on_delete=models.CASCADE, related_name="usage_days")
     tenant = models.ForeignKey("quotas.Tenant", on_delete=models.CASCADE, related_name="+")
@@ -105,6 +107,9 @@ class KeyUsageDay(models.Model):
     failed = models.BigIntegerField(default=0)  # answered with a status of 400 or more
     prompt_tokens = models.BigIntegerField(default=0)
     completion_tokens = models.BigIntegerField(default=0)
+    # Tokens counted without an input/output split: the cluster Gateway reports each response's
+    # `usage.total_tokens` only (runtime.manifests.telemetry).
+    unsplit_tokens = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [
@@ -116,6 +121,18 @@ class KeyUsageDay(models.Model):
 
     def __str__(self) -> str:
         return f"key {self.key_id} → {self.deployment_id} on {self.day}"
+
+
+class GatewaySeries(models.Model):
+    """The value a Limitador counter series had when last read (access.gateway_usage): the next
+    read counts only what it grew by (or all of it, after a restart set it back)."""
+
+    series = models.CharField(max_length=64, unique=True)  # runtime.exposition.limitador digest
+    value = models.FloatField(default=0.0)
+    updated = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.series[:12]} at {self.value}"
 
 
 class UsageLogCursor(models.Model):

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
 
 from core.tasks import RETRY
+
+log = logging.getLogger(__name__)
 
 
 @shared_task(**RETRY)
@@ -59,11 +63,19 @@ def expire_keys_task() -> list[int]:
 
 @shared_task(acks_late=True)
 def count_key_usage_task() -> int:
-    """Count what the local gateway logged since the last run into the per-key usage rows
-    (access.key_usage); nothing to do where no local gateway runs."""
+    """Count what the local gateway logged since the last run (access.key_usage) and what the
+    cluster Gateway's counters grew by (access.gateway_usage) into the per-key usage rows; each
+    has nothing to do where its gateway does not run."""
+    from access.gateway_usage import count_gateway_metrics
     from access.key_usage import count_gateway_log
+    from runtime.exposition.parse import ScrapeError
 
-    return count_gateway_log()
+    counted = count_gateway_log()
+    try:
+        counted += count_gateway_metrics() or 0
+    except ScrapeError as error:  # Prometheus away: the counters are read whole on the next run
+        log.warning("per-key usage from the Gateway not read: %s", error)
+    return counted
 
 
 @shared_task(acks_late=True)

@@ -2,12 +2,12 @@
 that used it, by tokens, day by day; the owner keeps the rest (its own tokens' share, every day
 nobody called it, and the fractions of a cent), so the tenants' totals add up to the ledger's cost.
 
-Tokens per consumer come from the per-key counts (access.KeyUsageDay, from the local gateway's log):
-a key's tenant is the consumer, the portal's Try-it key is the owner. A day's charge to a consumer
+Tokens per consumer come from the per-key counts (access.KeyUsageDay, from the local gateway's log
+or the cluster Gateway's counters): a key's tenant is the consumer, the portal's Try-it key is the
+owner. A day's charge to a consumer
 is the day's ledger cost × its tokens / all tokens that day (six places); a month's charge is the
 sum of its days rounded down to the cent. A day without a price (an unpriced flavor) charges
-nobody: its cost is unknown in the ledger too. On a cluster the Gateway does not report per key,
-so there are no consumer rows and nothing moves.
+nobody: its cost is unknown in the ledger too.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class Charge:
     owner: str
     consumer_id: int
     consumer: str
-    tokens: int  # the consumer's prompt and completion tokens
+    tokens: int  # the consumer's tokens: prompt, completion and unsplit (the cluster Gateway's)
     share_tokens: int  # everyone's tokens on the days that had a price
     cost: Decimal  # whole cents
 
@@ -60,7 +60,7 @@ def charges(month: date, tenant_ids: list[int] | None = None) -> list[Charge]:
         days.filter(deployment_id__in=deployment_ids)
         .annotate(consumer=Coalesce("key__tenant_id", "tenant_id"))
         .values("deployment_id", "day", "consumer", "tenant_id")
-        .annotate(used=Sum(F("prompt_tokens") + F("completion_tokens")))
+        .annotate(used=Sum(F("prompt_tokens") + F("completion_tokens") + F("unsplit_tokens")))
     )
     owners = {}
     for row in rows:

@@ -1,6 +1,6 @@
 """The month's use per API key (access.KeyUsageDay, counted from the local gateway's log by
-access.key_usage), for the usage page and the API's report alike: one row per key and deployment,
-most tokens first. The cluster's Gateway does not report per key, so there the list is empty."""
+access.key_usage and from the cluster Gateway's counters by access.gateway_usage), for the usage
+page and the API's report alike: one row per key and deployment, most tokens first."""
 
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ def key_rows(tenants: QuerySet[Tenant], *, month: date) -> list[dict]:
         failed_=Sum("failed"),
         prompt=Sum("prompt_tokens"),
         completion=Sum("completion_tokens"),
-    ).order_by(-(F("prompt") + F("completion")), "consumer", "key__name", "deployment__name")
+        unsplit=Sum("unsplit_tokens"),
+    ).order_by(-(F("prompt") + F("completion") + F("unsplit")), "consumer", "key__name", "deployment__name")
     return [
         {
             "key_id": row["key_id"],
@@ -51,6 +52,7 @@ def key_rows(tenants: QuerySet[Tenant], *, month: date) -> list[dict]:
             "failed": row["failed_"],
             "prompt_tokens": row["prompt"],
             "completion_tokens": row["completion"],
+            "unsplit_tokens": row["unsplit"],
         }
         for row in totals[:KEY_ROWS_MAX]
     ]

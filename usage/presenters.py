@@ -42,7 +42,7 @@ CSV_COLUMNS = (
 # ?rows=keys and ?rows=shared: the per-key table and the chargeback table, as the report has them.
 KEY_CSV_COLUMNS = (
     "month", "tenant", "key", "prefix", "key_id", "owner", "deployment", "deployment_id",
-    "requests", "failed", "prompt_tokens", "completion_tokens",
+    "requests", "failed", "prompt_tokens", "completion_tokens", "unsplit_tokens",
 )  # fmt: skip
 SHARED_CSV_COLUMNS = ("month", "owner", "deployment", "deployment_id", "consumer", "tokens", "share_tokens", "cost")
 CSV_ROWS = ("deployments", "keys", "shared")

@@ -17,11 +17,15 @@ class ApiKeySerializer(serializers.ModelSerializer):
     scope = serializers.CharField(read_only=True, help_text='"deployment" or "tenant".')
     status = serializers.CharField(read_only=True, help_text='"active", "expired" or "revoked".')
     can_revoke = serializers.SerializerMethodField()
-    # This month's use through the local gateway (access.key_usage); the cluster Gateway does not report per key.
-    month_requests = serializers.SerializerMethodField(help_text="Requests this month (local gateway).")
+    # This month's use: the local gateway's log (access.key_usage) splits input and output tokens;
+    # the cluster Gateway's counters (access.gateway_usage) report each response's total only.
+    month_requests = serializers.SerializerMethodField(help_text="Requests this month.")
     month_prompt_tokens = serializers.SerializerMethodField(help_text="Prompt tokens this month (local gateway).")
     month_completion_tokens = serializers.SerializerMethodField(
         help_text="Completion tokens this month (local gateway)."
+    )
+    month_unsplit_tokens = serializers.SerializerMethodField(
+        help_text="Tokens this month counted without an input/output split (the cluster Gateway)."
     )
     gateway_state = serializers.CharField(
         read_only=True,
@@ -49,6 +53,7 @@ class ApiKeySerializer(serializers.ModelSerializer):
             "month_requests",
             "month_prompt_tokens",
             "month_completion_tokens",
+            "month_unsplit_tokens",
             "can_revoke",
         ]
         read_only_fields = fields
@@ -61,6 +66,9 @@ class ApiKeySerializer(serializers.ModelSerializer):
 
     def get_month_completion_tokens(self, key: ApiKey) -> int:
         return getattr(key, "month_completion_tokens", 0)
+
+    def get_month_unsplit_tokens(self, key: ApiKey) -> int:
+        return getattr(key, "month_unsplit_tokens", 0)
 
     def get_can_revoke(self, key: ApiKey) -> bool:
         request = self.context.get("request")

@@ -70,6 +70,12 @@ IDENTITY_KEY_ID = "key_id"
 KEY_COUNTER = f"auth.{IDENTITY_FILTER}.{IDENTITY_KEY_ID}"
 TOKENS_LIMIT = "tokens-per-key"
 REQUESTS_LIMIT = "requests-per-key"
+# Where the tenant sets no limit, each route still carries both limit policies, counted per key
+# with a ceiling no minute reaches: Limitador only sees (and counts, per key, for the usage page)
+# requests some limit applies to (runtime.manifests.telemetry). Kuadrant's `limit` is an int64.
+TOKENS_METERED = "tokens-metered"
+REQUESTS_METERED = "requests-metered"
+METER_CEILING = 10**15
 
 
 def route_prefix(spec: DeploymentSpec) -> str:
@@ -200,37 +206,43 @@ def per_key_limit(per_minute: int) -> dict[str, Any]:
     return {"rates": [{"limit": per_minute, "window": "1m"}], "counters": [{"expression": KEY_COUNTER}]}
 
 
-def render_tokenratelimitpolicy(spec: DeploymentSpec) -> dict[str, Any] | None:
+def meter(per_minute: int, limit_name: str, metered_name: str) -> dict[str, Any]:
+    """The limit a policy carries: the tenant's, per key, or where the tenant sets none the
+    per-key meter whose ceiling no minute reaches (it counts, runtime.manifests.telemetry)."""
+    if per_minute > 0:
+        return {limit_name: per_key_limit(per_minute)}
+    return {metered_name: per_key_limit(METER_CEILING)}
+
+
+def render_tokenratelimitpolicy(spec: DeploymentSpec) -> dict[str, Any]:
     """The tenant's tokens per minute, per key on this route: the responses' `usage.total_tokens`
-    (None when the policy sets no limit)."""
-    if spec.tokens_per_minute <= 0:
-        return None
+    (the meter where the policy sets no limit: its reports are the key's tokens)."""
     return {
         "apiVersion": TOKENRATELIMITPOLICY_API_VERSION,
         "kind": "TokenRateLimitPolicy",
         "metadata": _metadata(spec),
-        "spec": {"targetRef": _target(spec), "limits": {TOKENS_LIMIT: per_key_limit(spec.tokens_per_minute)}},
+        "spec": {"targetRef": _target(spec), "limits": meter(spec.tokens_per_minute, TOKENS_LIMIT, TOKENS_METERED)},
     }
 
 
-def render_ratelimitpolicy(spec: DeploymentSpec) -> dict[str, Any] | None:
+def render_ratelimitpolicy(spec: DeploymentSpec) -> dict[str, Any]:
     """The tenant's requests per minute, per key on this route: the bound where tokens are not
-    counted (a stream without usage) or not yet (requests in flight); None when the policy sets
-    no limit."""
-    if spec.requests_per_minute <= 0:
-        return None
+    counted (a stream without usage) or not yet (requests in flight); the meter where the policy
+    sets no limit (its checks are the key's requests)."""
     return {
         "apiVersion": RATELIMITPOLICY_API_VERSION,
         "kind": "RateLimitPolicy",
         "metadata": _metadata(spec),
-        "spec": {"targetRef": _target(spec), "limits": {REQUESTS_LIMIT: per_key_limit(spec.requests_per_minute)}},
+        "spec": {
+            "targetRef": _target(spec),
+            "limits": meter(spec.requests_per_minute, REQUESTS_LIMIT, REQUESTS_METERED),
+        },
     }
 
 
 def policy_objects(spec: DeploymentSpec) -> list[dict[str, Any]]:
     """The Kuadrant policies on `spec`'s route: the AuthPolicy first, then the limits it sets."""
-    limits = (render_tokenratelimitpolicy(spec), render_ratelimitpolicy(spec))
-    return [render_authpolicy(spec), *(o for o in limits if o is not None)]
+    return [render_authpolicy(spec), render_tokenratelimitpolicy(spec), render_ratelimitpolicy(spec)]
 
 
 def exposure_objects(spec: DeploymentSpec, gateway: GatewaySpec) -> list[dict[str, Any]]:

@@ -58,15 +58,17 @@ from runtime.manifests.gateway import (
     LABEL_KEY_SCOPE,
     RATELIMITPOLICY_API_VERSION,
     REQUESTS_LIMIT,
+    REQUESTS_METERED,
     SCOPE_DEPLOYMENT,
     TOKENRATELIMITPOLICY_API_VERSION,
     TOKENS_LIMIT,
+    TOKENS_METERED,
     api_key_identity,
     backend_service,
     key_rules,
     key_selector,
+    meter,
     parent_ref,
-    per_key_limit,
     published_key_id,
     route_hostnames,
 )
@@ -256,10 +258,9 @@ def render_models_authpolicy(spec: TenantRouteSpec) -> dict[str, Any] | None:
     return _authpolicy(meta["name"], meta["namespace"], meta["labels"], target, rules)
 
 
-def _limits(per_key: int, per_route: int, key_name: str, route_name: str) -> dict[str, Any]:
-    limits: dict[str, Any] = {}
-    if per_key > 0:
-        limits[key_name] = per_key_limit(per_key)
+def _limits(per_key: int, per_route: int, key_name: str, metered_name: str, route_name: str) -> dict[str, Any]:
+    """The tenant's per-key limit, or the per-key meter (gateway._meter), and the route's."""
+    limits = meter(per_key, key_name, metered_name)
     if per_route > 0:  # no counters: one count for every key on the route
         limits[route_name] = {"rates": [{"limit": per_route, "window": "1m"}]}
     return limits
@@ -270,14 +271,17 @@ def _limit_policy(kind: str, version: str, meta: dict, target: dict, limits: dic
 
 
 def render_tenant_limit_policies(spec: TenantRouteSpec) -> list[dict[str, Any]]:
-    """Per route: a TokenRateLimitPolicy and a RateLimitPolicy, each with what the spec sets; and
+    """Per route: a TokenRateLimitPolicy and a RateLimitPolicy, each with what the spec sets (at
+    least the per-key meter, which the usage per key is counted from: runtime.manifests.telemetry); and
     per shared model with a consumer's limits, the same aimed at its rule (`sectionName`), one
     counter each: the route is that consumer's, so the counter is the consumer's use of that model.
     Kuadrant applies the most specific policy of a kind to a rule's requests (doc/overviews/
     rate-limiting.md, "Targeting a HTTPRouteRule"), so the rule's limits replace the route's there."""
-    token_limits = _limits(spec.tokens_per_minute, spec.route_tokens_per_minute, TOKENS_LIMIT, ROUTE_TOKENS_LIMIT)
+    token_limits = _limits(
+        spec.tokens_per_minute, spec.route_tokens_per_minute, TOKENS_LIMIT, TOKENS_METERED, ROUTE_TOKENS_LIMIT
+    )
     request_limits = _limits(
-        spec.requests_per_minute, spec.route_requests_per_minute, REQUESTS_LIMIT, ROUTE_REQUESTS_LIMIT
+        spec.requests_per_minute, spec.route_requests_per_minute, REQUESTS_LIMIT, REQUESTS_METERED, ROUTE_REQUESTS_LIMIT
     )
     policies = []
     for route, _ in chunks(spec):
@@ -286,10 +290,8 @@ def render_tenant_limit_policies(spec: TenantRouteSpec) -> list[dict[str, Any]]:
             ("TokenRateLimitPolicy", TOKENRATELIMITPOLICY_API_VERSION, token_limits),
             ("RateLimitPolicy", RATELIMITPOLICY_API_VERSION, request_limits),
         ):
-            if limits:
-                policies.append(
-                    _limit_policy(kind, version, _metadata(route, spec.namespace, _labels(spec)), target, limits)
-                )
+            meta = _metadata(route, spec.namespace, _labels(spec))
+            policies.append(_limit_policy(kind, version, meta, target, limits))
     for route, models in chunks(spec):
         for model in models:
             target = {"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": route, "sectionName": rule_name(model)}

@@ -83,8 +83,15 @@ def test_the_workload_comes_with_its_route_policies_and_try_key_and_leaves_with_
     assert auth["spec"]["rules"]["response"]["success"]["filters"]["identity"]["json"]["properties"] == {
         "key_id": {"selector": r"auth.identity.metadata.annotations.secret\.kuadrant\.io/user-id"}
     }
-    assert cluster_api.get_object(k8s.RATELIMITPOLICY, name, "alpha") is None  # 0 = no limit
-    for obj in (route, auth, tokens):  # what the API server stored still validates
+    # 0 = no limit: the per-key meter, which counts each key's requests (access.gateway_usage)
+    requests = cluster_api.get_object(k8s.RATELIMITPOLICY, name, "alpha")
+    assert requests["spec"]["limits"] == {
+        "requests-metered": {
+            "rates": [{"limit": 10**15, "window": "1m"}],
+            "counters": [{"expression": "auth.identity.key_id"}],
+        }
+    }
+    for obj in (route, auth, tokens, requests):  # what the API server stored still validates
         assert_valid({k: obj[k] for k in ("apiVersion", "kind", "spec")} | {"metadata": {"name": name}})
     secret = cluster_api.get_object(k8s.SECRET, f"llm-portal-try-{dep.pk}", "kuadrant-system")
     assert secret["stringData"]["api_key"] == portal_key(settings.SECRET_KEY, dep.pk)
@@ -100,7 +107,8 @@ def test_the_workload_comes_with_its_route_policies_and_try_key_and_leaves_with_
     # The tenant's policy changes: the sweep's hash sees drift and the next reconcile converges.
     Tenant.objects.filter(pk=world.alpha.pk).update(tokens_per_minute=0, requests_per_minute=120)
     run(dep)
-    assert cluster_api.get_object(k8s.TOKENRATELIMITPOLICY, name, "alpha") is None
+    tokens = cluster_api.get_object(k8s.TOKENRATELIMITPOLICY, name, "alpha")["spec"]["limits"]
+    assert list(tokens) == ["tokens-metered"]  # the limit gone, the meter back
     limits = cluster_api.get_object(k8s.RATELIMITPOLICY, name, "alpha")["spec"]["limits"]
     assert limits["requests-per-key"]["rates"] == [{"limit": 120, "window": "1m"}]
     assert limits["requests-per-key"]["counters"] == [{"expression": "auth.identity.key_id"}]
@@ -108,7 +116,7 @@ def test_the_workload_comes_with_its_route_policies_and_try_key_and_leaves_with_
     services.deployment_delete(deployment_id=dep.pk, user=world.users["member"])
     for _ in range(2):
         run(dep)
-    for kind in (k8s.HTTPROUTE, k8s.AUTHPOLICY, k8s.RATELIMITPOLICY):
+    for kind in (k8s.HTTPROUTE, k8s.AUTHPOLICY, k8s.RATELIMITPOLICY, k8s.TOKENRATELIMITPOLICY):
         assert cluster_api.get_object(kind, name, "alpha") is None
     assert cluster_api.get_object(k8s.SECRET, f"llm-portal-try-{dep.pk}", "kuadrant-system") is None
 

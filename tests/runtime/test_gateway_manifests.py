@@ -17,11 +17,15 @@ import yaml
 
 from runtime.manifests.gateway import (
     KEY_COUNTER,
+    METER_CEILING,
     REQUESTS_LIMIT,
+    REQUESTS_METERED,
     TOKENS_LIMIT,
+    TOKENS_METERED,
     backend_service,
     exposure_objects,
     key_selector,
+    per_key_limit,
     public_endpoint,
     render_authpolicy,
     render_httproute,
@@ -169,15 +173,24 @@ class TestBehaviour:
         assert auth["deployment-keys"]["apiKey"]["selector"]["matchLabels"] == labels
         assert other["deployment-keys"]["apiKey"]["selector"]["matchLabels"] != labels
 
-    def test_limits_come_from_the_tenant_and_zero_renders_none(self) -> None:
-        tokens = render_tokenratelimitpolicy(limited())["spec"]["limits"][TOKENS_LIMIT]["rates"]
-        requests = render_ratelimitpolicy(limited())["spec"]["limits"][REQUESTS_LIMIT]["rates"]
-        assert tokens == [{"limit": 50_000, "window": "1m"}] and requests == [{"limit": 600, "window": "1m"}]
-        assert render_tokenratelimitpolicy(small_spec()) is None and render_ratelimitpolicy(small_spec()) is None
+    def test_limits_come_from_the_tenant_and_zero_renders_the_per_key_meter(self) -> None:
+        tokens = render_tokenratelimitpolicy(limited())["spec"]["limits"]
+        requests = render_ratelimitpolicy(limited())["spec"]["limits"]
+        assert tokens == {TOKENS_LIMIT: per_key_limit(50_000)} and requests == {REQUESTS_LIMIT: per_key_limit(600)}
+        # No limit set: both policies still count each key (the usage per key), under a ceiling.
+        assert render_tokenratelimitpolicy(small_spec())["spec"]["limits"] == {
+            TOKENS_METERED: {
+                "rates": [{"limit": METER_CEILING, "window": "1m"}],
+                "counters": [{"expression": KEY_COUNTER}],
+            }
+        }
+        assert render_ratelimitpolicy(small_spec())["spec"]["limits"] == {
+            REQUESTS_METERED: per_key_limit(METER_CEILING)
+        }
         # Apply order: the policies first, the route last (it never exists without its AuthPolicy).
-        assert [o["kind"] for o in exposure_objects(small_spec(), GATEWAY)] == ["AuthPolicy", "HTTPRoute"]
-        kinds = [o["kind"] for o in exposure_objects(limited(), GATEWAY)]
-        assert kinds == ["AuthPolicy", "TokenRateLimitPolicy", "RateLimitPolicy", "HTTPRoute"]
+        for spec in (small_spec(), limited()):
+            kinds = [o["kind"] for o in exposure_objects(spec, GATEWAY)]
+            assert kinds == ["AuthPolicy", "TokenRateLimitPolicy", "RateLimitPolicy", "HTTPRoute"]
 
     def test_a_parked_route_is_the_same_rule_with_nowhere_to_send_a_request(self) -> None:
         parked = render_httproute(limited(), GATEWAY, routed=False)

@@ -352,7 +352,13 @@ class TestLimits:
             },
             "tokens-per-route": {"rates": [{"limit": 50_000, "window": "1m"}]},  # one counter: the consumer's
         }
-        assert requests["spec"]["limits"] == {"requests-per-route": {"rates": [{"limit": 300, "window": "1m"}]}}
+        assert requests["spec"]["limits"] == {
+            "requests-metered": {  # no per-key limit: the meter the usage per key is counted from
+                "rates": [{"limit": 10**15, "window": "1m"}],
+                "counters": [{"expression": "auth.identity.key_id"}],
+            },
+            "requests-per-route": {"rates": [{"limit": 300, "window": "1m"}]},
+        }
         assert tokens["spec"]["targetRef"] == {
             "group": "gateway.networking.k8s.io",
             "kind": "HTTPRoute",
@@ -366,7 +372,10 @@ class TestLimits:
             route_tokens_per_minute=0,
             route_requests_per_minute=0,
         )
-        tokens, requests = render_tenant_limit_policies(spec)
+        route_tokens, route_requests, tokens, requests = render_tenant_limit_policies(spec)
+        assert [p["metadata"]["name"] for p in (route_tokens, route_requests)] == ["llm-portal-v1-acme"] * 2
+        assert set(route_tokens["spec"]["limits"]) == {"tokens-metered"}  # the route's: meters only
+        assert set(route_requests["spec"]["limits"]) == {"requests-metered"}
         assert (tokens["metadata"]["name"], requests["metadata"]["name"]) == ("llm-portal-v1-acme-20",) * 2
         assert tokens["spec"] == {
             "targetRef": {
@@ -385,8 +394,11 @@ class TestLimits:
         with pytest.raises(RenderError, match="per-minute limit"):
             render_tenant_limit_policies(shared(models=(model(20, tokens_per_minute=bad),)))
 
-    def test_no_limit_set_renders_no_limit_policy(self) -> None:
-        assert render_tenant_limit_policies(two_models()) == []
+    def test_no_limit_set_renders_the_per_key_meters_only(self) -> None:
+        meter = {"rates": [{"limit": 10**15, "window": "1m"}], "counters": [{"expression": "auth.identity.key_id"}]}
+        tokens, requests = render_tenant_limit_policies(two_models())
+        assert tokens["spec"]["limits"] == {"tokens-metered": meter}
+        assert requests["spec"]["limits"] == {"requests-metered": meter}
 
     def test_a_route_wide_limit_cannot_be_split_over_routes(self) -> None:
         with pytest.raises(RenderError, match="route-wide"):
@@ -408,8 +420,12 @@ class TestSplitting:
         assert routes == render_tenant_httproutes(
             tenant(*sorted(models, key=lambda m: m.served_name), tokens_per_minute=100)
         )
-        limited = [p["spec"]["targetRef"]["name"] for p in render_tenant_limit_policies(spec)]
-        assert limited == ["llm-portal-v1", "llm-portal-v1-2", "llm-portal-v1-3"]
+        limited = [(p["kind"], p["spec"]["targetRef"]["name"]) for p in render_tenant_limit_policies(spec)]
+        assert limited == [
+            (kind, route)
+            for route in ("llm-portal-v1", "llm-portal-v1-2", "llm-portal-v1-3")
+            for kind in ("TokenRateLimitPolicy", "RateLimitPolicy")
+        ]
 
     def test_a_new_deployment_joins_the_last_route_and_the_others_stay(self) -> None:
         before = chunks(tenant(*(model(i) for i in range(1, 17))))

@@ -107,6 +107,9 @@ class KeyUsageSerializer(serializers.Serializer):
     failed = serializers.IntegerField(help_text="Requests answered with a status of 400 or more.")
     prompt_tokens = serializers.IntegerField()
     completion_tokens = serializers.IntegerField()
+    unsplit_tokens = serializers.IntegerField(
+        help_text="Tokens the cluster Gateway counted without an input/output split."
+    )
 
 
 class ChargeSerializer(serializers.Serializer):
@@ -129,8 +132,8 @@ class UsageReportSerializer(serializers.Serializer):
     results = DeploymentUsageSerializer(many=True)
     keys = KeyUsageSerializer(
         many=True,
-        help_text="Use per API key and deployment, most tokens first, as the local gateway reports it (the cluster's "
-        "Gateway does not report per key).",
+        help_text="Use per API key and deployment, most tokens first, as the local gateway reports it or the "
+        "cluster Gateway's counters count it (total tokens only: `unsplit_tokens`).",
     )
     shared = ChargeSerializer(
         many=True,
