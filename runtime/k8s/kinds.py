@@ -66,6 +66,9 @@ AUTHPOLICY = Kind("kuadrant.io", "v1", "authpolicies", "AuthPolicy")
 RATELIMITPOLICY = Kind("kuadrant.io", "v1", "ratelimitpolicies", "RateLimitPolicy")
 TOKENRATELIMITPOLICY = Kind("kuadrant.io", "v1alpha1", "tokenratelimitpolicies", "TokenRateLimitPolicy")
 SECRET = Kind("", "v1", "secrets", "Secret")
+# Read only, by the readiness page: the platform's TelemetryPolicy that labels Limitador's counters
+# per key (runtime.manifests.telemetry), applied with the Gateway's deny-all.
+TELEMETRYPOLICY = Kind("extensions.kuadrant.io", "v1alpha1", "telemetrypolicies", "TelemetryPolicy")
 
 # Read only, by the readiness page: Kueue's controller Deployment (its image tag is its version)
 # and the CRDs of KubeRay and KServe (an `app.kubernetes.io/version` label, where installed so).
@@ -116,6 +119,7 @@ KINDS: tuple[Kind, ...] = (
     AUTHPOLICY,
     RATELIMITPOLICY,
     TOKENRATELIMITPOLICY,
+    TELEMETRYPOLICY,
     SECRET,
     DEPLOYMENT,
     CRD,

@@ -102,4 +102,5 @@ READINESS: tuple[tuple[str, str, str], ...] = (
     ("list", "kueue.x-k8s.io", "resourceflavors"),
     # Kuadrant's policies (the Gateway's deny-all, the deployments' and the tenant endpoints'): listed
     # under the portal's own grant (COMMON), which the tenant endpoints need.
+    ("list", "extensions.kuadrant.io", "telemetrypolicies"),  # the usage-per-key labels on the Gateway
 )

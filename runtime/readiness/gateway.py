@@ -14,6 +14,7 @@ from typing import Any
 from runtime import k8s
 from runtime.kuadrant import accepted, enforcement
 from runtime.manifests.common import LABEL_MANAGED_BY, MANAGED_BY
+from runtime.manifests.telemetry import LABELS
 from runtime.readiness_base import AMBER, GREEN, RED, Check, ReadinessConfig, cannot_read, denied
 
 KUADRANT_GROUP = "kuadrant.io"
@@ -29,6 +30,7 @@ INSTALL = (
     "TokenRateLimitPolicy kuadrant.io/v1alpha1."
 )
 DENY_ALL = "deploy/k8s/gateway/deny-all-authpolicy.yaml"
+TELEMETRY = "deploy/k8s/gateway/telemetrypolicy.yaml"
 SHOWN = 5  # policies named in a detail
 
 
@@ -43,6 +45,7 @@ def check_kuadrant(cluster: k8s.Cluster, config: ReadinessConfig) -> list[Check]
         check_gateway_policy(cluster, config.gateway),
         check_deployment_policies(cluster),
         check_limit_policies(cluster),
+        check_usage_labels(cluster, config.gateway),
     ]
 
 
@@ -150,3 +153,35 @@ def check_limit_policies(cluster: k8s.Cluster) -> Check:
     detail = f"{len(pending)} of {len(policies)} not enforced: those endpoints serve without their limits: {shown}."
     fix = "Check Kuadrant's Limitador and the Gateway; `kubectl describe tokenratelimitpolicy` says why."
     return Check(key, title, AMBER, detail, fix)
+
+
+def check_usage_labels(cluster: k8s.Cluster, gateway: tuple[str, str]) -> Check:
+    """The portal's TelemetryPolicy on the Gateway, accepted: without it Limitador's counters carry
+    no key, and the usage per key on the cluster stays empty (access.gateway_usage). Amber: the
+    endpoints work without it."""
+    namespace, name = gateway
+    key, title = "kuadrant:usage", f"Usage per key: TelemetryPolicy on Gateway {namespace}/{name}"
+    kind = k8s.TELEMETRYPOLICY
+    fix = f"Apply {TELEMETRY} (kubectl apply -k deploy/k8s/gateway) with the Gateway's name and namespace."
+    if kind.plural not in cluster.api_resources(kind.group, kind.version):
+        detail = (
+            f"Kuadrant's TelemetryPolicy ({kind.group}/{kind.version}) is not served: Limitador's counters "
+            "carry no key, so the usage per key stays empty on the cluster."
+        )
+        return Check(key, title, AMBER, detail, "Install a Kuadrant with its extensions (1.3 or later), then " + fix)
+    try:
+        found = [p for p in cluster.list(kind, namespace) if _targets_gateway(p, name)]
+    except k8s.PermanentClusterError as error:
+        if not denied(error):
+            raise
+        return cannot_read(key, title, error)
+    ours = [p for p in found if ((p.get("spec") or {}).get("metrics") or {}).get("default", {}).get("labels") == LABELS]
+    if not ours:
+        detail = "No TelemetryPolicy on the Gateway sets the portal's labels: the usage per key stays empty."
+        return Check(key, title, AMBER, detail, fix)
+    verdicts = [(p["metadata"]["name"], *accepted(p)) for p in ours]
+    good = [policy for policy, ok, _ in verdicts if ok]
+    if good:
+        return Check(key, title, GREEN, f"TelemetryPolicy {', '.join(good)} is accepted: counters carry the key.")
+    said = "; ".join(f"{policy}: {why}" for policy, _, why in verdicts)
+    return Check(key, title, AMBER, f"Not accepted by Kuadrant ({said}).", fix)

@@ -17,6 +17,7 @@ from tests.portal.test_readiness import by_key, healthy, not_green, prometheus  
 from tests.support.kuadrant import policy_status
 
 DENY_ALL = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "gateway" / "deny-all-authpolicy.yaml"
+TELEMETRY = DENY_ALL.with_name("telemetrypolicy.yaml")
 KUADRANT_KINDS = (k8s.AUTHPOLICY, k8s.RATELIMITPOLICY, k8s.TOKENRATELIMITPOLICY)
 
 
@@ -26,7 +27,7 @@ def deployment_policy(api, namespace: str, name: str) -> None:
 
 
 @pytest.fixture
-def exposing(healthy, settings):  # noqa: F811
+def exposing_without_usage(healthy, settings):  # noqa: F811
     """The healthy cluster, deployments exposed on its Gateway, the deny-all installed."""
     settings.GATEWAY_PUBLIC_URL = "https://llm.example.com"
     healthy.declare("gateway.networking.k8s.io/v1/gateways", "Gateway")
@@ -39,11 +40,54 @@ def exposing(healthy, settings):  # noqa: F811
     return healthy
 
 
+@pytest.fixture
+def exposing(exposing_without_usage):
+    """The same, with the usage-per-key TelemetryPolicy installed and accepted."""
+    exposing_without_usage.put(k8s.TELEMETRYPOLICY, yaml.safe_load(TELEMETRY.read_text()))
+    policy_status(exposing_without_usage, "gateway-system", "llm-portal-usage", kind=k8s.TELEMETRYPOLICY)
+    return exposing_without_usage
+
+
 def test_with_kuadrant_and_the_deny_all_the_gateway_checks_are_green(exposing):
     checks = by_key()
     assert not_green(checks) == {}
-    assert {"api:gateway.networking.k8s.io", "kuadrant:api", "kuadrant:gateway", "kuadrant:deployments"} <= set(checks)
+    assert {
+        "api:gateway.networking.k8s.io",
+        "kuadrant:api",
+        "kuadrant:gateway",
+        "kuadrant:deployments",
+        "kuadrant:usage",
+    } <= set(checks)
     assert checks["kuadrant:deployments"]["detail"] == "1 enforced."
+    assert checks["kuadrant:usage"]["detail"] == "TelemetryPolicy llm-portal-usage is accepted: counters carry the key."
+
+
+def test_without_the_usage_labels_the_usage_check_is_amber_and_says_what_to_apply(exposing):
+    exposing.delete_object(k8s.TELEMETRYPOLICY, "llm-portal-usage", "gateway-system")
+    other = yaml.safe_load(TELEMETRY.read_text())
+    other["metadata"]["name"] = "someone-elses"
+    other["spec"]["metrics"]["default"]["labels"] = {"user": "auth.identity.userid"}  # not the portal's labels
+    exposing.put(k8s.TELEMETRYPOLICY, other)
+    checks = by_key()
+    assert not_green(checks) == {"kuadrant:usage": "amber"}
+    assert "usage per key stays empty" in checks["kuadrant:usage"]["detail"]
+    assert "deploy/k8s/gateway/telemetrypolicy.yaml" in checks["kuadrant:usage"]["fix"]
+
+
+def test_a_usage_policy_kuadrant_refused_is_amber_with_its_reason(exposing):
+    policy_status(exposing, "gateway-system", "llm-portal-usage", kind=k8s.TELEMETRYPOLICY, accepted=False)
+    checks = by_key()
+    assert not_green(checks) == {"kuadrant:usage": "amber"}
+    assert checks["kuadrant:usage"]["detail"].startswith(
+        "Not accepted by Kuadrant (llm-portal-usage: Accepted is False"
+    )
+
+
+def test_without_the_telemetry_extension_the_usage_check_is_amber(exposing_without_usage):
+    exposing_without_usage.undeclare(k8s.TELEMETRYPOLICY)
+    checks = by_key()
+    assert not_green(checks) == {"kuadrant:usage": "amber"}
+    assert "is not served" in checks["kuadrant:usage"]["detail"]
 
 
 def test_without_kuadrant_exposure_is_red_and_says_nothing_is_exposed(healthy, settings):  # noqa: F811
