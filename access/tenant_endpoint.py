@@ -27,7 +27,7 @@ from deployments.states import RUNNING
 from quotas.models import Tenant
 from runtime.backends import cluster_configured, enabled, get_cluster, names
 from runtime.backends.tenant_exposure import TenantExposure, expose_tenant
-from runtime.manifests.tenant_route import tenant_endpoint, tenant_model, tenant_prefix
+from runtime.manifests.tenant_route import tenant_model, tenant_prefix
 from runtime.platform import gateway_spec
 from runtime.spec import RenderError, TenantModelSpec, TenantRouteSpec
 from sharing.models import Subscription
@@ -90,12 +90,6 @@ def tenant_specs(tenant: Tenant) -> list[TenantRouteSpec]:
             TenantRouteSpec(namespace=owner.namespace, owner_slug=owner.slug, models=tuple(models), **base, **limits)
         )
     return specs
-
-
-def endpoint_url(tenant: Tenant) -> str | None:
-    """The tenant's OpenAI base URL on the Gateway (None without one)."""
-    specs = tenant_specs(tenant) if gateway_spec() is not None else []
-    return tenant_endpoint(specs[0]) if specs else None
 
 
 def endpoints(tenants) -> list[dict]:

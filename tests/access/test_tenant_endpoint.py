@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from django.core.cache import cache
 
-from access.tenant_endpoint import apply_tenant_endpoint, apply_tenant_endpoints, endpoint_url
+from access.tenant_endpoint import apply_tenant_endpoint, apply_tenant_endpoints, endpoints
 from deployments import services
 from deployments.models import ModelDeployment
 from runtime import k8s
@@ -86,7 +86,7 @@ def test_rules_are_parked_until_kuadrant_enforces_their_policy_then_routed(world
     assert set(rules(cluster_api, "llm-portal-v1", "alpha").values()) == {True}
     assert rules(cluster_api, "llm-portal-v1-alpha", "beta") == {f"deployment-{e['shared'].pk}": True}
     assert apply_tenant_endpoint(world.alpha) is None  # the same endpoint, all routed: no call at all
-    assert endpoint_url(world.alpha) == "https://llm.example.com/alpha/v1"
+    assert endpoints([world.alpha])[0]["gateway"] == "https://llm.example.com/alpha/v1"
 
 
 def test_what_is_no_longer_wanted_is_deleted_and_nothing_else(world, cluster_api, endpoint):
@@ -120,7 +120,7 @@ def test_an_own_model_wins_a_shared_name_and_without_a_gateway_nothing_is_called
     apply_tenant_endpoint(world.alpha)
     assert cluster_api.get_object(k8s.HTTPROUTE, "llm-portal-v1-alpha", "beta") is None
     settings.GATEWAY_PUBLIC_URL = None
-    assert apply_tenant_endpoint(world.alpha) is None and endpoint_url(world.alpha) is None
+    assert apply_tenant_endpoint(world.alpha) is None and endpoints([world.alpha])[0]["gateway"] is None
 
 
 def test_each_member_reads_the_base_urls_of_their_tenants_over_the_api_and_on_the_keys_page(world, gateway):
