@@ -39,6 +39,11 @@ _API_KEY_NAME = r"api[-_ ]?keys?[\w-]{0,40}"
 # The credential word ends the name or is followed by "_…": `max_num_batched_tokens` is not one.
 # What stands before the word does not matter (HF_TOKEN, X_TOKEN), so the match starts at it.
 _CREDENTIAL_NAME = r"(?:TOKEN|SECRET|PASSWORD|PASSWD|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?)(?:_[A-Z0-9]+){0,8}"
+# A list's next item is not (nor ends in) the next credential's name: "a, api_keys=('b',)" and
+# "a, :api_keys=('b',)" are a list of one, then another field. A bare item may end in "=", as
+# base64 padding does, so "api_keys=" would pass as an item, and the tuple after it would hide
+# from the pattern that names it (tests/runtime/test_redaction.py found it).
+_NEXT_NAME = rf"""(?![^\s'"`,;()\[\]{{}}<>]{{0,40}}?(?:{_API_KEY_NAME}|{_CREDENTIAL_NAME})['"`]?[ \t]*(?:=>|[:=]))"""
 
 _SHAPES = (
     KEY_SHAPE,
@@ -51,13 +56,13 @@ _VALUES = (
     # every argument up to the next flag.
     re.compile(
         rf"""(?i)(?<=-){_API_KEY_NAME}(?:=|['"`]?{_ARG_SEP})"""
-        rf"""((?:{_GROUP}|{_ITEM})(?:{_ARG_SEP}(?!['"`]?--){_ITEM}{_NOT_A_NAME})*)"""
+        rf"""((?:{_GROUP}|{_ITEM})(?:{_ARG_SEP}(?!['"`]?--){_NEXT_NAME}{_ITEM}{_NOT_A_NAME})*)"""
     ),
     # 'api_key': ['a', 'b'], api_key=('a',), "api-key": "a", VLLM_API_KEY=a,b, api-key:\n  - a,
     # "Invalid API key: a", :api_key => 'a'
     re.compile(
         rf"""(?i)(?:{_API_KEY_NAME}|{_CREDENTIAL_NAME})['"`]?[ \t]*(?:=>|[:=])[ \t]*"""
-        rf"({_GROUP}|{_YAML_LIST}|{_ITEM}(?:[ \t]*,[ \t]*{_ITEM}{_NOT_A_NAME})*)"
+        rf"({_GROUP}|{_YAML_LIST}|{_ITEM}(?:[ \t]*,[ \t]*{_NEXT_NAME}{_ITEM}{_NOT_A_NAME})*)"
     ),
     re.compile(r"(?i)\b(?:bearer|basic)\s+([A-Za-z0-9._~+/=\-]+)"),
 )

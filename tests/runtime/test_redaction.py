@@ -182,3 +182,12 @@ class TestCost:
         started = time.monotonic()
         redact(text)
         assert time.monotonic() - started < 10
+
+
+def test_a_list_that_runs_into_the_next_keys_name_leaves_that_list_to_its_own_pattern():
+    """Found by the property test above: the comma list's last item stopped short of the next
+    name ("api_key" of "api_keys=") to pass the not-a-name check, and the tuple after it leaked."""
+    text = "API_KEYS=llmp_0000000000000000000000000000000000000000000, api_keys=('00000000',)"
+    out = redact(text)
+    assert "00000000'" not in out and "llmp_" not in out
+    assert out == "API_KEYS=[redacted], api_keys=[redacted]"
