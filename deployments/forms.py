@@ -20,7 +20,7 @@ from deployments.picker import cards as picker_cards
 from deployments.profiles import PROFILE_FIELDS, Preset, apply_profile
 from deployments.validation import NAME_MAX, check_draft
 from quotas.choices import Role
-from quotas.models import GpuFlavor, Tenant
+from quotas.models import GpuFlavor, PriorityTier, Tenant
 from quotas.policy import allowed_flavor_ids
 from quotas.services import flavors_with_quota
 from runtime.backends import not_installed
@@ -140,11 +140,19 @@ class DeploymentForm(forms.Form):
         label="Parameters (billions)",
         help_text="Only for models not in the catalog, for the memory estimate.",
     )
+    priority_tier = forms.ChoiceField(
+        choices=(),
+        required=False,
+        label="Priority tier",
+        help_text="Kueue admits higher tiers first, and one may preempt a lower tier in your team's queue. "
+        "Your team's policy says which you may use.",
+    )
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         self.user = user
         self.preset: Preset | None = None
+        self.offer_tiers(PriorityTier.objects.all())  # narrowed to the tenant's once it is known
         tenants = Tenant.objects.filter(
             pk__in=[t.pk for t in Tenant.objects.visible_to(user) if t.has_role(user, Role.MEMBER)]
         )
@@ -163,12 +171,22 @@ class DeploymentForm(forms.Form):
         self.fields["backend"].initial = settings.RUNTIME_DEFAULT_BACKEND
         self.check = None
 
+    def offer_tiers(self, tiers, keep: str = "") -> None:
+        """The tier choices: none, then `tiers` (and `keep`, the current one); the check refuses a
+        tier the tenant's policy does not allow (quotas.policy.tier_error)."""
+        rows = {t.name: t for t in tiers}
+        if keep and keep not in rows and (kept := PriorityTier.objects.filter(name=keep).first()):
+            rows[keep] = kept
+        choices = [(t.name, f"{t.display_name} (priority {t.value})") for t in rows.values()]
+        self.fields["priority_tier"].choices = [("", "None (Kueue's default priority)"), *choices]
+
     def offer_flavors_of(self, tenant: Tenant, keep: int | None = None) -> None:
         """Offer only the flavors the tenant's policy allows (and `keep`, the current one, so an
         existing deployment's page still shows what it runs on); the check refuses the rest."""
         allowed = allowed_flavor_ids(tenant)
         if allowed is not None:
             self.fields["flavor"].queryset = GpuFlavor.objects.filter(Q(active=True, pk__in=allowed) | Q(pk=keep))
+        self.offer_tiers(tenant.allowed_tiers.all(), keep=self.initial.get("priority_tier") or "")
 
     def check_context(self, data: dict) -> dict:
         """check_draft's keyword arguments for this form's draft."""

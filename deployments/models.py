@@ -46,6 +46,7 @@ SPEC_FIELDS = (
     "kv_cache_dtype",
     "parameter_count_b",
     "serving_profile",  # a label (deployments.profiles): changes nothing that runs
+    "priority_tier",  # Kueue's priority for its workload (quotas.tier_models)
 )
 
 
@@ -72,6 +73,7 @@ SPEC_LABELS = {
     "kv_cache_dtype": "KV cache dtype",
     "parameter_count_b": "Parameters (billions)",
     "serving_profile": "Serving profile",
+    "priority_tier": "Priority tier",
 }
 
 
@@ -153,6 +155,13 @@ class ModelDeployment(models.Model):
         blank=True,
         default="",
         help_text="The preset the engine and scaling fields were filled from (empty: custom).",
+    )
+    priority_tier = models.CharField(
+        max_length=40,
+        blank=True,
+        default="",
+        help_text="The priority tier's name (quotas.PriorityTier): its Kueue WorkloadPriorityClass orders "
+        "admission and preemption in the tenant's queue. Empty: none (Kueue's default priority).",
     )
     # --- lifecycle ------------------------------------------------------------------------------
     state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING_APPROVAL, db_index=True)

@@ -18,6 +18,7 @@ from deployments.queries import derived_badge
 from deployments.specs import deployment_spec
 from deployments.states import REQUESTED, RUNNING, STARTING, Action, actor_of, revision_actions_for
 from runtime.backends import traits as backend_traits
+from runtime.status import eviction_words
 
 CONDITION_WORDS = {
     "Ready": ("Serving requests", "Not serving yet"),
@@ -90,11 +91,8 @@ def queue_details(dep: ModelDeployment) -> list[str]:
         lines.append(f"Requeued {count} time{'s' if count != 1 else ''} by Kueue.")
     eviction = admitted.get("lastEviction")
     if eviction:
-        lines.append(
-            f"Last eviction: {eviction.get('type')} ({eviction.get('reason')})"
-            + (f": {eviction['message']}" if eviction.get("message") else "")
-            + (f" at {plain_time(eviction['at'])}." if eviction.get("at") else ".")
-        )
+        when = f" at {plain_time(eviction['at'])}" if eviction.get("at") else ""
+        lines.append(f"Last eviction{when}: {eviction_words(eviction)}.")
     requeued = admitted.get("requeued")
     if requeued and requeued.get("status") == "False" and requeued.get("reason"):
         lines.append(

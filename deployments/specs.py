@@ -5,6 +5,7 @@ from __future__ import annotations
 from deployments.models import ModelDeployment
 from quotas.specs import flavor_spec
 from quotas.tenant_secrets import hf_token_secret
+from quotas.tier_models import CLASS_PREFIX
 from runtime.spec import DeploymentSpec, EngineOptions
 
 
@@ -47,4 +48,5 @@ def deployment_spec(dep: ModelDeployment) -> DeploymentSpec:
         backend=str(dep.backend),
         tokens_per_minute=dep.tenant.tokens_per_minute,
         requests_per_minute=dep.tenant.requests_per_minute,
+        priority_class=CLASS_PREFIX + dep.priority_tier if dep.priority_tier else None,
     )

@@ -20,7 +20,7 @@ from deployments import sizing
 from deployments.choices import KvCacheDtype, ServingProfile
 from quotas.choices import Fit
 from quotas.models import GpuFlavor, Tenant
-from quotas.policy import policy_errors
+from quotas.policy import policy_errors, tier_error
 from quotas.pricing import price_per_hour
 from quotas.services import QuotaPreview, quota_preview
 from runtime.backends import names as backend_names
@@ -145,6 +145,8 @@ def check_draft(
         }
         for name, message in policy_errors(tenant=tenant, flavor=flavor, gpus=check.gpus or 0, **model).items():
             check.add(name, message)
+        if msg := tier_error(tenant, data.get("priority_tier") or ""):
+            check.add("priority_tier", msg)
     # The quota answers on its own, whatever else is wrong: "no quota for this flavor" must show
     # beside a memory problem, not after it is fixed. A refused tenant (archived, budget spent)
     # already says that no GPUs can be reserved.

@@ -18,6 +18,7 @@ from quotas.api.secret_views import (
 from quotas.api.views import (
     ClusterUsageView,
     GpuFlavorViewSet,
+    PriorityTierViewSet,
     QuotaChangeRequestViewSet,
     QuotaPreviewView,
     TenantQuotaViewSet,
@@ -35,6 +36,7 @@ router.register("tokens", TokenViewSet, basename="token")
 router.register("tenants", TenantViewSet, basename="tenant")
 router.register("audit", AuditEventViewSet, basename="audit")
 router.register("flavors", GpuFlavorViewSet, basename="flavor")
+router.register("priority-tiers", PriorityTierViewSet, basename="priority-tier")
 router.register("quotas", TenantQuotaViewSet, basename="quota")
 router.register("quota-requests", QuotaChangeRequestViewSet, basename="quota-request")
 router.register("deployments", DeploymentViewSet, basename="deployment")

@@ -14,6 +14,8 @@ from deployments.reconcile import last_orphans, last_pending_workloads, orphan_d
 from quotas.models import is_platform_admin
 from runtime.backends import presence
 from runtime.k8s import ClusterError
+from runtime.platform import platform_spec
+from runtime.preemption import preemption_settings
 
 ADMINS_ONLY = {"detail": "Only platform admins see and clean up the cluster.", "code": "permission_denied"}
 
@@ -26,7 +28,9 @@ class OrphanSerializer(serializers.Serializer):
 
 class ClusterSweepView(APIView):
     """The last sweep's Kueue pending workloads per ClusterQueue, the orphans it found and which
-    backends it found installed on the cluster."""
+    backends it found installed on the cluster; the queueing strategy and preemption every tenant
+    ClusterQueue gets, each preemption field with its value, its setting and the behaviour it
+    implies (runtime.preemption, as the Cluster page shows them)."""
 
     @extend_schema(responses={200: dict, 403: dict})
     def get(self, request):
@@ -38,6 +42,7 @@ class ClusterSweepView(APIView):
                 "orphans": last_orphans(),
                 "backends": presence(),
                 "queueing_strategy": settings.KUEUE_QUEUEING_STRATEGY,
+                "preemption": preemption_settings(platform_spec()),
             }
         )
 

@@ -49,7 +49,9 @@ class TenantViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     http_method_names = ["get", "post", "patch", "put", "delete", "head", "options"]
 
     def get_queryset(self):
-        return Tenant.objects.visible_to(self.request.user).prefetch_related("allowed_flavors", "allowed_models")
+        return Tenant.objects.visible_to(self.request.user).prefetch_related(
+            "allowed_flavors", "allowed_models", "allowed_tiers", "auto_approve_tiers"
+        )
 
     def _tenant_response(self, tenant: Tenant, code=status.HTTP_200_OK) -> Response:
         tenant = self.get_queryset().get(pk=tenant.pk)
@@ -72,7 +74,8 @@ class TenantViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     @extend_schema(methods=["PUT"], request=PolicySerializer, responses=PolicySerializer)
     @action(detail=True, methods=["get", "put"])
     def policy(self, request, slug=None):
-        """The tenant's request policy: auto-approve ceiling, GPUs per deployment, allowed flavors and models."""
+        """The tenant's request policy: auto-approve ceiling, GPUs per deployment, allowed flavors, models and
+        priority tiers (and the tiers it auto-approves)."""
         tenant = self.get_object()
         if request.method == "PUT":
             data = _body(PolicySerializer, request)

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from portal import catalog_views
+from portal import catalog_views, tier_views
 from portal import platform_views as views
 from portal.account_views import invite
 
@@ -14,6 +14,9 @@ urlpatterns = [
     path("platform/tenants/<slug:slug>/archive/", views.tenant_archive_confirm, name="platform-tenant-archive"),
     path("platform/flavors/new/", views.flavor_edit, name="platform-flavor-new"),
     path("platform/flavors/<slug:name>/", views.flavor_edit, name="platform-flavor"),
+    path("platform/tiers/", tier_views.tier_list, name="platform-tiers"),
+    path("platform/tiers/<slug:tier>/", tier_views.tier_edit, name="platform-tier"),
+    path("platform/tiers/<slug:tier>/delete/", tier_views.tier_delete, name="platform-tier-delete"),
     path("platform/catalog/", catalog_views.catalog_list, name="platform-catalog"),
     path("platform/catalog/new/", catalog_views.catalog_edit, name="platform-catalog-new"),
     path("platform/catalog/<slug:name>/", catalog_views.catalog_edit, name="platform-catalog-model"),

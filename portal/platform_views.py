@@ -56,7 +56,9 @@ def _data(form) -> dict:
 def platform_home(request):
     """Tenants with their quota and policy, and the GPU flavors."""
     _require_platform_admin(request)
-    tenant_list = Tenant.objects.prefetch_related("allowed_flavors", "allowed_models", "quotas__flavor")
+    tenant_list = Tenant.objects.prefetch_related(
+        "allowed_flavors", "allowed_models", "allowed_tiers", "auto_approve_tiers", "quotas__flavor"
+    )
     tenant_list = tenant_list.order_by("archived_at", "slug")
     return render(
         request,
@@ -87,6 +89,8 @@ def _tenant_forms(request, tenant: Tenant) -> dict:
     policy_initial = {field: getattr(tenant, field) for field in SCALAR_FIELDS}
     policy_initial["allowed_flavors"] = list(tenant.allowed_flavors.all())
     policy_initial["allowed_models"] = list(tenant.allowed_models.all())
+    policy_initial["allowed_tiers"] = list(tenant.allowed_tiers.all())
+    policy_initial["auto_approve_tiers"] = list(tenant.auto_approve_tiers.all())
     policy_initial["allowed_source_patterns"] = "\n".join(tenant.allowed_source_patterns or [])
     return {
         "tenant": TenantForm(
@@ -119,11 +123,11 @@ def _save(request, tenant: Tenant, name: str, form) -> Tenant:
     if name == "tenant":
         return tenants.tenant_update(tenant_id=tenant.pk, actor=request.user, **data)
     if name == "policy":
-        data["allowed_flavors"] = list(data["allowed_flavors"])
-        data["allowed_models"] = list(data["allowed_models"])
+        ticked = ("allowed_flavors", "allowed_models", "allowed_tiers", "auto_approve_tiers")
+        data.update({field: list(data[field]) for field in ticked})
         # A setting the form did not send keeps its value (an unticked box is sent as nothing:
-        # the hard stop is off then).
-        for field in set(data) - {"allowed_flavors", "allowed_models", "budget_hard_stop", "reason"}:
+        # the hard stop is off then, and no box ticked in a list is an empty list).
+        for field in set(data) - {*ticked, "budget_hard_stop", "reason"}:
             if f"policy-{field}" not in request.POST or (data[field] is None and field != "monthly_budget"):
                 data.pop(field)
         return tenants.tenant_policy_set(tenant_id=tenant.pk, actor=request.user, **data)

@@ -25,6 +25,7 @@ from portal.env import (
     env_str,
     env_url,
 )
+from runtime import preemption as _preemption
 from runtime.backends import names as _registered_backends
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -446,6 +447,14 @@ for _item in env_list("KUEUE_CPU_NODE_LABELS", []):
 # topology"): BestEffortFIFO lets a smaller deployment that fits pass a larger one that waits;
 # StrictFIFO admits in order.
 KUEUE_QUEUEING_STRATEGY = env_choice("KUEUE_QUEUEING_STRATEGY", "BestEffortFIFO", {"BestEffortFIFO", "StrictFIFO"})
+# Every tenant ClusterQueue's preemption (docs/scheduling.md, "Preemption"; runtime/preemption.py has
+# the values Kueue accepts and what each implies, as the Cluster page shows them): whether a tenant
+# takes its nominal quota back from borrowers in the cohort, and whether a deployment may evict
+# another of its tenant's queue.
+KUEUE_RECLAIM_WITHIN_COHORT = env_choice("KUEUE_RECLAIM_WITHIN_COHORT", "Any", set(_preemption.RECLAIM_WITHIN_COHORT))
+KUEUE_WITHIN_CLUSTER_QUEUE = env_choice(
+    "KUEUE_WITHIN_CLUSTER_QUEUE", "LowerPriority", set(_preemption.WITHIN_CLUSTER_QUEUE)
+)
 # Karpenter NodePools for flavors with provisioning settings (quotas.nodepools). On "aws" each
 # pool gets an EC2NodeClass from the KARPENTER_NODE_ROLE / *_TAGS / AMI settings; elsewhere the
 # pools name the node class KARPENTER_NODE_CLASS_GROUP / _KIND / _NAME (a flavor may name its own).

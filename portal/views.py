@@ -26,6 +26,8 @@ from quotas.models import GpuFlavor, QuotaChangeRequest, Tenant, TenantQuota, is
 from quotas.presenters import quota_rows
 from runtime.backends import presence
 from runtime.k8s import ClusterError
+from runtime.platform import platform_spec
+from runtime.preemption import preemption_settings
 from usage.presenters import overview_usage
 
 
@@ -146,6 +148,7 @@ def cluster(request):
             "pending": sorted(last_pending_workloads().items()),
             "backends": presence(),  # which backends the last sweep found installed on the cluster
             "queueing_strategy": settings.KUEUE_QUEUEING_STRATEGY,
+            "preemption": preemption_settings(platform_spec()),  # the same words as the API's
         },
     )
 

@@ -8,7 +8,7 @@ from django.utils.html import format_html, format_html_join
 from catalog.models import CatalogModel
 from catalog.patterns import PATTERN_MAX, PATTERNS_MAX, clean_patterns
 from quotas.choices import Role
-from quotas.models import REQUESTS_PER_MINUTE_HELP, TOKENS_PER_MINUTE_HELP, GpuFlavor
+from quotas.models import REQUESTS_PER_MINUTE_HELP, TOKENS_PER_MINUTE_HELP, GpuFlavor, PriorityTier
 from quotas.services import QUOTA_VALUES
 from quotas.validators import validate_node_labels
 from runtime.accelerators import CPU_ONLY, OFFERED
@@ -113,6 +113,21 @@ class PolicyForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3}),
         label="Allowed model sources",
         help_text="One pattern per line; * matches anything, '/' included: meta-llama/*, s3://team-bucket/*.",
+    )
+    allowed_tiers = forms.ModelMultipleChoiceField(
+        queryset=PriorityTier.objects.all(),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Allowed priority tiers",
+        help_text="None ticked: its deployments have no tier (Kueue's default priority).",
+    )
+    auto_approve_tiers = forms.ModelMultipleChoiceField(
+        queryset=PriorityTier.objects.all(),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Auto-approved priority tiers",
+        help_text="Allowed tiers the policy approves within its ceiling; a request with another tier waits for "
+        "a platform admin.",
     )
     monthly_budget = forms.DecimalField(
         max_digits=12,

@@ -9,13 +9,13 @@ import logging
 from django.utils import timezone
 
 from quotas.model_cache import sync_model_cache
-from quotas.models import GpuFlavor, Tenant
+from quotas.models import GpuFlavor, PriorityTier, Tenant
 from quotas.nodepools import sync_nodepools, sync_topologies
 from quotas.specs import flavor_spec, tenant_queue_spec
 from runtime import k8s
 from runtime.backends import get_cluster
 from runtime.backends.base import digest
-from runtime.manifests.common import ANNOTATION_SPEC_HASH, GPU_RESOURCE
+from runtime.manifests.common import ANNOTATION_SPEC_HASH, GPU_RESOURCE, portal_labels
 from runtime.manifests.kueue import (
     render_cluster_queue,
     render_cohort,
@@ -23,9 +23,11 @@ from runtime.manifests.kueue import (
     render_local_queue,
     render_namespace,
     render_resource_flavor,
+    render_workload_priority_class,
     resource_flavor_update_problem,
 )
 from runtime.platform import platform_spec
+from runtime.spec import PriorityClassSpec
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,7 @@ def sync_kueue(*, tenant_id: int | None = None) -> int:
     # The CPU flavor first: every ClusterQueue lists it, and one naming a missing flavor is inactive.
     written = sync_topologies(cluster, _apply_if_changed)  # before the flavors that name them
     written += _apply_if_changed(cluster, render_cpu_resource_flavor(platform))
+    written += sync_priority_classes(cluster)  # before any deployment names one
     for flavor in GpuFlavor.objects.filter(active=True):
         written += _apply_resource_flavor(cluster, flavor)
     cohorts = set()
@@ -70,6 +73,21 @@ def sync_kueue(*, tenant_id: int | None = None) -> int:
         read_cluster_queue_status(cluster, tenant)
     # Last: a pool's GPU limit follows the quotas, and a missing Karpenter must not hold up the queues.
     return written + sync_nodepools(cluster, _apply_if_changed)
+
+
+def sync_priority_classes(cluster: k8s.Cluster) -> int:
+    """One WorkloadPriorityClass per priority tier; the portal's classes of tiers no longer there
+    are deleted (a tier is deleted only when no deployment names it: quotas.tiers)."""
+    wanted = {tier.class_name: tier for tier in PriorityTier.objects.all()}
+    written = 0
+    for name, tier in wanted.items():
+        spec = PriorityClassSpec(name=name, value=tier.value, description=tier.description)
+        written += _apply_if_changed(cluster, render_workload_priority_class(spec))
+    for obj in cluster.list(k8s.WORKLOADPRIORITYCLASS, None, label_selector=portal_labels()):
+        if obj["metadata"]["name"] not in wanted:
+            cluster.delete(k8s.WORKLOADPRIORITYCLASS, obj["metadata"]["name"], None)
+            written += 1
+    return written
 
 
 def _apply_resource_flavor(cluster: k8s.Cluster, flavor: GpuFlavor) -> bool:

@@ -133,6 +133,20 @@ class Tenant(models.Model):
         blank=True,
         help_text="Model source globs this tenant may deploy, e.g. meta-llama/* or s3://team-bucket/*.",
     )
+    # Priority tiers (issue 35, quotas.tier_models): which the tenant may choose, and which of those
+    # its policy may approve without a person. None allowed: its deployments have no tier.
+    allowed_tiers = models.ManyToManyField(
+        "PriorityTier",
+        blank=True,
+        related_name="allowed_tenants",
+        help_text="Priority tiers this tenant's deployments may use (none: no tier, Kueue's default priority).",
+    )
+    auto_approve_tiers = models.ManyToManyField(
+        "PriorityTier",
+        blank=True,
+        related_name="auto_approving_tenants",
+        help_text="Allowed tiers whose deployments the policy may approve (others always wait for a person).",
+    )
     max_gpus_per_deployment = models.PositiveIntegerField(
         default=0,
         validators=[MaxValueValidator(100_000)],
@@ -487,5 +501,6 @@ class QuotaChangeRequest(models.Model):
 
 
 from quotas.secret_models import TenantSecret  # noqa: E402 (the model lives beside; Django finds it here)
+from quotas.tier_models import PriorityTier  # noqa: E402 (the same)
 
-__all__ = ["TenantSecret"]
+__all__ = ["PriorityTier", "TenantSecret"]

@@ -133,12 +133,28 @@ def budget_block_reason(tenant: Tenant, *, now: datetime | None = None) -> str:
     )
 
 
-def auto_approves(*, tenant: Tenant, gpus: int, fit: str | None) -> bool:
+def tier_error(tenant: Tenant, tier: str) -> str:
+    """Why `tenant` may not give a deployment the priority tier named `tier` ('' when it may;
+    '' — no tier — always may)."""
+    if not tier:
+        return ""
+    allowed = sorted(t.name for t in tenant.allowed_tiers.all())
+    if tier in allowed:
+        return ""
+    if not allowed:
+        return f"{tenant.display_name} may not choose a priority tier: leave it empty (Kueue's default priority)."
+    return f"{tenant.display_name} may use only these priority tiers: {', '.join(allowed)} (or none)."
+
+
+def auto_approves(*, tenant: Tenant, gpus: int, fit: str | None, tier: str = "") -> bool:
     """Whether the policy approves a request on its own: within nominal quota and at most the
-    tenant's auto-approve ceiling (0 turns auto-approval off). `fit` is quotas.services' preview,
-    measured against quotas.ceiling: an ended temporary raise or an archived tenant gives no fit."""
+    tenant's auto-approve ceiling (0 turns auto-approval off), and with no priority tier or one
+    the tenant's policy auto-approves. `fit` is quotas.services' preview, measured against
+    quotas.ceiling: an ended temporary raise or an archived tenant gives no fit."""
     limit = tenant.auto_approve_max_gpus
-    return bool(limit) and not tenant.archived and fit == Fit.NOMINAL and gpus <= limit
+    if not (bool(limit) and not tenant.archived and fit == Fit.NOMINAL and gpus <= limit):
+        return False
+    return not tier or tenant.auto_approve_tiers.filter(name=tier).exists()
 
 
 def _gpus(n: int) -> str:
@@ -156,7 +172,18 @@ def policy_words(tenant: Tenant) -> str:
     which = "only " + ", ".join(flavors) if flavors else "every flavor"
     models = sorted(m.name for m in tenant.allowed_models.all()) + list(tenant.allowed_source_patterns or [])
     what = " · only the models " + ", ".join(models) if models else ""  # nothing said: any model
-    return f"{auto} · {per} · {which}{what}"
+    return f"{auto} · {per} · {which}{what}{_tier_words(tenant)}"
+
+
+def _tier_words(tenant: Tenant) -> str:
+    """The priority tiers in words, " · tiers: production, standard (auto-approves standard)"; nothing
+    when the tenant allows none (its deployments have no tier). With auto-approval off, no tier is
+    said to be auto-approved (auto_approves: the ceiling comes first)."""
+    allowed = sorted(t.name for t in tenant.allowed_tiers.all())
+    if not allowed:
+        return ""
+    auto = sorted(t.name for t in tenant.auto_approve_tiers.all()) if tenant.auto_approve_max_gpus else []
+    return f" · tiers: {', '.join(allowed)}" + (f" (auto-approves {', '.join(auto)})" if auto else "")
 
 
 # The policy's single-valued settings: the request rules above, the monthly budget and idle
@@ -183,4 +210,6 @@ def policy_summary(tenant: Tenant) -> dict:
     summary["allowed_flavors"] = sorted(f.name for f in tenant.allowed_flavors.all())
     summary["allowed_models"] = sorted(m.name for m in tenant.allowed_models.all())
     summary["allowed_source_patterns"] = list(tenant.allowed_source_patterns or [])
+    summary["allowed_tiers"] = sorted(t.name for t in tenant.allowed_tiers.all())
+    summary["auto_approve_tiers"] = sorted(t.name for t in tenant.auto_approve_tiers.all())
     return summary

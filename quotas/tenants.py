@@ -21,6 +21,7 @@ from quotas.models import GpuFlavor, RetiredTenantSlug, Tenant, TenantQuota, is_
 from quotas.policy import SCALAR_FIELDS, policy_summary
 from quotas.schedule import ScheduleError, parse_schedule
 from quotas.services import schedule_kueue_sync
+from quotas.tiers import tiers_named
 from quotas.validators import validate_dns1123_label, validate_tenant_slug
 
 EDITABLE = ("slug", "display_name", "cohort")
@@ -124,10 +125,13 @@ def tenant_policy_set(
     reason: str = "",
     allowed_models: list | None = None,
     allowed_source_patterns: list[str] | None = None,
+    allowed_tiers: list | None = None,
+    auto_approve_tiers: list | None = None,
     **values,
 ) -> Tenant:
-    """Set the tenant's policy (quotas.policy.SCALAR_FIELDS, the allowed flavors and the model
-    allow-list: catalog models and source patterns). A setting left out keeps its value. It shapes
+    """Set the tenant's policy (quotas.policy.SCALAR_FIELDS, the allowed flavors, the model
+    allow-list: catalog models and source patterns, and the priority tiers it may use and have
+    auto-approved, given as tiers or their names). A setting left out keeps its value. It shapes
     requests, spend and idle handling, not the Kueue objects: no Kueue sync."""
     _require_platform_admin(actor)
     if allowed_source_patterns is not None:
@@ -145,10 +149,22 @@ def tenant_policy_set(
     retired = sorted(f.name for f in allowed_flavors if not f.active)
     if retired:
         raise DomainError(f"Not offered any more: {', '.join(retired)}.", field="allowed_flavors")
+    # The tiers before the tenant: the order quotas.tiers locks in, so a tier deleted meanwhile is
+    # refused here on its field rather than failing the write.
+    tiers = {
+        field: tiers_named(_names(chosen), field=field)
+        for field, chosen in (("allowed_tiers", allowed_tiers), ("auto_approve_tiers", auto_approve_tiers))
+        if chosen is not None
+    }
     tenant = _lock(tenant_id)
     if tenant.archived:
         raise ConflictError("This tenant is archived.", code="archived")
     before = policy_summary(tenant)
+    if tiers:  # against the locked row's other set when only one is given
+        _check_auto_approve_tiers(
+            _names(tiers.get("allowed_tiers", tenant.allowed_tiers.all())),
+            _names(tiers.get("auto_approve_tiers", tenant.auto_approve_tiers.all())),
+        )
     for field, value in values.items():
         setattr(tenant, field, value)
     ceiling, per_deployment = tenant.auto_approve_max_gpus, tenant.max_gpus_per_deployment
@@ -167,6 +183,8 @@ def tenant_policy_set(
     tenant.allowed_flavors.set(allowed_flavors)
     if allowed_models is not None:
         tenant.allowed_models.set(allowed_models)
+    for field, chosen in tiers.items():
+        getattr(tenant, field).set(chosen)
     after = policy_summary(tenant)
     if after != before:
         audit(
@@ -178,6 +196,19 @@ def tenant_policy_set(
             changes={"from": before, "to": after},
         )
     return tenant
+
+
+def _names(tiers) -> list[str]:
+    return sorted({tier if isinstance(tier, str) else tier.name for tier in tiers})
+
+
+def _check_auto_approve_tiers(allowed: list[str], auto: list[str]) -> None:
+    """The policy auto-approves only tiers the tenant may choose."""
+    outside = sorted(set(auto) - set(allowed))
+    if outside:
+        raise DomainError(
+            f"Only allowed tiers can be auto-approved; not allowed: {', '.join(outside)}.", field="auto_approve_tiers"
+        )
 
 
 # (lowest, highest) for the whole-number settings; the model's validators say the same.

@@ -18,6 +18,8 @@ def platform_spec() -> PlatformSpec:
         cpu_flavor=settings.KUEUE_CPU_FLAVOR,
         cpu_flavor_node_labels=tuple(sorted(settings.KUEUE_CPU_NODE_LABELS.items())),
         queueing_strategy=settings.KUEUE_QUEUEING_STRATEGY,
+        reclaim_within_cohort=settings.KUEUE_RECLAIM_WITHIN_COHORT,
+        within_cluster_queue=settings.KUEUE_WITHIN_CLUSTER_QUEUE,
         kserve_deployment_mode=settings.KSERVE_DEPLOYMENT_MODE,
     )
 

@@ -92,6 +92,8 @@ class DeploymentSpec:
     # The tenant's gateway limits (runtime.manifests.gateway): 0 = no limit rendered.
     tokens_per_minute: int = 0
     requests_per_minute: int = 0
+    # The Kueue WorkloadPriorityClass of its priority tier (runtime.manifests.kueue); None: none.
+    priority_class: str | None = None
 
     @property
     def gpus_per_replica(self) -> int:
@@ -125,6 +127,9 @@ class PlatformSpec:
     cpu_flavor: str = "portal-cpu"
     cpu_flavor_node_labels: tuple[tuple[str, str], ...] = ()  # sorted (key, value) pairs
     queueing_strategy: str = "BestEffortFIFO"  # every ClusterQueue's: BestEffortFIFO | StrictFIFO
+    # Every ClusterQueue's preemption (runtime.preemption has the values and what each implies).
+    reclaim_within_cohort: str = "Any"  # Never | LowerPriority | Any
+    within_cluster_queue: str = "LowerPriority"  # Never | LowerPriority | LowerOrNewerEqualPriority
     # How KServe runs the kserve backend's InferenceServices: "Standard" (a Deployment) or "Knative"
     # (runtime.manifests.kserve, KSERVE_MODES).
     kserve_deployment_mode: str = "Standard"
@@ -139,6 +144,15 @@ class GatewaySpec:
     gateway_namespace: str
     public_url: str  # e.g. https://llm.example.com; the endpoint is <public_url>/<tenant>/<name>/v1
     key_namespace: str
+
+
+@dataclass(frozen=True)
+class PriorityClassSpec:
+    """A priority tier as Kueue's WorkloadPriorityClass (runtime.manifests.kueue)."""
+
+    name: str  # the class: llm-portal-<tier>
+    value: int
+    description: str = ""
 
 
 @dataclass(frozen=True)

@@ -256,13 +256,33 @@ def with_kueue_history(obs: Observation, workload: dict | None) -> Observation:
     return obs
 
 
+# Who preempted a workload, by the reason Kueue gives its Preempted condition (kubernetes-sigs/kueue
+# v0.19.2, pkg/scheduler/preemption/preemption.go: humanReadablePreemptionReasons, whose words end
+# Kueue's own message "... due to <words>").
+PREEMPTED_BY = {
+    "InClusterQueue": "a higher-priority workload in the same queue",
+    "InCohortReclamation": "a cohort neighbour reclaiming its own quota",
+    "InCohortReclaimWhileBorrowing": "a cohort neighbour reclaiming quota while borrowing",
+    "InCohortFairSharing": "fair sharing in the cohort",
+}
+
+
+def eviction_words(eviction: dict) -> str:
+    """An eviction (kueue_history's `lastEviction`) as the queue story says it: who preempted it
+    where Kueue says so, with Kueue's own message."""
+    kueue = eviction.get("message") or eviction.get("reason") or "no reason given"
+    by = PREEMPTED_BY.get(eviction.get("reason") or "")
+    return f"Preempted by {by} (Kueue: {kueue})" if by else f"Evicted by Kueue ({kueue})"
+
+
 # How long an evicted Workload may keep its quota after its RayService was suspended before the
 # portal finishes the eviction itself (stuck_eviction).
 EVICTION_GRACE_SECONDS = 15
 
 
 def stuck_eviction(obj: dict, conditions: list[dict], now: datetime | None = None) -> str | None:
-    """Kueue's eviction message when the eviction of this RayService cannot finish, else None.
+    """The eviction in words (eviction_words) when the eviction of this RayService cannot finish,
+    else None.
 
     Seen on Kueue 0.19.2 with KubeRay 1.6.2 (tests/cluster/test_walk.py): Kueue preempts a
     borrowing RayService (Evicted/Preempted, InCohortReclamation) and sets
@@ -284,7 +304,7 @@ def stuck_eviction(obj: dict, conditions: list[dict], now: datetime | None = Non
         return None
     if ((now or datetime.now(UTC)) - at).total_seconds() < EVICTION_GRACE_SECONDS:
         return None
-    return eviction.get("message") or eviction.get("reason") or "Evicted by Kueue."
+    return eviction_words(eviction)
 
 
 # How old a suspended, Kueue-managed RayService may be without a Workload before the portal calls

@@ -86,6 +86,14 @@ class DeploymentSpecSerializer(serializers.Serializer):
         "weights does not change it.",
     )
     parameter_count_b = StrictFloatField(**LIMITS["parameter_count_b"].bounds(), required=False, allow_null=True)
+    priority_tier = serializers.CharField(
+        max_length=40,
+        required=False,
+        allow_blank=True,
+        help_text="A priority tier's name (GET /api/v1/priority-tiers/); its Kueue WorkloadPriorityClass orders "
+        "admission and preemption in the tenant's queue. Empty: none. The tenant's policy says which it may use; "
+        "changing it needs approval unless the policy auto-approves that tier.",
+    )
     serving_profile = serializers.ChoiceField(
         choices=ServingProfile.choices,
         required=False,
@@ -249,6 +257,7 @@ _PLAIN = (
     "kv_cache_dtype",
     "task",
     "serving_profile",
+    "priority_tier",
     "state",
     "generation",
     "observed_generation",

@@ -164,9 +164,10 @@ def spec_gpus(spec: dict) -> int:
     )
 
 
-def policy_covers(tenant: Tenant, gpus: int, fit: str | None) -> bool:
-    """The tenant's auto-approve policy: within nominal quota and at most its GPU ceiling."""
-    return auto_approves(tenant=tenant, gpus=gpus, fit=fit)
+def policy_covers(tenant: Tenant, gpus: int, fit: str | None, tier: str = "") -> bool:
+    """The tenant's auto-approve policy: within nominal quota, at most its GPU ceiling, and no
+    priority tier or one it auto-approves."""
+    return auto_approves(tenant=tenant, gpus=gpus, fit=fit, tier=tier)
 
 
 def policy_reason(tenant: Tenant) -> str:

@@ -63,6 +63,7 @@ APPROVAL_FIELDS = frozenset(
         "quantization",
         "dtype",
         "kv_cache_dtype",
+        "priority_tier",  # who may be preempted for whom in the tenant's queue
     }
 )
 REPLICA_FIELDS = ("min_replicas", "max_replicas")
@@ -188,7 +189,8 @@ def submit(dep: ModelDeployment, spec: dict, *, user, action: str, message: str,
         return dep
     changed = _changed(serving, spec)
     needs = serving is None or needs_approval(changed, old_gpus=dep.gpus_needed, new_gpus=spec_gpus(spec))
-    covered = policy_covers(dep.tenant, spec_gpus(spec), check.quota.fit if check.quota else None)
+    fit = check.quota.fit if check.quota else None
+    covered = policy_covers(dep.tenant, spec_gpus(spec), fit, spec.get("priority_tier") or "")
     keep = scale and pending is not None
     if keep and needs and not covered:
         raise ConflictError(
@@ -283,7 +285,7 @@ def deployment_create(*, tenant: Tenant, user, data: dict) -> ModelDeployment:
         tenant=tenant,
         changes={"gpus": dep.gpus_needed, "flavor": dep.flavor.name, "revision": rev.number},
     )
-    if policy_covers(tenant, dep.gpus_needed, check.quota.fit if check.quota else None):
+    if policy_covers(tenant, dep.gpus_needed, check.quota.fit if check.quota else None, dep.priority_tier):
         approve_locked(dep, rev, approver=Actor.POLICY, reason=policy_reason(tenant))
     return dep
 

@@ -65,6 +65,9 @@ AUDIT_LABELS = {
     "tenant_secret.set": "Credential set",
     "tenant_secret.rotate": "Credential replaced",
     "tenant_secret.delete": "Credential deleted",
+    "tier.create": "Priority tier created",
+    "tier.update": "Priority tier changed",
+    "tier.delete": "Priority tier deleted",
 }
 
 

@@ -6,7 +6,7 @@ from rest_framework import serializers
 from core.api_fields import NamedRef
 from quotas.ceiling import quota_ceiling
 from quotas.flavors import FIELDS as FLAVOR_FIELDS
-from quotas.models import GpuFlavor, QuotaChangeRequest, Tenant, TenantQuota, is_platform_admin
+from quotas.models import GpuFlavor, PriorityTier, QuotaChangeRequest, Tenant, TenantQuota, is_platform_admin
 from quotas.nodepools import pool_summary
 
 
@@ -42,6 +42,33 @@ class GpuFlavorSerializer(serializers.ModelSerializer):
         instance = GpuFlavor(**{**({f: getattr(self.instance, f) for f in fields} if self.instance else {}), **values})
         instance.clean()  # node labels and tolerations end up in Kueue objects
         return attrs
+
+
+class PriorityTierSerializer(serializers.ModelSerializer):
+    """A priority tier; writes go through quotas.tiers (audited, mirrored to Kueue)."""
+
+    class_name = serializers.CharField(
+        read_only=True, help_text="The Kueue WorkloadPriorityClass the portal keeps for the tier: llm-portal-<name>."
+    )
+    deployments = serializers.SerializerMethodField(
+        help_text="Deployments (not deleted) that use the tier, in the tenants you see. A tier in use cannot be "
+        "deleted."
+    )
+    reason = serializers.CharField(
+        max_length=2000, required=False, allow_blank=True, write_only=True, help_text="Why: kept in the audit log."
+    )
+
+    class Meta:
+        model = PriorityTier
+        fields = ["name", "display_name", "value", "description", "class_name", "deployments", "created", "reason"]
+        read_only_fields = ["created"]
+        extra_kwargs = {
+            "display_name": {"help_text": "What people read, e.g. Production."},
+            "description": {"help_text": "When to choose it; copied to the WorkloadPriorityClass."},
+        }
+
+    def get_deployments(self, tier: PriorityTier) -> int:
+        return self.context.get("tier_usage", {}).get(tier.name, 0)
 
 
 class TenantQuotaSerializer(serializers.ModelSerializer):

@@ -16,6 +16,7 @@ from quotas.models import (
     is_platform_admin,
 )
 from quotas.policy import policy_words
+from quotas.tier_models import TIER_NAME_MAX, validate_tier_name
 from quotas.validators import DNS1123_LABEL
 
 
@@ -87,6 +88,19 @@ class TenantWriteSerializer(serializers.Serializer):
     reason = _reason()
 
 
+class TierNames(serializers.ListField):
+    """Priority tier names: a list of names in a request (quotas.tiers resolves them, an unknown
+    one is an error on the field), the tenant's tiers by name in an answer."""
+
+    child = serializers.CharField(max_length=TIER_NAME_MAX, validators=[validate_tier_name])
+
+    def __init__(self, **kwargs):
+        super().__init__(max_length=100, required=False, **kwargs)
+
+    def to_representation(self, data):
+        return sorted(tier.name for tier in data.all())
+
+
 class PolicySerializer(serializers.Serializer):
     auto_approve_max_gpus = serializers.IntegerField(
         min_value=0,
@@ -117,6 +131,13 @@ class PolicySerializer(serializers.Serializer):
         required=False,
         help_text="Model source globs the tenant may deploy, e.g. meta-llama/* or s3://team-bucket/* "
         "(* matches anything, '/' included).",
+    )
+    allowed_tiers = TierNames(
+        help_text="Priority tier names the tenant's deployments may use (empty: none; its deployments have no tier)."
+    )
+    auto_approve_tiers = TierNames(
+        help_text="Allowed tier names whose requests the policy may approve within its ceiling; a request with "
+        "another tier waits for a platform admin."
     )
     monthly_budget = serializers.DecimalField(
         max_digits=12,

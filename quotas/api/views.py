@@ -11,18 +11,19 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.throttles import WriteThrottle
-from quotas import flavors, services
+from quotas import flavors, services, tiers
 from quotas.api.serializers import (
     DecisionSerializer,
     GpuFlavorSerializer,
     PreviewQuerySerializer,
+    PriorityTierSerializer,
     QuotaChangeRequestSerializer,
     QuotaCreateSerializer,
     QuotaPreviewSerializer,
     QuotaSetSerializer,
     TenantQuotaSerializer,
 )
-from quotas.models import GpuFlavor, QuotaChangeRequest, Tenant, TenantQuota, is_platform_admin
+from quotas.models import GpuFlavor, PriorityTier, QuotaChangeRequest, Tenant, TenantQuota, is_platform_admin
 
 
 class IsPlatformAdminOrReadOnly(permissions.BasePermission):
@@ -57,6 +58,37 @@ class GpuFlavorViewSet(viewsets.ModelViewSet):
     def perform_destroy(self, instance):
         # Quotas and deployments refer to it: retired (inactive), not deleted.
         flavors.flavor_retire(actor=self.request.user, name=instance.name, reason="Retired over the API.")
+
+
+class PriorityTierViewSet(viewsets.ModelViewSet):
+    """Priority tiers (Kueue WorkloadPriorityClasses). Everyone signed in reads them (a request
+    names one its tenant allows); platform admins create, change and delete them."""
+
+    serializer_class = PriorityTierSerializer
+    permission_classes = [IsPlatformAdminOrReadOnly]
+    throttle_classes = [WriteThrottle]
+    lookup_field = "name"
+    queryset = PriorityTier.objects.all()
+
+    def get_serializer_context(self):
+        # Counted once per request, within the tenants the user sees.
+        context = super().get_serializer_context()
+        context["tier_usage"] = tiers.tier_usage(tenants=Tenant.objects.visible_to(self.request.user))
+        return context
+
+    # Writes go through quotas.tiers: audited (before/after, reason) and mirrored to Kueue.
+    def perform_create(self, serializer):
+        data = dict(serializer.validated_data)
+        serializer.instance = tiers.tier_create(actor=self.request.user, **data)
+
+    def perform_update(self, serializer):
+        data = dict(serializer.validated_data)
+        reason = data.pop("reason", "")
+        name = serializer.instance.name
+        serializer.instance = tiers.tier_update(actor=self.request.user, name=name, values=data, reason=reason)
+
+    def perform_destroy(self, instance):
+        tiers.tier_delete(actor=self.request.user, name=instance.name, reason="Deleted over the API.")
 
 
 class TenantQuotaViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):

@@ -213,7 +213,7 @@ class KubeRayBackend(ClusterObjectBackend):
                 current = self._resize(spec, current, events)  # a resize under way, or a patch to retry
         obs = self._observe(spec, current, events)
         if why := stuck_eviction(current, obs.conditions):
-            said = f"Preempted by Kueue ({why}); the Ray cluster was suspended. Queued again for quota."
+            said = f"{why}; the Ray cluster was suspended. Queued again for quota."
         elif stuck_without_workload(current, obs.conditions):
             said = "Suspended with no Kueue Workload (its worker counts were edited on the cluster): replaced."
         else:

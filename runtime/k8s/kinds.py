@@ -43,6 +43,9 @@ CLUSTERQUEUE = Kind("kueue.x-k8s.io", "v1beta2", "clusterqueues", "ClusterQueue"
 LOCALQUEUE = Kind("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue")
 RESOURCEFLAVOR = Kind("kueue.x-k8s.io", "v1beta2", "resourceflavors", "ResourceFlavor", namespaced=False)
 COHORT = Kind("kueue.x-k8s.io", "v1beta2", "cohorts", "Cohort", namespaced=False)
+WORKLOADPRIORITYCLASS = Kind(
+    "kueue.x-k8s.io", "v1beta2", "workloadpriorityclasses", "WorkloadPriorityClass", namespaced=False
+)
 TOPOLOGY = Kind("kueue.x-k8s.io", "v1beta2", "topologies", "Topology", namespaced=False)
 # Karpenter (quotas.nodepools): a NodePool, and on AWS an EC2NodeClass, per provisioned flavor;
 # NodeClaims are only listed, for the readiness page's pending nodes.
@@ -104,6 +107,7 @@ KINDS: tuple[Kind, ...] = (
     LOCALQUEUE,
     RESOURCEFLAVOR,
     COHORT,
+    WORKLOADPRIORITYCLASS,
     TOPOLOGY,
     NODEPOOL,
     EC2NODECLASS,

@@ -22,6 +22,8 @@ COMMON: tuple[tuple[str, str, str], ...] = (
     ),
     ("list", "kueue.x-k8s.io", "workloads"),
     ("delete", "kueue.x-k8s.io", "workloads"),
+    # Priority tiers (quotas.kueue): one WorkloadPriorityClass each, those of deleted tiers deleted.
+    *((verb, "kueue.x-k8s.io", "workloadpriorityclasses") for verb in ("get", "list", "create", "patch", "delete")),
     ("get", "visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads"),
     *((verb, "", "namespaces") for verb in ("get", "create", "patch")),
     ("list", "", "pods"),

@@ -29,6 +29,20 @@ LABEL_DOMAIN = "llm-portal.io"
 MAX_RESOURCE_FLAVOR_LABELS = 8
 MAX_OWN_NODE_LABELS = MAX_RESOURCE_FLAVOR_LABELS - 1
 LABEL_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
+# The WorkloadPriorityClass Kueue gives the workload (kubernetes-sigs/kueue v0.19.2,
+# pkg/controller/constants/constants.go WorkloadPriorityClassLabel, read from the job's labels by
+# pkg/controller/jobframework/utils.go WorkloadPriorityClassName).
+LABEL_PRIORITY_CLASS = "kueue.x-k8s.io/priority-class"
+
+
+def kueue_labels(spec) -> dict[str, str]:
+    """The labels Kueue reads on a workload object: its LocalQueue, and its priority class if any."""
+    labels = {LABEL_QUEUE_NAME: spec.queue_name}
+    if spec.priority_class:
+        labels[LABEL_PRIORITY_CLASS] = spec.priority_class
+    return labels
+
+
 LABEL_JOB_UID = "kueue.x-k8s.io/job-uid"
 ANNOTATION_ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"
 

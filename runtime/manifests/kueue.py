@@ -33,7 +33,7 @@ from runtime.manifests.common import (
 )
 from runtime.manifests.topology import KUEUE_API_VERSION as KUEUE_API_VERSION  # defined there
 from runtime.manifests.topology import topology_name
-from runtime.spec import FlavorQuotaSpec, FlavorSpec, PlatformSpec, TenantQueueSpec
+from runtime.spec import FlavorQuotaSpec, FlavorSpec, PlatformSpec, PriorityClassSpec, TenantQueueSpec
 
 # Order matters: Kueue requires every flavor to list its resources in coveredResources order.
 COVERED_RESOURCES = (GPU_RESOURCE, "cpu", "memory")
@@ -234,9 +234,10 @@ def render_cluster_queue(spec: TenantQueueSpec, platform: PlatformSpec | None = 
     """The tenant's ClusterQueue: the CPU flavor for heads, then GPU quota per flavor, in the
     tenant's borrowing cohort (the module docstring says why in this order, in one group).
 
-    Preemption: a tenant reclaims its own nominal quota from borrowers regardless of
-    priority (`reclaimWithinCohort: Any`), and inside its queue a higher-priority
-    deployment may displace a lower one (`withinClusterQueue: LowerPriority`).
+    Preemption is the platform's (`platform.reclaim_within_cohort`, `platform.within_cluster_queue`;
+    by default a tenant reclaims its own nominal quota from borrowers regardless of priority,
+    `Any`, and inside its queue a higher-priority deployment may displace a lower one,
+    `LowerPriority`); runtime.preemption says what each value implies and why every pair is valid.
     `platform` names the CPU flavor and the head pod size (defaults apply when omitted).
     Raises ValueError when a GPU flavor has the CPU flavor's name.
     """
@@ -251,9 +252,11 @@ def render_cluster_queue(spec: TenantQueueSpec, platform: PlatformSpec | None = 
         # BestEffortFIFO (default): a large pending deployment does not block smaller ones
         # that fit. StrictFIFO: admission in order, so a large one is never starved.
         "queueingStrategy": platform.queueing_strategy,
+        # No borrowWithinCohort (its policy stays Never): Kueue's CEL refuses one other than Never
+        # beside reclaimWithinCohort Never, so with it left out every pair of settings is valid.
         "preemption": {
-            "reclaimWithinCohort": "Any",
-            "withinClusterQueue": "LowerPriority",
+            "reclaimWithinCohort": platform.reclaim_within_cohort,
+            "withinClusterQueue": platform.within_cluster_queue,
         },
     }
     if spec.quotas:
@@ -302,3 +305,20 @@ def render_cohort(name: str) -> dict[str, Any]:
         "metadata": {"name": name, "labels": portal_labels()},
         "spec": {},
     }
+
+
+def render_workload_priority_class(spec: PriorityClassSpec) -> dict[str, Any]:
+    """A priority tier as Kueue's WorkloadPriorityClass: a workload labelled
+    `kueue.x-k8s.io/priority-class: <name>` (common.kueue_labels) gets `value` as its priority, which
+    orders admission in its ClusterQueue and, with `withinClusterQueue: LowerPriority`, lets it
+    preempt lower ones there. Kueue reads the value when it creates the Workload: a changed value
+    reaches a deployment's next Workload, not the one it has (the CRD's description says so)."""
+    obj: dict[str, Any] = {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "WorkloadPriorityClass",
+        "metadata": {"name": spec.name, "labels": portal_labels()},
+        "value": spec.value,
+    }
+    if spec.description:
+        obj["description"] = spec.description
+    return obj

@@ -18,7 +18,6 @@ from runtime.accelerators import ray_accelerator_type
 from runtime.manifests.common import (
     ANNOTATION_ELASTIC_JOB,
     DNS1035_LABEL,
-    LABEL_QUEUE_NAME,
     PORT_METRICS,
     PORT_SERVE,
     PVC_MODEL_ROOT,
@@ -29,6 +28,7 @@ from runtime.manifests.common import (
     gpu_pod_resources,
     gpu_tolerations,
     hf_token_env,
+    kueue_labels,
     model_cache_volume,
     parse_pvc_source,
     placement_error,
@@ -365,7 +365,7 @@ def render_rayservice(spec: DeploymentSpec, platform: PlatformSpec) -> dict[str,
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": spec.namespace,
-        "labels": {**deployment_labels(spec), LABEL_QUEUE_NAME: spec.queue_name},
+        "labels": {**deployment_labels(spec), **kueue_labels(spec)},
     }
     # Every RayService is an elastic Kueue job with the in-tree autoscaler, fixed-size ones too
     # (min = max): a worker-count change then moves the running RayCluster's counts, which Kueue

@@ -264,7 +264,17 @@ def seed(portal) -> dict[str, str]:
     from access.services import key_mint
 
     key_mint(user=world.users["member"], tenant=world.alpha, name="walk", deployment_id=dep.pk)  # a row on /keys/
-    return {"pk": str(dep.pk), "slug": world.alpha.slug, "deployments:pk": str(dep.pk), "quotas:slug": world.alpha.slug}
+    from quotas.models import PriorityTier
+
+    tier = PriorityTier.objects.create(name="standard", display_name="Standard", value=100, description="Most work.")
+    world.alpha.allowed_tiers.set([tier])  # a row on /platform/tiers/, its edit and delete pages
+    return {
+        "pk": str(dep.pk),
+        "slug": world.alpha.slug,
+        "deployments:pk": str(dep.pk),
+        "quotas:slug": world.alpha.slug,
+        "tier": tier.name,
+    }
 
 
 def serve_and_propose(dep, world) -> None:

@@ -149,7 +149,8 @@ def test_a_cohort_neighbour_reclaims_its_quota_and_the_borrower_shows_queued(wor
     kube.wait(lambda: both_settled(None), timeout=150, what="beta ready, alpha's borrower queued")
     # Why it went back to the queue stays in its events; its message is now the new Workload's.
     (requeued,) = borrower.events.filter(reason="Requeued")
-    assert requeued.message.startswith("Preempted by Kueue (") and "reclamation within the cohort" in requeued.message
+    assert requeued.message.startswith("Preempted by a cohort neighbour reclaiming its own quota (Kueue: ")
+    assert "reclamation within the cohort" in requeued.message
     replacement = kube.get(k8s.RAYSERVICE, borrower.resource_name, world.alpha.namespace)
     assert replacement["metadata"]["uid"] != first_uid
     assert condition(workload_of(kube, borrower), "QuotaReserved").get("status") == "False"

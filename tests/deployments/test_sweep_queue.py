@@ -102,7 +102,7 @@ class TestRequeueHistory:
         assert admitted["lastEviction"]["reason"] == "Preempted"
         page = world.browser("member").get(f"/deployments/{dep.pk}/").content.decode()
         assert "Requeued 2 times by Kueue." in page
-        assert "Last eviction: Evicted (Preempted): Preempted to reclaim quota in the cohort" in page
+        assert "Last eviction" in page and "Evicted by Kueue (Preempted to reclaim quota in the cohort)." in page
 
 
 def put_orphan(api, namespace: str, name: str) -> None:

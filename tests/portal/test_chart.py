@@ -14,6 +14,7 @@ with. Without ../shared these tests skip with the reason; with CI set they fail.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -26,6 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
+from runtime import preemption
 from runtime.k8s import permissions
 from tests.portal.test_compose import settings_env_names
 from tests.support import chart, chart_schemas
@@ -78,9 +80,20 @@ def test_the_ingress_case_is_the_all_on_case_with_an_ingress_instead_of_the_rout
     assert ALL_WITH_INGRESS == {**chart.ALL_ON, "httpRoute": {"enabled": False}, **chart.WITH_INGRESS}
 
 
+def test_the_preemption_choices_are_the_ones_the_portal_accepts() -> None:
+    """values.schema.json refuses at install what portal/settings.py would refuse at start
+    (runtime/preemption.py: Kueue's CRD enums), and the chart's defaults are the portal's."""
+    schema = json.loads((chart.CHART / "values.schema.json").read_text())["properties"]["kueue"]["properties"]
+    values = yaml.safe_load((chart.CHART / "values.yaml").read_text())["kueue"]
+    for field, (_, words) in preemption.SETTINGS.items():
+        assert schema[field]["enum"] == list(words), field
+    assert (values["reclaimWithinCohort"], values["withinClusterQueue"]) == ("Any", "LowerPriority")
+
+
 FILES_ONLY = {
     test_chart_and_image_versions_follow_the_project_version,
     test_the_ingress_case_is_the_all_on_case_with_an_ingress_instead_of_the_route,
+    test_the_preemption_choices_are_the_ones_the_portal_accepts,
 }
 
 
@@ -171,6 +184,8 @@ REFUSED = {
     # bad enum
     "log-level": ({"portal": {"logLevel": "LOUD"}}, "/portal/logLevel"),
     "queueing-strategy": ({"kueue": {"queueingStrategy": "FIFO"}}, "/kueue/queueingStrategy"),
+    "reclaim-within-cohort": ({"kueue": {"reclaimWithinCohort": "Always"}}, "/kueue/reclaimWithinCohort"),
+    "within-cluster-queue": ({"kueue": {"withinClusterQueue": "Any"}}, "/kueue/withinClusterQueue"),
     "backend": ({"runtime": {"backends": ["kuberay", "slurm"]}}, "/runtime/backends"),
     "oidc-sign-algo": ({"oidc": {"signAlgo": "none"}}, "/oidc/signAlgo"),
     "pull-policy": ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
@@ -345,6 +360,36 @@ def test_the_portal_starts_with_the_rendered_settings(case: str) -> None:
         assert (cooloff, volume, hsts) == (100000, 1000000, 63072000)
     else:
         assert (cpu_labels, oidc, cooloff, volume, hsts) == ({}, False, 300, 200, 31536000)
+
+
+@pytest.mark.parametrize(
+    "values, expected",
+    [
+        (None, ["Any", "LowerPriority"]),
+        (
+            {"kueue": {"reclaimWithinCohort": "Never", "withinClusterQueue": "LowerOrNewerEqualPriority"}},
+            ["Never", "LowerOrNewerEqualPriority"],
+        ),
+    ],
+)
+def test_the_preemption_values_reach_every_clusterqueue(values: dict[str, Any] | None, expected: list[str]) -> None:
+    """kueue.reclaimWithinCohort / withinClusterQueue become the platform's preemption (the
+    PlatformSpec every tenant ClusterQueue is rendered from)."""
+    probe = (
+        "import django; django.setup(); from runtime.platform import platform_spec; p = platform_spec(); "
+        "print(p.reclaim_within_cohort, p.within_cluster_queue)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=ROOT,
+        env=pod_environment(values),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split()[-2:] == expected
 
 
 def test_prometheus_scrapes_a_web_pod_by_its_ip(client, settings) -> None:

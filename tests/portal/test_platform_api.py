@@ -80,6 +80,8 @@ class TestFromAnEmptyDatabase:
             # Settings the PUT left out keep their values (here the defaults).
             "allowed_models": [],
             "allowed_source_patterns": [],
+            "allowed_tiers": [],
+            "auto_approve_tiers": [],
             "monthly_budget": None,
             "budget_hard_stop": False,
             "idle_warn_hours": 0,

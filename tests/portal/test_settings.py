@@ -17,18 +17,17 @@ GOOD = {
 }
 
 
-def load_settings(**overrides) -> subprocess.CompletedProcess:
+SHOW_DEBUG = "import django; from django.conf import settings; settings.INSTALLED_APPS; print('DEBUG', settings.DEBUG)"
+
+
+def load_settings(probe: str = SHOW_DEBUG, **overrides) -> subprocess.CompletedProcess:
     environment = {
         k: v for k, v in os.environ.items() if k not in GOOD and k not in ("DEBUG", "HTTPS", "KUBERNETES_URL")
     }
     environment.update({**GOOD, **overrides})
     environment = {k: v for k, v in environment.items() if v is not None}
     return subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import django; from django.conf import settings; settings.INSTALLED_APPS; print('DEBUG', settings.DEBUG)",
-        ],
+        [sys.executable, "-c", probe],
         cwd=PROJECT_ROOT,
         env={**environment, "DJANGO_SETTINGS_MODULE": "portal.settings"},
         capture_output=True,
@@ -52,6 +51,9 @@ def load_settings(**overrides) -> subprocess.CompletedProcess:
         ("KUBERNETES_URL", "ftp://cluster", "KUBERNETES_URL="),
         ("NCCL_DEBUG", "LOUD", "NCCL_DEBUG='LOUD' must be one of"),
         ("KUEUE_QUEUEING_STRATEGY", "LIFO", "KUEUE_QUEUEING_STRATEGY='LIFO' must be one of"),
+        # Kueue's CRD enums (runtime/preemption.py): Any is a reclaimWithinCohort value only.
+        ("KUEUE_RECLAIM_WITHIN_COHORT", "Always", "KUEUE_RECLAIM_WITHIN_COHORT='Always' must be one of"),
+        ("KUEUE_WITHIN_CLUSTER_QUEUE", "Any", "KUEUE_WITHIN_CLUSTER_QUEUE='Any' must be one of"),
         ("KARPENTER_SUBNET_TAGS", "karpenter.sh/discovery", "KARPENTER_SUBNET_TAGS: 'karpenter.sh/discovery' is not"),
         ("KARPENTER_ROOT_VOLUME_GIB", "5", "below the minimum"),
         # KServe v0.20.0's legacy names are not the portal's (runtime.manifests.kserve).
@@ -73,6 +75,22 @@ def test_knative_mode_behind_the_gateway_stops_startup():
     assert result.returncode != 0
     assert "KSERVE_DEPLOYMENT_MODE=Knative cannot be used with GATEWAY_PUBLIC_URL" in result.stderr
     assert load_settings(KSERVE_DEPLOYMENT_MODE="Knative").returncode == 0
+
+
+def test_the_preemption_settings_reach_every_clusterqueue():
+    """KUEUE_RECLAIM_WITHIN_COHORT / KUEUE_WITHIN_CLUSTER_QUEUE from the environment are what the
+    platform renders; unset, they are what every ClusterQueue had before (Any, LowerPriority)."""
+    probe = (
+        "import django; django.setup(); from runtime.platform import platform_spec; p = platform_spec(); "
+        "print(p.reclaim_within_cohort, p.within_cluster_queue)"
+    )
+    chosen = load_settings(
+        probe, KUEUE_RECLAIM_WITHIN_COHORT="Never", KUEUE_WITHIN_CLUSTER_QUEUE="LowerOrNewerEqualPriority"
+    )
+    assert chosen.returncode == 0, chosen.stderr
+    assert chosen.stdout.split() == ["Never", "LowerOrNewerEqualPriority"]
+    default = load_settings(probe, KUEUE_RECLAIM_WITHIN_COHORT=None, KUEUE_WITHIN_CLUSTER_QUEUE=None)
+    assert default.stdout.split() == ["Any", "LowerPriority"], default.stderr
 
 
 def test_production_like_env_loads_with_debug_off():

@@ -23,7 +23,7 @@ from deployments.models import DeploymentEvent, ModelDeployment
 from deployments.presenters import rendered_manifest
 from portal.api import token_create
 from portal.wsgi import application
-from quotas.models import QuotaReservation
+from quotas.models import PriorityTier, QuotaReservation
 from tests.reliability.conftest import knob
 from tests.support.factories import draft as model_draft
 
@@ -309,6 +309,7 @@ def body_targets(world):
     quota = TenantQuota.objects.get(tenant=world.alpha, flavor=world.h100)
     key, _ = key_mint(user=world.users["member"], tenant=world.alpha, name="hostile bodies")
     catalog = CatalogModel.objects.create(name="hostile-cat", display_name="Cat", source="org/cat", revision="main")
+    PriorityTier.objects.create(name="hostile-tier", display_name="Tier", value=10)
     from sharing.models import Publication, Subscription
 
     shared = Publication.objects.create(deployment=dep, to_all=True)
@@ -326,6 +327,9 @@ def body_targets(world):
         ("platform_admin", "POST", "/api/v1/flavors/"),
         ("platform_admin", "PUT", "/api/v1/flavors/h100-sxm5/"),
         ("platform_admin", "PATCH", "/api/v1/flavors/h100-sxm5/"),
+        ("platform_admin", "POST", "/api/v1/priority-tiers/"),
+        ("platform_admin", "PUT", "/api/v1/priority-tiers/hostile-tier/"),
+        ("platform_admin", "PATCH", "/api/v1/priority-tiers/hostile-tier/"),
         ("tenant_admin", "POST", "/api/v1/quota-requests/"),
         ("platform_admin", "POST", f"/api/v1/quota-requests/{change.pk}/approve/"),
         ("platform_admin", "POST", f"/api/v1/quota-requests/{change.pk}/reject/"),
@@ -359,13 +363,19 @@ def body_targets(world):
     ]
 
 
-BODY_TARGETS = 42  # len(body_targets): the test below holds the two together
+BODY_TARGETS = 45  # len(body_targets): the test below holds the two together
 
 
 def _template(path: str) -> str:
     """/api/v1/deployments/12/scale/ → /api/v1/deployments/{id}/scale/ (the schema's spelling);
     the number after revisions/ is {number}."""
-    names = {"h100-sxm5": "{name}", "hostile-cat": "{name}", "alpha": "{slug}", "alpha-viewer": "{username}"}
+    names = {
+        "h100-sxm5": "{name}",
+        "hostile-cat": "{name}",
+        "hostile-tier": "{name}",
+        "alpha": "{slug}",
+        "alpha-viewer": "{username}",
+    }
     parts = path.split("/")
     return "/".join(
         names.get(part, ("{number}" if parts[i - 1] == "revisions" else "{id}") if part.isdigit() else part)

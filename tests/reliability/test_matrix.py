@@ -9,7 +9,7 @@ from django.urls import URLResolver
 
 from catalog.models import CatalogModel
 from portal.api import token_create
-from quotas.models import QuotaChangeRequest, TenantQuota
+from quotas.models import PriorityTier, QuotaChangeRequest, TenantQuota
 from tests.reliability.objects import (
     alpha_audit,
     alpha_quota,
@@ -65,6 +65,14 @@ def _active(world):
 
 def fresh_catalog_model() -> CatalogModel:
     return CatalogModel.objects.create(name=f"cat{next(names)}", display_name="Cat", source="org/cat", revision="main")
+
+
+def fresh_tier() -> PriorityTier:
+    return PriorityTier.objects.create(name=f"tier-{next(names)}", display_name="Tier", value=10)
+
+
+TIERS = "/api/v1/priority-tiers/"
+TIER_ADMIN = expect(viewer=403, member=403, tenant_admin=403, other_member=403)
 
 
 # (route name, method) → (call(world, client), expected status per role)
@@ -221,6 +229,24 @@ MATRIX = {
     ),
     ("flavor-detail", "delete"): (
         lambda w, c: c.delete(f"/api/v1/flavors/{fresh_flavor().name}/"),
+        expect(viewer=403, member=403, tenant_admin=403, platform_admin=204, other_member=403),
+    ),
+    # Priority tiers (issue 35): every signed-in user reads them (a request names one); platform admins write.
+    ("priority-tier-list", "get"): (lambda w, c: c.get(TIERS), READ_ALL),
+    ("priority-tier-list", "post"): (
+        lambda w, c: c.post(TIERS, {"name": f"tier-{next(names)}", "display_name": "T", "value": 5}),
+        expect(viewer=403, member=403, tenant_admin=403, platform_admin=201, other_member=403),
+    ),
+    ("priority-tier-detail", "get"): (lambda w, c: c.get(f"{TIERS}{fresh_tier().name}/"), READ_ALL),
+    ("priority-tier-detail", "put"): (
+        lambda w, c: (
+            (t := fresh_tier()) and c.put(f"{TIERS}{t.name}/", {"name": t.name, "display_name": "T", "value": 7})
+        ),
+        TIER_ADMIN,
+    ),
+    ("priority-tier-detail", "patch"): (lambda w, c: c.patch(f"{TIERS}{fresh_tier().name}/", {"value": 8}), TIER_ADMIN),
+    ("priority-tier-detail", "delete"): (
+        lambda w, c: c.delete(f"{TIERS}{fresh_tier().name}/"),
         expect(viewer=403, member=403, tenant_admin=403, platform_admin=204, other_member=403),
     ),
     ("quota-list", "get"): (lambda w, c: c.get("/api/v1/quotas/"), READ_ALL),

@@ -10,6 +10,7 @@ import pytest
 from runtime.status import (
     EVICTION_GRACE_SECONDS,
     WORKLOAD_GRACE_SECONDS,
+    eviction_words,
     kueue_history,
     stuck_eviction,
     stuck_without_workload,
@@ -90,3 +91,17 @@ def test_suspended_with_no_workload_past_the_grace_is_stuck():
 )
 def test_otherwise_it_waits_for_kueue(obj, conditions):
     assert not stuck_without_workload(obj, conditions, NOW)
+
+
+@pytest.mark.parametrize(
+    ("reason", "said"),
+    [
+        ("InClusterQueue", "Preempted by a higher-priority workload in the same queue (Kueue: "),
+        ("InCohortReclamation", "Preempted by a cohort neighbour reclaiming its own quota (Kueue: "),
+        ("Preempted", "Evicted by Kueue ("),  # the Evicted condition's own reason names no one
+    ],
+)
+def test_an_eviction_says_who_preempted_it_where_kueue_says_so(reason, said):
+    message = "Preempted to accommodate a workload (UID: u, JobUID: j) due to prioritization in the ClusterQueue"
+    words = eviction_words({"type": "Preempted", "reason": reason, "message": message})
+    assert words == said + message + ")"

@@ -204,14 +204,25 @@ def _skip_reason(rule: str) -> str | None:
     return None
 
 
-def _with_defaults(value: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
-    """`value` with the schema's defaults for absent fields: the API server defaults first."""
-    defaults = {
-        key: copy.deepcopy(sub["default"])
-        for key, sub in schema.get("properties", {}).items()
-        if key not in value and "default" in sub
-    }
-    return {**value, **defaults} if defaults else value
+def _defaulted(value: Any, schema: dict[str, Any]) -> Any:
+    """A copy of `value` with the schema's defaults, all the way down, before any rule runs: the API
+    server defaults the whole object, a defaulted field's own fields included, and validates after
+    (kubernetes/kubernetes, staging/src/k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting/
+    algorithm.go, `Default`: sets a property's default, then recurses into every property). A rule on
+    a parent may read a nested default, e.g. Kueue's `borrowWithinCohort.policy` on a ClusterQueue's
+    `preemption` whose borrowWithinCohort is only the default `{}`."""
+    if isinstance(value, dict):
+        properties = schema.get("properties", {})
+        defaults = {key: copy.deepcopy(sub["default"]) for key, sub in properties.items() if "default" in sub}
+        additional = schema.get("additionalProperties")
+        result = {}
+        for key, child in {**defaults, **value}.items():
+            child_schema = properties.get(key, additional if isinstance(additional, dict) else None)
+            result[key] = child if child_schema is None else _defaulted(child, child_schema)
+        return result
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [_defaulted(item, schema["items"]) for item in value]
+    return value
 
 
 def _evaluate(value: Any, schema: dict[str, Any], path: str, report: CelReport) -> None:
@@ -240,8 +251,6 @@ def _evaluate(value: Any, schema: dict[str, Any], path: str, report: CelReport) 
 
 
 def _walk(value: Any, schema: dict[str, Any], path: str, report: CelReport) -> None:
-    if isinstance(value, dict) and "properties" in schema:
-        value = _with_defaults(value, schema)
     _evaluate(value, schema, path, report)
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
         for index, item in enumerate(value):
@@ -260,7 +269,7 @@ def _walk(value: Any, schema: dict[str, Any], path: str, report: CelReport) -> N
 def cel_check(obj: dict[str, Any], schema: dict[str, Any]) -> CelReport:
     """Evaluate every CEL rule of `schema` that `obj` reaches; failures are in the report."""
     report = CelReport()
-    _walk(obj, schema, "", report)
+    _walk(_defaulted(obj, schema), schema, "", report)
     return report
 
 

@@ -103,6 +103,8 @@ KUEUE_CPU_FLAVOR: {{ $v.kueue.cpuFlavor | quote }}
 KUEUE_CPU_NODE_LABELS: {{ include "llm-portal.pairs" . | quote }}
 {{- end }}
 KUEUE_QUEUEING_STRATEGY: {{ $v.kueue.queueingStrategy | quote }}
+KUEUE_RECLAIM_WITHIN_COHORT: {{ $v.kueue.reclaimWithinCohort | quote }}
+KUEUE_WITHIN_CLUSTER_QUEUE: {{ $v.kueue.withinClusterQueue | quote }}
 KUEUE_SYNC_SECONDS: {{ $v.kueue.syncSeconds | int | toString | quote }}
 KUEUE_CONFIG_NAMESPACE: {{ $v.kueue.configNamespace | quote }}
 KUEUE_CONFIG_MAP: {{ $v.kueue.configMap | quote }}
