@@ -85,8 +85,22 @@ def provision_and_retire_a_pool(world, api) -> None:
         sync_kueue()
 
 
+def keep_priority_classes() -> None:
+    """Priority tiers (quotas.kueue.sync_priority_classes): a tier's WorkloadPriorityClass applied,
+    changed, and deleted once the tier is gone (found by the portal's label)."""
+    from quotas.models import PriorityTier
+
+    tier = PriorityTier.objects.create(name="rbac", display_name="RBAC", value=5)
+    sync_kueue()
+    PriorityTier.objects.filter(pk=tier.pk).update(value=6)
+    sync_kueue()
+    tier.delete()
+    sync_kueue()
+
+
 def exercise(world, api) -> None:
     sync_kueue()
+    keep_priority_classes()
     provision_and_retire_a_pool(world, api)
     member, admin = world.users["member"], world.users["platform_admin"]
     for backend in ("kuberay", "kserve"):
