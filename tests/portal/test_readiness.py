@@ -93,7 +93,8 @@ def test_a_wrong_version(healthy):
         for name in names:
             key = object_key(kind, None, name)
             healthy.call(lambda key=key: healthy.emulator.objects.__delitem__(key))
-    for kind in (k8s.WORKLOAD, k8s.CLUSTERQUEUE, k8s.LOCALQUEUE, k8s.RESOURCEFLAVOR, k8s.COHORT, TOPOLOGY):
+    kueue_kinds = (k8s.WORKLOAD, k8s.CLUSTERQUEUE, k8s.LOCALQUEUE, k8s.RESOURCEFLAVOR, k8s.COHORT, TOPOLOGY)
+    for kind in (*kueue_kinds, k8s.WORKLOADPRIORITYCLASS):
         healthy.undeclare(kind)
         healthy.declare(f"kueue.x-k8s.io/v1beta1/{kind.plural}", kind.kind, namespaced=kind.namespaced)
     check = by_key()["api:kueue.x-k8s.io"]
