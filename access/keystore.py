@@ -91,6 +91,12 @@ def refresh_local_engines(key: ApiKey) -> int:
     )
     if key.deployment_id:
         deps = deps.filter(pk=key.deployment_id)
+    if settings.LOCAL_GATEWAY and enabled(on_cluster=False):
+        # The gateway's table holds deployments asleep too (deployments.wake): a key minted or
+        # revoked while none of its tenant's engines runs must reach it as well.
+        from runtime.backends.local.backend import LocalBackend
+
+        LocalBackend.instance().refresh_routes()
     told = 0
     for dep_id, backend in deps.values_list("pk", "backend"):
         told += get_backend(backend).refresh_keys(tenant_slug=key.tenant.slug, deployment_id=dep_id)

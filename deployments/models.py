@@ -173,6 +173,9 @@ class ModelDeployment(models.Model):
     metrics_url = models.CharField(max_length=500, blank=True)
     cluster_uid = models.CharField(max_length=64, blank=True)
     reserved_gpus = models.PositiveIntegerField(default=0)
+    # Its GPUs went to a higher priority tier of the same tenant (deployments.preemption): it holds
+    # none until Kueue admits it again.
+    displaced = models.BooleanField(default=False)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     approved_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -8,12 +8,40 @@ the same reconcile; the timeline and the audit log say "policy" and the cause.
 
 from __future__ import annotations
 
-from deployments.models import ModelDeployment
+from django.db.models import OuterRef, Subquery
+
+from deployments.choices import State
+from deployments.models import DeploymentEvent, ModelDeployment
 from deployments.services.common import POLICY
 from deployments.services.lifecycle import deployment_start, deployment_stop
 from deployments.states import Actor
 
-__all__ = ["POLICY", "deployment_policy_start", "deployment_policy_stop"]
+__all__ = [
+    "IDLE_STOPPED",
+    "POLICY",
+    "SCHEDULE_STOPPED",
+    "WAKEABLE_CAUSES",
+    "deployment_policy_start",
+    "deployment_policy_stop",
+    "last_stop_reason",
+]
+
+# The causes (event reasons) of the policy's stops that a request may undo: the idle policy's and
+# the serving schedule's, which stop a deployment nobody asked to stop. A person's stop, a budget
+# hard stop and a failure are not undone by traffic (deployments.services.wake).
+IDLE_STOPPED = "IdleStopped"
+SCHEDULE_STOPPED = "ScheduleStopped"
+WAKEABLE_CAUSES = frozenset({IDLE_STOPPED, SCHEDULE_STOPPED})
+
+
+def last_stop_reason():
+    """The reason of a deployment's latest move into *stopped* (a subquery on OuterRef pk): what
+    stopped it, read from the timeline rather than stored, so a later stop by anyone else wins."""
+    return Subquery(
+        DeploymentEvent.objects.filter(deployment=OuterRef("pk"), to_state=State.STOPPED)
+        .order_by("-created", "-id")
+        .values("reason")[:1]
+    )
 
 
 def deployment_policy_stop(*, deployment_id: int, reason: str, cause: str) -> ModelDeployment:
@@ -22,7 +50,9 @@ def deployment_policy_stop(*, deployment_id: int, reason: str, cause: str) -> Mo
     return deployment_stop(deployment_id=deployment_id, user=Actor.POLICY, cause=cause, reason=reason)
 
 
-def deployment_policy_start(*, deployment_id: int, reason: str, cause: str) -> ModelDeployment:
-    """Start a stopped deployment by policy (a serving schedule's window opened), through the
-    normal quota and budget checks (raises QuotaExceeded when the GPUs are not there)."""
-    return deployment_start(deployment_id=deployment_id, user=Actor.POLICY, cause=cause, reason=reason)
+def deployment_policy_start(
+    *, deployment_id: int, reason: str, cause: str, details: dict | None = None
+) -> ModelDeployment:
+    """Start a stopped deployment by policy (a serving schedule's window opened, a request woke it),
+    through the normal quota and budget checks (raises QuotaExceeded when the GPUs are not there)."""
+    return deployment_start(deployment_id=deployment_id, user=Actor.POLICY, cause=cause, reason=reason, details=details)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from deployments.choices import State
 from deployments.models import ModelDeployment
 from quotas.specs import flavor_spec
 from quotas.tenant_secrets import hf_token_secret
@@ -49,4 +50,11 @@ def deployment_spec(dep: ModelDeployment) -> DeploymentSpec:
         tokens_per_minute=dep.tenant.tokens_per_minute,
         requests_per_minute=dep.tenant.requests_per_minute,
         priority_class=CLASS_PREFIX + dep.priority_tier if dep.priority_tier else None,
+        wakeable=_wakeable(dep),
     )
+
+
+def _wakeable(dep: ModelDeployment) -> bool:
+    from deployments.wake import wakeable  # the policy's services sit above the specs
+
+    return dep.state == State.STOPPED and not dep.tenant.archived and wakeable(dep)

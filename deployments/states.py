@@ -34,6 +34,11 @@ RUNNING = frozenset({S.APPROVED, S.QUEUED, S.PROVISIONING, S.READY, S.DEGRADED})
 STARTING = frozenset({S.APPROVED, S.QUEUED, S.PROVISIONING})
 # Answering requests: the usage ledger counts serving time from these.
 SERVING = frozenset({S.READY, S.DEGRADED})
+# Admitted by Kueue (its workload has its GPUs): a deployment a higher tier displaced takes a
+# reservation again when it moves into these from the queue (deployments.preemption).
+ADMITTED = frozenset({S.PROVISIONING, S.READY, S.DEGRADED})
+# Running but not admitted: approved and on its way to the queue, or waiting (again) in it.
+WAITING = frozenset({S.APPROVED, S.QUEUED})
 # Settled: the reconciler stops looking again on its own (the beat sweep still notices drift);
 # a degraded deployment is still watched, so its recovery shows without waiting for the sweep.
 SETTLED = frozenset({S.READY})
@@ -74,6 +79,8 @@ STATE_SETS: dict[str, frozenset[str]] = {
     "running": RUNNING,
     "starting": STARTING,
     "serving": SERVING,
+    "admitted": ADMITTED,
+    "waiting": WAITING,
     "settled": SETTLED,
     "scraped": SCRAPED,
     "tear_down": TEAR_DOWN,

@@ -18,6 +18,8 @@ from catalog.choices import Task
 from catalog.sources import revision_error, source_error
 from deployments import sizing
 from deployments.choices import KvCacheDtype, ServingProfile
+from deployments.preemption import victims
+from deployments.preemption import words as preemption_words
 from quotas.choices import Fit
 from quotas.models import GpuFlavor, Tenant
 from quotas.policy import policy_errors, tier_error
@@ -114,12 +116,14 @@ def check_draft(
     credit_gpus: int = 0,
     with_quota: bool = True,
     refused: Collection[str] = (),
+    exclude: int | None = None,
 ) -> DraftCheck:
     """Check a cleaned draft (types already coerced) and report every problem at once.
 
     `credit_gpus`: GPUs the deployment already holds (an update or scale), so they are not
     counted twice. `refused`: fields their own type or range check refused (the browser form's
     field errors); their rules are skipped, and so is an estimate that needs their value.
+    `exclude`: the deployment being changed (never its own preemption victim).
     """
     check = DraftCheck()
     backend = data.get("backend") or settings.RUNTIME_DEFAULT_BACKEND
@@ -152,7 +156,15 @@ def check_draft(
     # already says that no GPUs can be reserved.
     if with_quota and tenant is not None and flavor_ok and check.gpus is not None and "tenant" not in check.errors:
         check.quota = quota_preview(tenant=tenant, flavor=flavor, gpus=check.gpus, credit_gpus=credit_gpus)
-        if check.quota.fit == Fit.NO_FIT:
+        taken = []
+        if check.quota.fit == Fit.NO_FIT and check.quota.has_quota:  # a higher tier: Kueue makes room
+            tier = data.get("priority_tier") or ""
+            taken = victims(
+                tenant=tenant, flavor=flavor, gpus=check.gpus, tier=tier, exclude=exclude, credit_gpus=credit_gpus
+            )
+        if taken:
+            check.warnings += (preemption_words(taken),)
+        elif check.quota.fit == Fit.NO_FIT:
             check.add("max_replicas" if check.quota.has_quota else "flavor", check.quota.message)
         elif check.quota.fit == Fit.BORROWING:
             check.warnings += (check.quota.message,)

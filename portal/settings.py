@@ -564,6 +564,10 @@ LOCAL_STOP_TIMEOUT_SECONDS = env_float("LOCAL_STOP_TIMEOUT_SECONDS", 20.0, minim
 # default: the demo's engines answer on their own ports; tests/e2e/test_shared_models_local.py
 # runs it on the engine.
 LOCAL_GATEWAY = env_bool("LOCAL_GATEWAY", default=False)
+# The portal's base URL as the local gateway reaches it (e.g. http://127.0.0.1:8000): with it, a
+# deployment the idle policy or serving schedule stopped keeps its ports, and a request wakes it
+# (issue 35, deployments.wake); unset, such a request finds nothing listening.
+LOCAL_GATEWAY_PORTAL_URL = env_url("LOCAL_GATEWAY_PORTAL_URL", None, schemes={"http", "https"})
 # How often a starting local engine is checked (one loopback request): the delay between the
 # engine serving and the portal showing Ready (bench/b8_startup.py).
 LOCAL_STARTUP_POLL_SECONDS = env_float("LOCAL_STARTUP_POLL_SECONDS", 1.0, minimum=0.1)

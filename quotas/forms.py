@@ -8,7 +8,7 @@ from django.utils.html import format_html, format_html_join
 from catalog.models import CatalogModel
 from catalog.patterns import PATTERN_MAX, PATTERNS_MAX, clean_patterns
 from quotas.choices import Role
-from quotas.models import REQUESTS_PER_MINUTE_HELP, TOKENS_PER_MINUTE_HELP, GpuFlavor, PriorityTier
+from quotas.models import REQUESTS_PER_MINUTE_HELP, TOKENS_PER_MINUTE_HELP, WAKE_TIMEOUT_HELP, GpuFlavor, PriorityTier
 from quotas.services import QUOTA_VALUES
 from quotas.validators import validate_node_labels
 from runtime.accelerators import CPU_ONLY, OFFERED
@@ -163,6 +163,14 @@ class PolicyForm(forms.Form):
         required=False,
         label="Serving schedule",
         help_text="When deployments may run, e.g. mon-fri 08:00-20:00 (empty: always).",
+    )
+    wake_timeout_seconds = forms.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=900,
+        initial=120,
+        label="Wake on request: wait up to (seconds)",
+        help_text=WAKE_TIMEOUT_HELP,
     )
     tokens_per_minute = forms.IntegerField(
         required=False,

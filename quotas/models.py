@@ -12,6 +12,7 @@ from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 
 from quotas.choices import ROLE_RANK, MembershipSource, QuotaChangeStatus, Role
+from quotas.help_texts import REQUESTS_PER_MINUTE_HELP, TOKENS_PER_MINUTE_HELP, WAKE_TIMEOUT_HELP
 from quotas.validators import (
     TENANT_SLUG_MAX,
     validate_dns1123_label,
@@ -25,18 +26,6 @@ from quotas.validators import (
 from runtime.accelerators import accelerator_type_problem
 
 PLATFORM_ADMIN_GROUP = "platform-admins"
-
-# What the tenant's gateway limits mean (runtime.manifests.gateway renders them: a counter per key,
-# and Kuadrant counts per route); the model, the policy form and the API say it in these words.
-TOKENS_PER_MINUTE_HELP = (
-    "Per API key, on each endpoint, counted from the token usage each response reports. A streamed "
-    "response counts only if the client asks for usage in the stream (the OpenAI stream option "
-    "'include usage', as the endpoint's snippets do): set requests per minute too (0: no limit)."
-)
-REQUESTS_PER_MINUTE_HELP = (
-    "Per API key, on each endpoint; also bounds the streamed requests whose tokens the gateway cannot count "
-    "(0: no limit)."
-)
 
 
 def is_platform_admin(user) -> bool:
@@ -184,6 +173,11 @@ class Tenant(models.Model):
         max_length=200,
         blank=True,
         help_text="When deployments may run, e.g. 'mon-fri 08:00-20:00' (empty: always).",
+    )
+    wake_timeout_seconds = models.PositiveIntegerField(
+        default=120,
+        validators=[MaxValueValidator(900)],
+        help_text=WAKE_TIMEOUT_HELP,
     )
     # --- endpoint access (issue 21: access) --------------------------------------------------
     tokens_per_minute = models.PositiveIntegerField(

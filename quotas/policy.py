@@ -197,6 +197,7 @@ SCALAR_FIELDS = (
     "idle_warn_hours",
     "idle_stop_hours",
     "serving_schedule",
+    "wake_timeout_seconds",
     "tokens_per_minute",
     "requests_per_minute",
 )

@@ -217,6 +217,7 @@ _POLICY_RANGES = {
     "max_gpus_per_deployment": (0, 100_000),
     "idle_warn_hours": (0, 24 * 90),
     "idle_stop_hours": (0, 24 * 90),
+    "wake_timeout_seconds": (0, 900),
     "tokens_per_minute": (0, 10**9),
     "requests_per_minute": (0, 10**7),
 }

@@ -33,7 +33,7 @@ from core.exceptions import TransitionError
 from core.models import audit
 from deployments.choices import EventType
 from deployments.models import DeploymentEvent, ModelDeployment
-from deployments.policy_actions import POLICY, deployment_policy_stop
+from deployments.policy_actions import IDLE_STOPPED, POLICY, deployment_policy_stop
 from deployments.states import RUNNING, STOPPABLE_BY_POLICY
 from metrics.models import MetricSample, Resolution
 from quotas.models import Tenant
@@ -42,7 +42,6 @@ from runtime import tasks
 from runtime.tasks import generates
 
 IDLE_WARNING = "IdleWarning"
-IDLE_STOPPED = "IdleStopped"
 # The newest raw point must be at most this old for the clock to run (40 scrapes at 15 s).
 FRESH = timedelta(minutes=10)
 HOUR = timedelta(hours=1)

@@ -21,14 +21,19 @@ import logging
 from datetime import UTC, datetime
 
 from django.db import transaction
-from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from core.exceptions import DomainError
 from core.models import audit
 from deployments.choices import EventType, State
 from deployments.models import DeploymentEvent, ModelDeployment
-from deployments.policy_actions import POLICY, deployment_policy_start, deployment_policy_stop
+from deployments.policy_actions import (
+    POLICY,
+    SCHEDULE_STOPPED,
+    deployment_policy_start,
+    deployment_policy_stop,
+    last_stop_reason,
+)
 from deployments.states import STOPPABLE_BY_POLICY
 from quotas.models import Tenant
 from quotas.notify import notify_tenant_admins
@@ -36,26 +41,16 @@ from quotas.schedule import Schedule, ScheduleError, parse_schedule
 
 log = logging.getLogger(__name__)
 
-SCHEDULE_STOPPED = "ScheduleStopped"
 SCHEDULE_STARTED = "ScheduleStarted"
 START_FAILED = "ScheduleStartFailed"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _last_stop_reason():
-    """The reason of a deployment's latest move into *stopped* (a subquery on OuterRef pk)."""
-    return Subquery(
-        DeploymentEvent.objects.filter(deployment=OuterRef("pk"), to_state=State.STOPPED)
-        .order_by("-created", "-id")
-        .values("reason")[:1]
-    )
 
 
 def stopped_by_schedule():
     """Deployments the schedule stopped and nobody touched since."""
     return (
         ModelDeployment.objects.filter(state=State.STOPPED)
-        .annotate(stop_reason=_last_stop_reason())
+        .annotate(stop_reason=last_stop_reason())
         .filter(stop_reason=SCHEDULE_STOPPED)
     )
 

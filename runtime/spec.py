@@ -94,6 +94,9 @@ class DeploymentSpec:
     requests_per_minute: int = 0
     # The Kueue WorkloadPriorityClass of its priority tier (runtime.manifests.kueue); None: none.
     priority_class: str | None = None
+    # Stopped by the idle policy or the serving schedule (deployments.wake): its endpoint stays, and
+    # the activator wakes it on the next request (the local gateway; runtime.gateway_local).
+    wakeable: bool = False
 
     @property
     def gpus_per_replica(self) -> int:

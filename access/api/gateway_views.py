@@ -88,3 +88,48 @@ class TenantEndpointsView(APIView):
         from quotas.models import Tenant
 
         return Response(endpoints(Tenant.objects.visible_to(request.user).order_by("slug")))
+
+
+class WakeView(APIView):
+    """POST /api/v1/gateway/wake/<deployment>: the activator asks the portal to wake a deployment
+    the idle policy or serving schedule stopped, for a request that came with the API key it passes
+    on (Authorization: Bearer). 202: woken now or starting; 200: serving; 409 with Retry-After and
+    `code` (not_wakeable, schedule_closed, quota_exceeded, budget_stopped, archived, gone): refused.
+    `timeout_seconds` is the deployment's tenant's default wait (quotas.Tenant.wake_timeout_seconds)."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        auth=[],
+        request=None,
+        operation_id="gateway_wake",
+        summary="Wake a deployment the policy stopped, for a request with this API key (the activator's call)",
+        responses={
+            200: OpenApiResponse(description='{"outcome", "state", "timeout_seconds"}'),
+            202: OpenApiResponse(description='{"outcome", "state", "timeout_seconds"}'),
+            401: None,
+            404: None,
+            409: OpenApiResponse(description='{"outcome": "refused", "code", "message", "retry_after"}'),
+        },
+    )
+    def post(self, request, deployment: int):
+        from access.wake import wake_for_key
+
+        key, wake, timeout = wake_for_key(_presented_key(request), deployment)
+        if key is None:
+            return _error(
+                status.HTTP_401_UNAUTHORIZED, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key"
+            )
+        if wake is None:
+            return _error(
+                status.HTTP_404_NOT_FOUND,
+                "No such deployment, or this key may not use it.",
+                "invalid_request_error",
+                "model_not_found",
+            )
+        body = {"outcome": wake.outcome, "state": wake.state, "timeout_seconds": timeout}
+        if wake.refused:
+            body |= {"code": wake.code, "message": wake.message, "retry_after": wake.retry_after}
+            return Response(body, status=status.HTTP_409_CONFLICT, headers={"Retry-After": str(wake.retry_after)})
+        return Response(body, status=status.HTTP_200_OK if wake.outcome == "serving" else status.HTTP_202_ACCEPTED)

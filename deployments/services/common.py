@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from core.exceptions import ConflictError, DomainError
+from core.exceptions import ConflictError, DomainError, QuotaExceeded
 from deployments.choices import EventType, State
 from deployments.models import SPEC_FIELDS, DeploymentEvent, ModelDeployment
 from deployments.states import HOLDS_GPUS, Action, Actor, actor_of, authorize, check_transition
@@ -83,8 +83,9 @@ def transition(
 
 def gpus_due(dep: ModelDeployment) -> int:
     """GPUs the deployment must hold now: the running revision's (max replicas × TP × PP) while
-    its state is one that holds GPUs (states.HOLDS_GPUS, the running ones), none otherwise."""
-    return dep.gpus_needed if dep.state in HOLDS_GPUS else 0
+    its state is one that holds GPUs (states.HOLDS_GPUS, the running ones) and no higher tier took
+    them (`displaced`, deployments.preemption), none otherwise."""
+    return dep.gpus_needed if dep.state in HOLDS_GPUS and not dep.displaced else 0
 
 
 def budget_allows(dep: ModelDeployment) -> None:
@@ -93,7 +94,7 @@ def budget_allows(dep: ModelDeployment) -> None:
         raise ConflictError(reason, field="tenant", code="budget_stopped")
 
 
-def settle_gpus(dep: ModelDeployment) -> int:
+def settle_gpus(dep: ModelDeployment, *, preempt: bool = True) -> int:
     """Make the reservation equal `gpus_due(dep)`, in the caller's transaction; the caller saves.
 
     The one place GPUs are reserved and released, for every caller (a person, the policy, an
@@ -103,16 +104,40 @@ def settle_gpus(dep: ModelDeployment) -> int:
     the cluster, so whatever is admitted against the freed GPUs waits in its queue until the old
     Workload is gone. Growing needs the quota (QuotaExceeded rolls the whole change back) and a
     budget that is not stopped; shrinking and releasing always succeed. Returns the GPUs now held.
+
+    Where the quota is short, the GPUs of lower priority tiers of the same tenant and flavor that
+    Kueue would evict count as free (`preempt`, deployments.preemption): they are released first,
+    in this transaction, so the tenant never holds more than its quota.
     """
+    if dep.state not in HOLDS_GPUS:
+        dep.displaced = False  # stopped, failed or gone: a start reserves again as any start does
     due = gpus_due(dep)
     if due == 0:
         quota_release(owner_type=OWNER, owner_id=dep.pk)
     else:
         if due > dep.reserved_gpus:
             budget_allows(dep)
-        quota_reserve(tenant=dep.tenant, flavor=dep.flavor, gpus=due, owner_type=OWNER, owner_id=dep.pk)
+        try:
+            quota_reserve(tenant=dep.tenant, flavor=dep.flavor, gpus=due, owner_type=OWNER, owner_id=dep.pk)
+        except QuotaExceeded:
+            if not preempt or not _preempt_for(dep, due):
+                raise
+            quota_reserve(tenant=dep.tenant, flavor=dep.flavor, gpus=due, owner_type=OWNER, owner_id=dep.pk)
     dep.reserved_gpus = due
     return due
+
+
+def _preempt_for(dep: ModelDeployment, due: int) -> bool:
+    """Release the GPUs of the lower tiers Kueue would evict for `dep` (deployments.preemption)."""
+    from deployments import preemption
+
+    found = preemption.victims(
+        tenant=dep.tenant, flavor=dep.flavor, gpus=due, tier=dep.priority_tier, exclude=dep.pk,
+        credit_gpus=dep.reserved_gpus,
+    )  # fmt: skip
+    for victim in sorted(found, key=lambda d: d.pk):  # row locks in pk order: no deadlock between two
+        preemption.displace(lock(victim.pk), by=dep)
+    return bool(found)
 
 
 # --- revision specs -------------------------------------------------------------------------------

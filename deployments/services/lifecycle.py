@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from core.exceptions import DomainError
 from core.models import audit
 from deployments.choices import EventType, RevisionStatus, State
 from deployments.models import ModelDeployment
+from deployments.preemption import readmitted_without_room
 from deployments.services.common import POLICY, authorized, enqueue_reconcile, event, lock, settle_gpus, transition
-from deployments.states import NEVER_APPROVED, RUNNING, UNHEALTHY, Action, Actor
+from deployments.states import ADMITTED, NEVER_APPROVED, RUNNING, UNHEALTHY, WAITING, Action, Actor
 
 EVENT_ACTOR = {Actor.POLICY: None}  # the timeline shows no person for the policy
 
@@ -44,15 +46,19 @@ def deployment_stop(*, deployment_id: int, user, cause: str = "Stopped", reason:
 
 
 @transaction.atomic
-def deployment_start(*, deployment_id: int, user, cause: str = "Started", reason: str = "") -> ModelDeployment:
+def deployment_start(
+    *, deployment_id: int, user, cause: str = "Started", reason: str = "", details: dict | None = None
+) -> ModelDeployment:
     """Start a stopped or failed deployment again on its serving revision (approved already):
-    re-reserve its GPUs through the quota and budget checks (QuotaExceeded / 409 otherwise)."""
+    re-reserve its GPUs through the quota and budget checks (QuotaExceeded / 409 otherwise).
+    `details` add to the audit entry's changes (the key that woke it, deployments.wake)."""
     dep = lock(deployment_id)
     authorized(dep, user, Action.START)
     transition(dep, State.APPROVED, actor=user, reason=cause, message=reason or "Start requested.")
     settle_gpus(dep)
     dep.save()
     changes = {"reserved_gpus": dep.reserved_gpus} | ({"cause": cause} if user == Actor.POLICY else {})
+    changes |= details or {}
     audit(actor=_who(user), action="deployment.start", obj=dep, tenant=dep.tenant, reason=reason, changes=changes)
     enqueue_reconcile(dep)
     return dep
@@ -111,8 +117,9 @@ def deployment_observe(
         event(dep, reason=ev_reason, message=ev_message, type_=type_)
     if moves:
         type_ = EventType.WARNING if state in UNHEALTHY else EventType.NORMAL
+        was = dep.state
         transition(dep, state, reason=reason or "Observed", message=message, type_=type_)
-        settle_gpus(dep)
+        _settle_observed(dep, was)
         changed = True
     if observed_generation is None:
         observed_generation = dep.observed_generation
@@ -127,6 +134,22 @@ def deployment_observe(
     if changed:
         dep.save()
     return changed
+
+
+def _settle_observed(dep: ModelDeployment, was: str) -> None:
+    """The GPU rule after a move the cluster made: it never preempts another deployment. One a
+    higher tier displaced (deployments.preemption) and Kueue admitted again, out of the queue,
+    takes a reservation again; where the books have no room it says so and holds none."""
+    if dep.displaced and was in WAITING and dep.state in ADMITTED:
+        dep.displaced = False
+        try:
+            with transaction.atomic():
+                settle_gpus(dep, preempt=False)
+        except DomainError as refused:
+            dep.displaced = True
+            readmitted_without_room(dep, refused.message)
+        return
+    settle_gpus(dep, preempt=False)
 
 
 @transaction.atomic

@@ -90,7 +90,7 @@ def _close(rev: DeploymentRevision, status: str, *, by=None, reason: str = "") -
 
 
 def _check(dep: ModelDeployment, spec: dict) -> object:
-    check = check_draft(spec_draft(spec), tenant=dep.tenant, credit_gpus=dep.reserved_gpus)
+    check = check_draft(spec_draft(spec), tenant=dep.tenant, credit_gpus=dep.reserved_gpus, exclude=dep.pk)
     if check.errors:
         raise DraftInvalid(check.errors)
     _served_name_free(dep.tenant, spec.get("served_model_name") or dep.name, exclude=dep.pk)

@@ -10,6 +10,7 @@ from quotas.choices import Role
 from quotas.models import (
     REQUESTS_PER_MINUTE_HELP,
     TOKENS_PER_MINUTE_HELP,
+    WAKE_TIMEOUT_HELP,
     GpuFlavor,
     Membership,
     Tenant,
@@ -167,6 +168,9 @@ class PolicySerializer(serializers.Serializer):
         allow_blank=True,
         required=False,
         help_text="When deployments may run, e.g. 'mon-fri 08:00-20:00' (empty: always).",
+    )
+    wake_timeout_seconds = serializers.IntegerField(
+        min_value=0, max_value=900, required=False, help_text=WAKE_TIMEOUT_HELP
     )
     tokens_per_minute = serializers.IntegerField(
         min_value=0, max_value=10**9, required=False, help_text=TOKENS_PER_MINUTE_HELP

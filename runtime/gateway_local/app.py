@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from runtime.gateway_local.activator import Activator, asleep
 from runtime.gateway_local.routes import ROUTES_FILE, Grant, Limits, Route, Table, TableFile
 from runtime.gateway_local.usage import USAGE_FILE, SseUsage, UsageLog, UsageRecord, from_json, with_usage
 
@@ -94,6 +95,7 @@ class Gateway:
         self.sites: dict[int, web.TCPSite] = {}
         self.session: aiohttp.ClientSession | None = None
         self.meter = Meter()
+        self.activator = Activator(self.table_file, lambda: self.session)
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -151,11 +153,17 @@ class Gateway:
         if kind == "deployment":
             route = table.routes[int(owner)]
             if request.path in OPEN_PATHS and request.method == "GET":
-                return await self.forward(request, route, None, await request.read())
+                return asleep(route) if route.asleep else await self.forward(request, route, None, await request.read())
             grant = table.grant(bearer(request))
             if grant is None or not grant.allows(route):
                 return error(401, "Incorrect API key provided.", code="invalid_api_key")
-            return await self.forward(request, route, grant, await self._body(request))
+            body = await self._body(request)
+            if route.asleep and not isinstance(body, web.Response):
+                woken = await self.activator.hold(request, route, bearer(request))
+                if isinstance(woken, web.Response):
+                    return woken
+                route = woken
+            return await self.forward(request, route, grant, body)
         if kind == "tenant":
             return await self.tenant(request, table, str(owner))
         return error(404, "Nothing is served on this port any more.", code="not_found")
@@ -187,6 +195,11 @@ class Gateway:
             if over is not None:
                 self.record(route, grant, route.model, (0, 0), 429)
                 return limited(*over)
+        if route.asleep:
+            woken = await self.activator.hold(request, route, bearer(request))
+            if isinstance(woken, web.Response):
+                return woken
+            route = woken
         return await self.forward(request, route, grant, body, payload)
 
     async def _body(self, request: web.Request) -> bytes | web.Response:

@@ -5,7 +5,8 @@ open which models. Written by the local backend, read by the gateway; one JSON f
      "deployments": {"<id>": {"port": 8302, "tenant": "<slug>", "model": "<served name>",
                               "upstream": "http://127.0.0.1:8303", "upstream_key": "<key or null>"}},
      "keys": {"<sha256 hex of a key>": {"key_id": 12, "tenant": "<slug>", "deployment_id": null}},
-     "shares": {"<consumer slug>": {"<id>": {"tokens_per_minute": 1000, "requests_per_minute": null}}}}
+     "shares": {"<consumer slug>": {"<id>": {"tokens_per_minute": 1000, "requests_per_minute": null}}},
+     "wake_url": "http://127.0.0.1:8000/api/v1/gateway/wake/"}
 
 A key entry with `deployment_id` null opens every deployment of its tenant; with an id, that one
 only. A share puts another tenant's deployment on a consumer's tenant port, for the consumer's
@@ -14,6 +15,11 @@ wins where the two are the same. `key_id` null marks the portal's own Try-it key
 is the one key the engine behind a route accepts (the gateway's own, derived per deployment by
 the backend), so an engine reached directly on its loopback port refuses a caller that skipped
 the gateway.
+
+A route with `asleep` true is a deployment the idle policy or serving schedule stopped (no engine,
+no upstream): its ports stay open and it is listed, and a request to it is held while the gateway
+asks the portal to wake it (`wake_url` + the deployment id, with the client's key; null: this
+gateway wakes nothing and answers 503).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+WAKE_PATH = "/api/v1/gateway/wake/"  # the portal's wake call (access.api), the deployment id appended
 ROUTES_FILE = "routes.json"  # in the gateway's directory, `<LOCAL_RUNTIME_DIR>/gateway/`
 
 
@@ -38,8 +45,9 @@ class Route:
     port: int
     tenant: str
     model: str
-    upstream: str  # the engine's base URL, without /v1
+    upstream: str  # the engine's base URL, without /v1 ("" while asleep)
     upstream_key: str | None = None
+    asleep: bool = False  # stopped by a policy a request may undo: the gateway wakes it
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,7 @@ class Table:
     routes: dict[int, Route] = field(default_factory=dict)  # deployment id -> route
     keys: dict[bytes, Grant] = field(default_factory=dict)  # sha256 digest -> grant
     shares: dict[str, dict[int, Limits]] = field(default_factory=dict)  # consumer slug -> deployment id -> limits
+    wake_url: str | None = None  # the portal's wake call, the deployment id appended (None: no waking)
 
     @cached_property
     def ports(self) -> dict[int, tuple[str, str | int]]:
@@ -134,6 +143,7 @@ def dump(table: Table) -> str:
                 slug: {str(dep_id): asdict(limits) for dep_id, limits in sorted(shared.items())}
                 for slug, shared in sorted(table.shares.items())
             },
+            "wake_url": table.wake_url,
         },
         indent=1,
     )
@@ -151,9 +161,18 @@ def parse(text: str | bytes) -> Table:
                 str(slug): {int(i): Limits(**limits) for i, limits in shared.items()}
                 for slug, shared in data.get("shares", {}).items()
             },
+            wake_url=_url(data.get("wake_url")),
         )
     except (ValueError, TypeError, KeyError, AttributeError) as error:
         raise ValueError(f"not a routing table: {error}") from None
+
+
+def _url(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+        raise ValueError(f"wake_url is an http(s) URL or null, not {value!r}")
+    return value
 
 
 def write(path: Path, table: Table) -> bool:

@@ -9,20 +9,21 @@ admission time: kubernetes-sigs/kueue v0.19.2, pkg/scheduler/preemption/preempti
 candidatesOrdering). The portal shows production and beta ready and the experiment back in the
 queue, saying who preempted it.
 
-What is not shown here: a production deployment preempting an experiment inside one ClusterQueue
-with nothing to borrow. The portal's own reservation check refuses that request before Kueue
-sees it (a tenant never reserves more GPUs than its nominal quota plus what the cohort can lend,
-and a queued deployment keeps its reservation), so that case needs the reservation rule to count
-a lower tier's GPUs as preemptible first (issue 35, left open).
+Inside one ClusterQueue with nothing to borrow (`withinClusterQueue: LowerPriority`), a production
+request takes the experiment's GPUs: the portal counts them as Kueue will (deployments.preemption:
+the request is accepted, the experiment's reservation goes to it in the same transaction, so the
+tenant never holds more than its quota), Kueue evicts the experiment and admits production, and
+when production stops Kueue admits the experiment again and it reserves its GPUs again.
 
 World (tests/support/world.py): alpha 8 H100 nominal + 4 borrowing, beta 8 H100, one cohort.
 """
 
 from __future__ import annotations
 
+from deployments import services
 from deployments.choices import State
 from deployments.reconcile import reconcile
-from quotas.models import PriorityTier
+from quotas.models import PriorityTier, TenantQuota
 from runtime import k8s
 from tests.cluster.chain import converge, onboard, request_and_approve, workload_of
 
@@ -58,3 +59,49 @@ def test_kueue_reclaims_from_the_lower_tier_and_production_keeps_serving(world, 
     assert requeued.message.startswith("Preempted by a cohort neighbour reclaiming its own quota (Kueue: ")
     assert not prod.events.filter(reason="Requeued").exists()
     assert prod.state == State.READY  # the higher tier kept its GPUs
+
+
+def test_production_preempts_an_experiment_in_the_same_queue_and_both_stories_are_told(world, kube):
+    production = PriorityTier.objects.create(name="production", display_name="Production", value=1000)
+    experiment = PriorityTier.objects.create(name="experiment", display_name="Experiment", value=10)
+    world.alpha.allowed_tiers.set([production, experiment])
+    TenantQuota.objects.filter(tenant=world.alpha).update(borrowing_limit_gpus=0)  # nothing to borrow
+    onboard(kube, world.h100, gpu_nodes=2, gpus=8)
+    exp = request_and_approve(world, flavor=world.h100, name="exp", tensor_parallel_size=4, priority_tier="experiment")
+    converge(kube, exp, lambda d: d.state == State.READY, timeout=90, what="the experiment ready on 4")
+
+    prod = request_and_approve(
+        world, flavor=world.h100, name="prod", tensor_parallel_size=8, priority_tier="production"
+    )  # 8 of a nominal 8 while the experiment holds 4: accepted, by preempting it
+
+    exp.refresh_from_db()
+    assert (prod.reserved_gpus, exp.reserved_gpus, exp.displaced) == (8, 0, True)
+    quota = TenantQuota.objects.get(tenant=world.alpha, flavor=world.h100)
+    assert quota.reserved_gpus == 8  # never 12, not even for a moment: one transaction
+    (taken,) = exp.events.filter(reason="Preempting")
+    assert taken.message.startswith("prod (tier production) needs GPUs of alpha's quota: its 4 GPU(s) went to it.")
+    assert prod.events.filter(reason="Preempts", message__startswith="Takes 4 GPU(s) of exp").exists()
+
+    def settled():
+        for dep in (exp, prod):
+            dep.refresh_from_db()
+            reconcile(dep)
+            dep.refresh_from_db()
+        return prod.state == State.READY and exp.state == State.QUEUED
+
+    kube.wait(settled, timeout=150, what="production ready, the experiment queued")
+    (requeued,) = exp.events.filter(reason="Requeued")
+    assert requeued.message.startswith("Preempted by a higher-priority workload in the same queue (Kueue: ")
+    assert workload_of(kube, prod)["spec"]["priority"] == 1000
+    assert (exp.reserved_gpus, exp.displaced) == (0, True)
+
+    # Production stops: Kueue admits the experiment again, and it holds its 4 GPUs again.
+    services.deployment_stop(deployment_id=prod.pk, user=world.users["member"])
+
+    def readmitted():
+        settled()
+        return exp.state == State.READY
+
+    kube.wait(readmitted, timeout=150, what="production gone, the experiment admitted again")
+    assert (prod.state, exp.reserved_gpus, exp.displaced) == (State.STOPPED, 4, False)
+    assert TenantQuota.objects.get(tenant=world.alpha, flavor=world.h100).reserved_gpus == 4

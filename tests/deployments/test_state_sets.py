@@ -35,22 +35,24 @@ COLUMNS = (
     "deletable",
     "never_approved",
     "unhealthy",
+    "admitted",
+    "waiting",
 )
 # One row per state, one mark per set (in COLUMNS order): x = in the set, . = not.
 TABLE_TEXT = """
-                  req run sta ser set scr tea hol bil stp sta has obs fin gon dod del nev unh
-pending_approval   x   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   x   x   .
-approved           .   x   x   .   .   .   .   x   x   x   .   x   .   .   .   .   x   .   .
-queued             .   x   x   .   .   .   .   x   x   x   .   x   x   .   .   .   x   .   .
-provisioning       .   x   x   .   .   x   .   x   x   x   .   x   x   .   .   .   x   .   .
-ready              .   x   .   x   x   x   .   x   x   x   .   x   x   .   .   .   x   .   .
-degraded           .   x   .   x   .   x   .   x   x   x   .   x   x   .   .   .   x   .   x
-failed             .   .   .   .   .   .   x   .   .   .   x   x   x   .   .   .   x   .   x
-stopped            .   .   .   .   .   .   x   .   .   .   x   x   .   .   .   .   x   .   .
-deleting           .   .   .   .   .   .   x   .   .   .   .   .   .   .   .   x   .   .   .
-deleted            .   .   .   .   .   .   .   .   .   .   .   .   .   x   x   x   .   .   .
-rejected           .   .   .   .   .   .   x   .   .   .   .   .   .   x   .   .   x   x   .
-cancelled          .   .   .   .   .   .   x   .   .   .   .   .   .   x   .   .   x   x   .
+                  req run sta ser set scr tea hol bil stp sta has obs fin gon dod del nev unh adm wai
+pending_approval   x   .   .   .   .   .   .   .   .   .   .   .   .   .   .   .   x   x   .   .   .
+approved           .   x   x   .   .   .   .   x   x   x   .   x   .   .   .   .   x   .   .   .   x
+queued             .   x   x   .   .   .   .   x   x   x   .   x   x   .   .   .   x   .   .   .   x
+provisioning       .   x   x   .   .   x   .   x   x   x   .   x   x   .   .   .   x   .   .   x   .
+ready              .   x   .   x   x   x   .   x   x   x   .   x   x   .   .   .   x   .   .   x   .
+degraded           .   x   .   x   .   x   .   x   x   x   .   x   x   .   .   .   x   .   x   x   .
+failed             .   .   .   .   .   .   x   .   .   .   x   x   x   .   .   .   x   .   x   .   .
+stopped            .   .   .   .   .   .   x   .   .   .   x   x   .   .   .   .   x   .   .   .   .
+deleting           .   .   .   .   .   .   x   .   .   .   .   .   .   .   .   x   .   .   .   .   .
+deleted            .   .   .   .   .   .   .   .   .   .   .   .   .   x   x   x   .   .   .   .   .
+rejected           .   .   .   .   .   .   x   .   .   .   .   .   .   x   .   .   x   x   .   .   .
+cancelled          .   .   .   .   .   .   x   .   .   .   .   .   .   x   .   .   x   x   .   .   .
 """
 TABLE = {row.split()[0]: row.split()[1:] for row in TABLE_TEXT.strip().splitlines()[1:]}
 

@@ -87,6 +87,7 @@ class TestFromAnEmptyDatabase:
             "idle_warn_hours": 0,
             "idle_stop_hours": 0,
             "serving_schedule": "",
+            "wake_timeout_seconds": 120,
             "tokens_per_minute": 0,
             "requests_per_minute": 0,
         }
@@ -154,6 +155,30 @@ class TestPolicyAtRequestValidation:
             format="json",
         )
         assert response.status_code == 400 and "auto_approve_max_gpus" in response.json()
+
+
+class TestWakeTimeout:
+    """The activator's default wait (issue 35): 0 to 900 seconds, stored and read back."""
+
+    BASE = {"auto_approve_max_gpus": 0, "max_gpus_per_deployment": 0, "allowed_flavors": []}
+
+    def test_it_round_trips(self, world):
+        admin = world.client("platform_admin")
+        assert admin.get(f"{T}/alpha/policy/").json()["wake_timeout_seconds"] == 120
+        for value in (300, 0, 900):
+            response = admin.put(f"{T}/alpha/policy/", {**self.BASE, "wake_timeout_seconds": value}, format="json")
+            assert response.status_code == 200 and response.json()["wake_timeout_seconds"] == value
+            assert admin.get(f"{T}/alpha/policy/").json()["wake_timeout_seconds"] == value
+            assert Tenant.objects.get(slug="alpha").wake_timeout_seconds == value
+        left_out = admin.put(f"{T}/alpha/policy/", self.BASE, format="json")  # a PUT without it keeps it
+        assert left_out.json()["wake_timeout_seconds"] == 900
+
+    @pytest.mark.parametrize("value", [901, -1, "x"])
+    def test_out_of_range_or_not_a_number_is_400_naming_the_field(self, world, value):
+        admin = world.client("platform_admin")
+        response = admin.put(f"{T}/alpha/policy/", {**self.BASE, "wake_timeout_seconds": value}, format="json")
+        assert response.status_code == 400 and list(response.json()) == ["wake_timeout_seconds"]
+        assert Tenant.objects.get(slug="alpha").wake_timeout_seconds == 120
 
 
 class TestTenants:

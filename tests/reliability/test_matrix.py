@@ -375,6 +375,12 @@ MATRIX = {
     # role's portal credentials are refused (tests/access/test_gateway_models.py has the keys).
     ("gateway-models", "get"): (lambda w, c: c.get("/api/v1/gateway/alpha/models"), NO_PORTAL_CREDENTIALS),
     ("tenant-endpoints", "get"): (lambda w, c: c.get("/api/v1/tenant-endpoints/"), READ_ALL),
+    # The activator's wake call (issue 35) takes the client's API key only, the same way
+    # (tests/access/test_wake_api.py has the keys): a stopped deployment stays stopped.
+    ("gateway-wake", "post"): (
+        lambda w, c: c.post(f"/api/v1/gateway/wake/{fresh_dep(w, 'stopped').pk}"),
+        NO_PORTAL_CREDENTIALS,
+    ),
     ("gateway-model", "get"): (
         lambda w, c: c.get(f"/api/v1/gateway/alpha/models/{fresh_dep(w, 'approved').served_model_name}"),
         NO_PORTAL_CREDENTIALS,

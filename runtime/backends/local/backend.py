@@ -31,6 +31,7 @@ from runtime.backends.local.processes import (
     spawn,
     terminate_session,
 )
+from runtime.gateway_local.routes import WAKE_PATH
 from runtime.keys import portal_key
 from runtime.spec import DeploymentSpec
 from runtime.status import Observation, absent_observation, standard_conditions
@@ -79,6 +80,7 @@ class LocalBackend:
         model_root: Path | None = None,
         key_seed: str = "",
         gateway: bool = False,
+        portal_url: str | None = None,
     ):
         self.root = Path(root)
         self.key_seed = key_seed  # derives the portal's Try-it key per deployment (runtime.keys)
@@ -94,7 +96,9 @@ class LocalBackend:
         self._installed = False
         # The local gateway in front of the engines (runtime.backends.local.gateway); without it
         # each engine is its own endpoint and checks the keys itself.
-        self.gateway = LocalGateway(self.root, seed=key_seed) if gateway else None
+        # `portal_url`: the portal as the gateway reaches it, to wake what the policy stopped.
+        wake_url = portal_url.rstrip("/") + WAKE_PATH if portal_url else None
+        self.gateway = LocalGateway(self.root, seed=key_seed, wake_url=wake_url) if gateway else None
 
     @classmethod
     def instance(cls) -> LocalBackend:
@@ -113,6 +117,7 @@ class LocalBackend:
                     model_root=settings.LOCAL_MODEL_ROOT,
                     key_seed=settings.SECRET_KEY,
                     gateway=settings.LOCAL_GATEWAY,
+                    portal_url=settings.LOCAL_GATEWAY_PORTAL_URL,
                 )
             return cls._instance
 
@@ -159,6 +164,13 @@ class LocalBackend:
         if self.gateway:
             return [upstream_key(self.key_seed, deployment_id)]
         return [portal_key(self.key_seed, deployment_id), *keys_for(self.root, tenant_slug, deployment_id)]
+
+    def refresh_routes(self) -> bool:
+        """Rewrite the gateway's routing table from the files (keys, engines, deployments asleep);
+        False without the gateway."""
+        if self.gateway:
+            self._write_routes()
+        return bool(self.gateway)
 
     def refresh_keys(self, *, tenant_slug: str, deployment_id: int) -> bool:
         """Hand a running engine its current keys after a mint, a revocation or an expiry: its key
@@ -256,6 +268,7 @@ class LocalBackend:
                 # Level-triggered: whatever a lost refresh_keys missed, the next reconcile hands over.
                 write_engine_keys(self.run_dir(spec.deployment_id), self.api_keys(spec))
             if self.gateway:
+                self.gateway.awake(spec.deployment_id)
                 self._write_routes()
                 self.gateway.ensure_running(self._write_routes)
             obs = self._observe(spec, state)
@@ -276,7 +289,14 @@ class LocalBackend:
                 self._stop(state)
             shutil.rmtree(self.run_dir(spec.deployment_id), ignore_errors=True)
             if self.gateway:
-                self._write_routes()  # the gateway closes its port; the port stays assigned to it
+                asleep = spec.wakeable and bool(self.gateway.wake_url)
+                if asleep:  # its ports stay, its name is listed: a request wakes it (deployments.wake)
+                    self.gateway.sleep(spec.deployment_id, spec.tenant_slug, spec.served_model_name)
+                else:
+                    self.gateway.awake(spec.deployment_id)
+                self._write_routes()  # else the gateway closes its port; the port stays assigned to it
+                if asleep:
+                    self.gateway.ensure_running(self._write_routes)
             return True
 
     def stop_all(self) -> int:

@@ -50,11 +50,12 @@ from runtime.keys import MINTED_KEY_PREFIX, portal_key
 
 GATEWAY_DIR = "gateway"
 SHARES_FILE = "shares.json"  # the portal's active subscriptions, in routes.Table's `shares` shape
+ASLEEP_DIR = "asleep"  # <id>.json per deployment the policy stopped and a request may wake
 PROCESS_FILE = "process.json"
 LOG_FILE = "gateway.log"
 GATEWAY_MODULE = "runtime.gateway_local"
 # Bumped when the gateway's code changes in a way a running one must be restarted for.
-GATEWAY_VERSION = 1
+GATEWAY_VERSION = 2  # 2: wakes deployments asleep (issue 35)
 TENANT_OWNER = "tenant-{}"
 ENGINE_OWNER = "engine-{}"
 
@@ -76,10 +77,19 @@ def port_open(port: int, timeout: float = 0.5) -> bool:
 class LocalGateway:
     """The routing file, the gateway's ports and its process, for one LOCAL_RUNTIME_DIR."""
 
-    def __init__(self, root: Path, *, seed: str = "", python: str | None = None, stop_timeout: float = 10.0):
+    def __init__(
+        self,
+        root: Path,
+        *,
+        seed: str = "",
+        python: str | None = None,
+        stop_timeout: float = 10.0,
+        wake_url: str | None = None,
+    ):
         self.root = Path(root)
         self.directory = self.root / GATEWAY_DIR
         self.seed = seed
+        self.wake_url = wake_url
         self.python = python or sys.executable  # this interpreter: the one with aiohttp
         self.stop_timeout = stop_timeout
         self.ports = PortAllocator(self.root)
@@ -135,13 +145,44 @@ class LocalGateway:
             for route in routed.values():
                 try_it = routes.key_digest(portal_key(self.seed, route.deployment_id))
                 keys[try_it] = routes.Grant(key_id=None, tenant=route.tenant, deployment_id=route.deployment_id)
+        for dep_id, (tenant, model) in self._asleep().items():
+            if dep_id not in routed:  # an engine that runs wins over a stale marker
+                port = self.deployment_port(dep_id)
+                routed[dep_id] = routes.Route(dep_id, port, tenant, model, upstream="", asleep=True)
         shares = {
             consumer: {dep_id: limits for dep_id, limits in shared.items() if dep_id in routed}
             for consumer, shared in self._shares().items()
         }
         shares = {consumer: shared for consumer, shared in shares.items() if shared}
         tenants = {slug: self.tenant_port(slug) for slug in {r.tenant for r in routed.values()} | set(shares)}
-        return routes.Table(tenants=tenants, routes=routed, keys=keys, shares=shares)
+        wake_url = self.wake_url if any(r.asleep for r in routed.values()) else None
+        return routes.Table(tenants=tenants, routes=routed, keys=keys, shares=shares, wake_url=wake_url)
+
+    # --- deployments asleep (deployments.wake) --------------------------------------------------
+
+    def _asleep(self) -> dict[int, tuple[str, str]]:
+        """Deployment id -> (tenant slug, served model) of every marker `sleep` left."""
+        found = {}
+        for path in sorted((self.directory / ASLEEP_DIR).glob("*.json")):
+            with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+                data = json.loads(path.read_text())
+                if path.stem.isdigit() and isinstance(data["tenant"], str) and isinstance(data["model"], str):
+                    found[int(path.stem)] = (data["tenant"], data["model"])
+        return found
+
+    def sleep(self, deployment_id: int, tenant: str, model: str) -> None:
+        """Keep deployment `deployment_id`'s ports and name on the gateway while its engine is gone:
+        a request to it asks the portal to wake it (only where a wake URL is set)."""
+        folder = self.directory / ASLEEP_DIR
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = folder / f"{deployment_id}.json.tmp"
+        tmp.write_text(json.dumps({"tenant": tenant, "model": model}))
+        tmp.replace(folder / f"{deployment_id}.json")
+
+    def awake(self, deployment_id: int) -> None:
+        """Drop the marker: the engine starts, or the deployment is not to be woken any more."""
+        with contextlib.suppress(FileNotFoundError):
+            (self.directory / ASLEEP_DIR / f"{deployment_id}.json").unlink()
 
     def _shares(self) -> dict[str, dict[int, routes.Limits]]:
         """The shares the portal last wrote (`write_shares`); none when the file is missing or bad."""
