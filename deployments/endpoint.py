@@ -9,6 +9,7 @@ import json
 from deployments.choices import State
 from deployments.models import DeploymentEvent, ModelDeployment
 from deployments.states import HAS_SERVING, REQUESTED, RUNNING, SERVING, STARTABLE, Action, Actor, allowed, who_may
+from deployments.wake import wakes_on_request
 from runtime import tasks
 from runtime.backends import traits as backend_traits
 from runtime.tasks import task_facts
@@ -76,6 +77,11 @@ def serving_notice(dep: ModelDeployment, actor: Actor | None) -> dict | None:
             again += "approval, if the quota has room."
         else:
             again = f"{who_may(Action.START).capitalize()} can start it again ({what}, without a new approval)."
+        if wakes_on_request(dep):
+            again = (
+                "A request to its endpoint wakes it: the first one waits while it starts (up to "
+                f"{dep.tenant.wake_timeout_seconds} s, or the client's X-Wake-Timeout header), if the quota has room. "
+            ) + again
     return {
         "state": dep.get_state_display(),
         "why": NOT_SERVING[dep.state],

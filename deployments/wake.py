@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -33,6 +34,7 @@ from deployments.models import DeploymentEvent, ModelDeployment
 from deployments.policy_actions import WAKEABLE_CAUSES, deployment_policy_start, last_stop_reason
 from deployments.states import DELETED_OR_DELETING, RUNNING, STARTING
 from quotas.schedule import ScheduleError, parse_schedule
+from runtime.backends import names
 
 WOKEN = "WokenByRequest"
 WAKE_REFUSED = "WakeRefused"
@@ -61,6 +63,14 @@ def wakeable(dep: ModelDeployment) -> bool:
         return False
     reason = ModelDeployment.objects.filter(pk=dep.pk).annotate(r=last_stop_reason()).values_list("r", flat=True)
     return reason.first() in WAKEABLE_CAUSES
+
+
+def wakes_on_request(dep: ModelDeployment) -> bool:
+    """A request to its endpoint wakes it: a policy a request may undo stopped it, and an activator
+    stands in front of its backend (the local gateway told the portal's URL; the cluster's activator
+    is not built yet, issue 35)."""
+    on_gateway = settings.LOCAL_GATEWAY and bool(settings.LOCAL_GATEWAY_PORTAL_URL)
+    return on_gateway and dep.backend in names(on_cluster=False) and wakeable(dep)
 
 
 def _refuse(dep: ModelDeployment, code: str, message: str, retry_after: int = RETRY_AFTER) -> Wake:

@@ -274,3 +274,25 @@ def test_two_wakes_at_once_start_it_exactly_once(tx_world):
     assert DeploymentEvent.objects.filter(deployment=dep, reason=WOKEN).count() == 1
     assert AuditEvent.objects.filter(action="deployment.start", object_id=str(dep.pk)).count() == 1
     assert refusals(dep) == 0
+
+
+class TestEndpointPanel:
+    """The Endpoint panel says a request wakes it only where an activator stands in front of it."""
+
+    def test_a_local_idle_stopped_deployment_says_a_request_wakes_it(self, world, settings):
+        from deployments.endpoint import serving_notice
+        from deployments.states import Actor
+
+        dep = idle_stopped(world)
+        ModelDeployment.objects.filter(pk=dep.pk).update(backend="local")
+        settings.LOCAL_GATEWAY, settings.LOCAL_GATEWAY_PORTAL_URL = True, "http://127.0.0.1:8000"
+        world.alpha.wake_timeout_seconds = 90
+        world.alpha.save()
+        again = serving_notice(fresh(dep), Actor.MEMBER)["again"]
+        assert again.startswith("A request to its endpoint wakes it: the first one waits while it starts (up to 90 s")
+
+        settings.LOCAL_GATEWAY_PORTAL_URL = None  # no activator: only a person starts it
+        assert not serving_notice(fresh(dep), Actor.MEMBER)["again"].startswith("A request")
+        settings.LOCAL_GATEWAY_PORTAL_URL = "http://127.0.0.1:8000"
+        ModelDeployment.objects.filter(pk=dep.pk).update(backend="kuberay")  # the cluster's is not built yet
+        assert not serving_notice(fresh(dep), Actor.MEMBER)["again"].startswith("A request")
