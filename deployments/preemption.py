@@ -30,6 +30,7 @@ from django.conf import settings
 from deployments.choices import EventType
 from deployments.models import DeploymentEvent, ModelDeployment
 from deployments.states import HOLDS_GPUS
+from quotas.choices import Fit
 from quotas.models import GpuFlavor, Tenant
 from quotas.services import quota_preview
 from quotas.tier_models import PriorityTier
@@ -57,12 +58,12 @@ def victims(
     [] when none would or none need be. `credit_gpus`: what the requester holds already."""
     if settings.KUEUE_WITHIN_CLUSTER_QUEUE == NO_PREEMPTION or not tier or gpus <= 0:
         return []
+    if quota_preview(tenant=tenant, flavor=flavor, gpus=gpus, credit_gpus=credit_gpus).fit != Fit.NO_FIT:
+        return []  # it fits, within nominal or by borrowing: Kueue admits it without evicting anyone
     values = _values()
     mine = priority(tier, values)
     preview = quota_preview(tenant=tenant, flavor=flavor, gpus=0, credit_gpus=credit_gpus)
     free = preview.nominal - preview.reserved
-    if free >= gpus:
-        return []
     running = ModelDeployment.objects.filter(
         tenant=tenant, flavor=flavor, state__in=HOLDS_GPUS, reserved_gpus__gt=0, displaced=False
     ).exclude(pk=exclude)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from core.exceptions import ConflictError, DomainError, QuotaExceeded
+from core.exceptions import ConflictError, DomainError
 from deployments.choices import EventType, State
 from deployments.models import SPEC_FIELDS, DeploymentEvent, ModelDeployment
 from deployments.states import HOLDS_GPUS, Action, Actor, actor_of, authorize, check_transition
@@ -117,27 +117,29 @@ def settle_gpus(dep: ModelDeployment, *, preempt: bool = True) -> int:
     else:
         if due > dep.reserved_gpus:
             budget_allows(dep)
-        try:
-            quota_reserve(tenant=dep.tenant, flavor=dep.flavor, gpus=due, owner_type=OWNER, owner_id=dep.pk)
-        except QuotaExceeded:
-            if not preempt or not _preempt_for(dep, due):
-                raise
-            quota_reserve(tenant=dep.tenant, flavor=dep.flavor, gpus=due, owner_type=OWNER, owner_id=dep.pk)
+            if preempt:
+                _preempt_for(dep, due)
+        quota_reserve(tenant=dep.tenant, flavor=dep.flavor, gpus=due, owner_type=OWNER, owner_id=dep.pk)
     dep.reserved_gpus = due
     return due
 
 
-def _preempt_for(dep: ModelDeployment, due: int) -> bool:
-    """Release the GPUs of the lower tiers Kueue would evict for `dep` (deployments.preemption)."""
+def _preempt_for(dep: ModelDeployment, due: int) -> None:
+    """Where the quota is short, release the GPUs of the lower tiers Kueue would evict for `dep`
+    (deployments.preemption), before the reservation: rows are locked deployment first, quota
+    rows last, as every stop does, so two transactions never wait on each other. What the locked
+    rows say wins: a victim another request displaced meanwhile gives nothing, and the reservation
+    that follows refuses (the whole change rolls back) if that leaves too little."""
     from deployments import preemption
 
     found = preemption.victims(
         tenant=dep.tenant, flavor=dep.flavor, gpus=due, tier=dep.priority_tier, exclude=dep.pk,
         credit_gpus=dep.reserved_gpus,
     )  # fmt: skip
-    for victim in sorted(found, key=lambda d: d.pk):  # row locks in pk order: no deadlock between two
-        preemption.displace(lock(victim.pk), by=dep)
-    return bool(found)
+    for victim in sorted(found, key=lambda d: d.pk):  # row locks in pk order
+        locked = lock(victim.pk)
+        if locked.reserved_gpus and not locked.displaced and locked.state in HOLDS_GPUS:
+            preemption.displace(locked, by=dep)
 
 
 # --- revision specs -------------------------------------------------------------------------------

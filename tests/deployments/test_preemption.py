@@ -163,3 +163,15 @@ def test_a_displaced_deployment_stopped_and_started_again_is_an_ordinary_start(w
     services.deployment_start(deployment_id=exp.pk, user=world.users["member"])
     exp.refresh_from_db()
     assert (exp.state, exp.reserved_gpus, exp.displaced) == (State.APPROVED, 4, False)
+
+
+def test_what_fits_by_borrowing_borrows_and_evicts_nobody(world, tiers):
+    TenantQuota.objects.filter(tenant=world.alpha).update(borrowing_limit_gpus=4)  # beta's 8 idle
+    exp = running(world, "exp", 4, "experiment")
+    running(world, "std", 4, "standard")
+    assert victims(tenant=world.alpha, flavor=world.h100, gpus=4, tier="production") == []
+
+    prod = running(world, "prod", 4, "production", state=State.APPROVED)
+
+    exp.refresh_from_db()
+    assert (exp.displaced, exp.reserved_gpus, prod.reserved_gpus, reserved(world)) == (False, 4, 4, 12)
