@@ -175,7 +175,10 @@ class ModelDeployment(models.Model):
     reserved_gpus = models.PositiveIntegerField(default=0)
     # Its GPUs went to a higher priority tier of the same tenant (deployments.preemption): it holds
     # none until Kueue admits it again.
-    displaced = models.BooleanField(default=False)
+    displaced = models.BooleanField(
+        default=False,
+        help_text="A higher priority tier of its tenant took its GPUs: it holds none until Kueue admits it again.",
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     approved_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

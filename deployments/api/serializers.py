@@ -206,6 +206,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "status_message",
             "endpoint_url",
             "reserved_gpus",
+            "displaced",
             "serving_revision",
             "pending_revision",
             "created_by",
@@ -265,6 +266,7 @@ _PLAIN = (
     "status_message",
     "endpoint_url",
     "reserved_gpus",
+    "displaced",
     "decision_reason",
 )
 

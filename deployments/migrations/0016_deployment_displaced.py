@@ -13,6 +13,9 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='modeldeployment',
             name='displaced',
-            field=models.BooleanField(default=False),
+            field=models.BooleanField(
+                default=False,
+                help_text='A higher priority tier of its tenant took its GPUs: it holds none until Kueue admits it again.',
+            ),
         ),
     ]
