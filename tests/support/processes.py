@@ -8,6 +8,7 @@ children together) and never anything else on the machine.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -23,9 +24,40 @@ from tests.support.shared import PROJECT_ROOT
 _T = TypeVar("_T")
 
 
+LOWEST_PORT = 20000
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (where outgoing connections take theirs)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
     """A loopback port nothing listens on: bound, then closed, so connecting is refused until
-    the process it is handed to binds it."""
+    the process it is handed to binds it.
+
+    Picked at random below the kernel's ephemeral range, never twice in one process. A port from
+    `bind(0)` comes from that range, which every outgoing connection also draws its source port
+    from, and the control plane binds the ports it is handed seconds later, part after part: in one
+    CI run a client connection took KubeRay's health port in between ("bind: address already in
+    use", tests/bench/test_smoke.py's real plane)."""
+    high = _ephemeral_low() - 1
+    if high > LOWEST_PORT + 1000:
+        for _ in range(500):
+            port = random.randint(LOWEST_PORT, high)
+            if port in _handed_out:
+                continue
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _handed_out.add(port)
+            return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
