@@ -24,6 +24,7 @@ __all__ = [
     "deployment_policy_start",
     "deployment_policy_stop",
     "last_stop_reason",
+    "lock_for_policy",
 ]
 
 # The causes (event reasons) of the policy's stops that a request may undo: the idle policy's and
@@ -32,6 +33,17 @@ __all__ = [
 IDLE_STOPPED = "IdleStopped"
 SCHEDULE_STOPPED = "ScheduleStopped"
 WAKEABLE_CAUSES = frozenset({IDLE_STOPPED, SCHEDULE_STOPPED})
+
+
+def lock_for_policy(deployment_id: int) -> ModelDeployment | None:
+    """The deployment's row under its lock, with its tenant (whose policy decides); None when it is
+    gone. The policy's sweeps and the wake re-check everything under this lock."""
+    return (
+        ModelDeployment.objects.select_for_update(of=("self",))
+        .select_related("tenant")
+        .filter(pk=deployment_id)
+        .first()
+    )
 
 
 def last_stop_reason():

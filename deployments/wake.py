@@ -31,7 +31,7 @@ from django.utils import timezone
 from core.exceptions import DomainError
 from deployments.choices import EventType, State
 from deployments.models import DeploymentEvent, ModelDeployment
-from deployments.policy_actions import WAKEABLE_CAUSES, deployment_policy_start, last_stop_reason
+from deployments.policy_actions import WAKEABLE_CAUSES, deployment_policy_start, last_stop_reason, lock_for_policy
 from deployments.states import DELETED_OR_DELETING, RUNNING, STARTING
 from quotas.schedule import ScheduleError, parse_schedule
 from runtime.backends import names
@@ -102,12 +102,7 @@ def deployment_wake(*, deployment_id: int, key_id: int | None, key_name: str, no
     """Wake one deployment for a request presented with API key `key_id` (see the module docstring).
     The caller has checked that the key may use the deployment."""
     now = now or timezone.now()
-    dep = (
-        ModelDeployment.objects.select_for_update(of=("self",))
-        .select_related("tenant")
-        .filter(pk=deployment_id)
-        .first()
-    )
+    dep = lock_for_policy(deployment_id)
     if dep is None or dep.state in DELETED_OR_DELETING:
         return Wake("refused", dep.state if dep else State.DELETED, "gone", "The deployment was deleted.", RETRY_AFTER)
     if dep.state in RUNNING:

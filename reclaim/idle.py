@@ -33,7 +33,7 @@ from core.exceptions import TransitionError
 from core.models import audit
 from deployments.choices import EventType
 from deployments.models import DeploymentEvent, ModelDeployment
-from deployments.policy_actions import IDLE_STOPPED, POLICY, deployment_policy_stop
+from deployments.policy_actions import IDLE_STOPPED, POLICY, deployment_policy_stop, lock_for_policy
 from deployments.states import RUNNING, STOPPABLE_BY_POLICY
 from metrics.models import MetricSample, Resolution
 from quotas.models import Tenant
@@ -198,12 +198,7 @@ def idle_check(deployment_id: int, *, now: datetime | None = None) -> str:
     """Apply the idle policy to one deployment under its row lock: "warn", "stop" or "none".
     Two sweeps at once serialize on the lock; the second sees the first's warning or stop."""
     now = now or timezone.now()
-    dep = (
-        ModelDeployment.objects.select_for_update(of=("self",))
-        .select_related("tenant")
-        .filter(pk=deployment_id)
-        .first()
-    )
+    dep = lock_for_policy(deployment_id)
     if dep is None or dep.tenant.archived:
         return "none"
     plan = plan_for(dep, now=now)

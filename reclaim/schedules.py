@@ -33,6 +33,7 @@ from deployments.policy_actions import (
     deployment_policy_start,
     deployment_policy_stop,
     last_stop_reason,
+    lock_for_policy,
 )
 from deployments.states import STOPPABLE_BY_POLICY
 from quotas.models import Tenant
@@ -65,19 +66,10 @@ def tenant_schedule(tenant: Tenant) -> Schedule | None:
         return None
 
 
-def _lock(deployment_id: int) -> ModelDeployment | None:
-    return (
-        ModelDeployment.objects.select_for_update(of=("self",))
-        .select_related("tenant")
-        .filter(pk=deployment_id)
-        .first()
-    )
-
-
 @transaction.atomic
 def schedule_stop(deployment_id: int, *, now: datetime) -> bool:
     """Stop one running deployment whose tenant's schedule is closed (re-checked under the lock)."""
-    dep = _lock(deployment_id)
+    dep = lock_for_policy(deployment_id)
     if dep is None or dep.state not in STOPPABLE_BY_POLICY or dep.tenant.archived:
         return False
     schedule = tenant_schedule(dep.tenant)
@@ -99,7 +91,7 @@ def _failed_since(deployment_id: int, since: datetime) -> bool:
 def schedule_start(deployment_id: int, *, now: datetime) -> str:
     """Start one deployment the schedule stopped, once its tenant's schedule is open: "started",
     "failed" (the quota or another rule refused: recorded, the admins told) or "none"."""
-    dep = _lock(deployment_id)
+    dep = lock_for_policy(deployment_id)
     if dep is None or dep.state != State.STOPPED or dep.tenant.archived:
         return "none"
     if not stopped_by_schedule().filter(pk=dep.pk).exists():
